@@ -1,0 +1,241 @@
+"""The storage interface: what every backend implements.
+
+This module is the protocol. `Backend` is an abstract base class, so a
+backend missing an operation fails when it is built, not in production.
+Each method's docstring is its specification; the conformance kit in
+`threadmill_core.testing` checks every backend against a model of it.
+
+Vocabulary
+----------
+Segments. Every task is in exactly one segment of its queue: READY (ordered
+by priority, higher first, then by the order tasks entered READY), DEFERRED
+(ordered by `run_after`, then by id), RUNNING (ordered by lease deadline), or
+one of the terminal SUCCESSFUL, FAILED, CANCELLED (kept for the backend's
+`result_ttl` after `finished_at`, then gone; ordered by `finished_at`, then
+by id).
+
+"Entered READY" is a backend-wide sequence: `enqueue`, `promote_due` (in
+DEFERRED order), a zero-delay `retry` and `requeue` each append to the tail
+of the task's priority level.
+
+Clock. The backend's own clock is the only clock (`now()`); lease deadlines,
+due times and every timestamp it writes come from it, at millisecond
+resolution. The client's clock never decides anything, except that a
+`run_after` given by the user as an absolute time is taken as it is.
+
+Tokens and fencing. `claim` and `claim_expired` give each task a fresh
+token, different from every token the task had before. `extend`, `complete`
+and `retry` act only while the lease's token is the task's current token and
+the task is RUNNING; otherwise they are *refused*: they change nothing and
+return None. Refusal is a return value, not an exception, because a lost
+lease is normal life.
+
+Repeats. A `complete` or `retry` repeated with the same lease after a lost
+reply (the backend applied it, the caller never heard) is recognised: while
+the task's token is still that lease's token and the task is still in the
+state that decision left it in (terminal for `complete`; READY or DEFERRED
+for `retry`), the repeat changes nothing and returns the stored record, as
+the first call did. `requeue` and `cancel` clear the token, ending that
+window.
+
+Atomicity. Every method is one atomic state change: another client sees the
+state before it or after it, never between. A method that takes many tasks
+(`enqueue`, `claim`, `claim_expired`, `promote_due`, `purge`) may be atomic
+per task instead, as long as each task's change is atomic.
+
+Poison. A stored record that a backend cannot decode (corrupt or foreign
+bytes) is never returned from `claim` or `claim_expired`: the backend
+finalizes it FAILED with a `TaskQuarantined` error and goes on with the rest
+of the batch.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+
+from threadmill_core.models import Lease, QueueCounts, TaskResult, TaskResultStatus
+
+#: The segments `purge` may drop. RUNNING is not among them: a running task
+#: is held by a worker, and only its lease decides it.
+PURGEABLE_STATUSES = frozenset(TaskResultStatus) - {TaskResultStatus.RUNNING}
+
+
+class Backend(abc.ABC):
+    """Durable storage for tasks, implementing the lease/claim/retry protocol.
+
+    Implementations must be safe to call from several threads at once, and
+    (for a shared store) from several processes and machines at once.
+    """
+
+    # --- clock -----------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def now(self) -> datetime:
+        """The backend's clock: an aware UTC datetime, millisecond resolution.
+
+        The broker uses it to turn a relative `run_after` into an absolute one,
+        so that a client with a wrong clock still defers by the right amount.
+        """
+
+    # --- producing -------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def enqueue(self, records: Sequence[TaskResult]) -> list[TaskResult]:
+        """Store new tasks; return the stored records, in the order given.
+
+        Each record arrives with `id`, `task_path`, `args`, `kwargs`, `queue`,
+        `priority`, `run_after` and `retry` set by the caller; the backend
+        ignores the other fields and stores `status` READY (or DEFERRED when
+        `run_after` is later than `now()`), `enqueued_at` = `now()`,
+        `attempts` 0, and no errors, workers, timestamps or return value.
+
+        Idempotent on `id`: a record whose id is already stored is not stored
+        again, and the stored record is returned in its place.
+        """
+
+    # --- working ---------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def claim(
+        self,
+        queues: Sequence[str],
+        *,
+        worker: str,
+        lease_ttl: timedelta,
+        limit: int = 1,
+    ) -> list[Lease]:
+        """Move up to `limit` tasks to RUNNING and return a lease on each, best first.
+
+        First, every DEFERRED task of `queues` whose `run_after` is due
+        (at or before `now()`) is promoted to READY, as by `promote_due`.
+        Then tasks are taken from `queues` in the order given (a later queue
+        only once the earlier ones are empty), each in READY order.
+
+        Each claimed task gets: status RUNNING, a fresh token, lease deadline
+        `now() + lease_ttl`, `attempts` + 1, `last_attempted_at` = `now()`,
+        `started_at` = `now()` if it was never set, and `worker` appended to
+        `worker_ids`. The returned lease carries the record as stored.
+        Returns an empty list when nothing is ready.
+        """
+
+    @abc.abstractmethod
+    def extend(self, lease: Lease, lease_ttl: timedelta) -> Lease | None:
+        """Renew a lease: deadline becomes `now() + lease_ttl`, token unchanged.
+
+        Returns the renewed lease, or None (refused) when the token is no
+        longer current or the task is no longer RUNNING.
+        """
+
+    def extend_many(
+        self, leases: Sequence[Lease], lease_ttl: timedelta
+    ) -> list[Lease | None]:
+        """`extend` for several leases; answers in the order given.
+
+        Heartbeats call this once per beat for all running tasks. The default
+        calls `extend` per lease; backends with round trips should override it
+        to renew the whole batch in one.
+        """
+        return [self.extend(lease, lease_ttl) for lease in leases]
+
+    @abc.abstractmethod
+    def complete(self, lease: Lease, record: TaskResult) -> TaskResult | None:
+        """Finalize a RUNNING task as SUCCESSFUL or FAILED; return the stored record.
+
+        From `record` the backend takes `status` (SUCCESSFUL or FAILED; any
+        other status is a `ValueError`), `errors`, and `return_value` (stored
+        for SUCCESSFUL only, None otherwise); it sets `finished_at` = `now()`.
+        Refused (None) when the lease's token is no longer current; a repeat
+        after a lost reply returns the stored record (see the module doc).
+        """
+
+    @abc.abstractmethod
+    def retry(self, lease: Lease, record: TaskResult, delay: timedelta) -> TaskResult | None:
+        """Send a RUNNING task back for another attempt; return the stored record.
+
+        From `record` the backend takes `errors`. With a zero `delay` the task
+        goes to the tail of READY; otherwise to DEFERRED with `run_after` =
+        `now() + delay`. `id`, `attempts` and the arguments are kept. A
+        negative delay is a `ValueError`. Refused (None) as for `complete`.
+        """
+
+    # --- maintenance -----------------------------------------------------------------
+
+    @abc.abstractmethod
+    def claim_expired(self, *, limit: int, claim_ttl: timedelta) -> list[Lease]:
+        """The reaper's claim on up to `limit` RUNNING tasks whose deadline has passed.
+
+        Oldest deadline first, over all queues. Each gets a fresh token and
+        the deadline `now() + claim_ttl`, so no other pass decides it while
+        this one does; the reaper then decides with `retry` or `complete`. A
+        claim never decided lapses like any lease, and a later pass takes the
+        task up again. A reaper claim is not an attempt: `attempts`,
+        `worker_ids` and `last_attempted_at` are unchanged.
+        """
+
+    @abc.abstractmethod
+    def promote_due(self, *, limit: int) -> int:
+        """Move up to `limit` due DEFERRED tasks (any queue) to READY; return how many.
+
+        Tasks are promoted in DEFERRED order and enter READY in that order.
+        """
+
+    # --- inspection ------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def get(self, task_id: str) -> TaskResult | None:
+        """The stored record, or None if no such task exists (or its result expired)."""
+
+    @abc.abstractmethod
+    def peek(
+        self,
+        queue: str,
+        status: TaskResultStatus,
+        *,
+        offset: int = 0,
+        limit: int = 100,
+    ) -> list[TaskResult]:
+        """Up to `limit` records of one segment, in segment order, skipping `offset`."""
+
+    @abc.abstractmethod
+    def counts(self) -> Mapping[str, QueueCounts]:
+        """Counts per segment for every queue that holds at least one task."""
+
+    # --- operator actions ------------------------------------------------------------
+
+    @abc.abstractmethod
+    def requeue(self, task_id: str) -> TaskResult | None:
+        """Move a FAILED or CANCELLED task to the tail of READY; return the stored record.
+
+        `id`, `errors` and `attempts` are kept; `finished_at` and
+        `return_value` are cleared, and so is the token. Refused (None) for
+        any other status or an unknown id, so a requeue can never resurrect a
+        task that is running or that finished successfully.
+        """
+
+    @abc.abstractmethod
+    def cancel(self, task_id: str) -> TaskResult | None:
+        """Move a READY or DEFERRED task to CANCELLED (`finished_at` = `now()`).
+
+        Refused (None) for any other status or an unknown id.
+        """
+
+    @abc.abstractmethod
+    def purge(self, queue: str, status: TaskResultStatus) -> int:
+        """Delete every task of one segment of `queue`; return how many were deleted.
+
+        RUNNING cannot be purged (`ValueError`): a running task belongs to its
+        lease holder.
+        """
+
+    # --- lifecycle -------------------------------------------------------------------
+
+    def close(self) -> None:  # noqa: B027 - optional hook with a do-nothing default
+        """Release connections and other resources. The default does nothing."""
+
+    def __enter__(self) -> Backend:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

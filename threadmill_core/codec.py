@@ -1,0 +1,125 @@
+"""The one codec: task records and values to JSON bytes and back.
+
+Every backend stores what this module produces and never hand-rolls JSON, so
+a value that one backend refuses, every backend refuses. Values travel value
+for value: integers of any size, floats (``repr`` round trip, so ``0.1`` and
+``math.pi`` come back bit for bit, as do ``nan`` and the infinities), str,
+bool, None, and lists and str-keyed dicts of these, with dict key order kept.
+Anything else (a tuple, a set, a datetime, an `IntEnum`, a dict with int keys)
+would come back as something else, so `check_value` refuses it up front and
+names where it sits.
+
+Timestamps are encoded as integer milliseconds since the Unix epoch.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any, TypeVar
+
+import cattrs
+
+from threadmill_core.clock import from_ms, to_ms
+from threadmill_core.errors import PayloadError, UnsupportedValue
+from threadmill_core.models import JSON, TaskError, TaskResult
+
+T = TypeVar("T")
+
+_SCALARS = (type(None), bool, int, float, str)
+
+
+def check_value(value: object, path: str) -> None:
+    """Raise `UnsupportedValue` naming the first part of `value` the codec cannot carry.
+
+    Types are checked exactly, not with isinstance: a subclass of int or str
+    (an IntEnum, say) would come back as its base class.
+    """
+    kind = type(value)
+    if kind in _SCALARS:
+        return
+    if kind is list:
+        for index, item in enumerate(value):  # type: ignore[arg-type]
+            check_value(item, f"{path}[{index}]")
+        return
+    if kind is dict:
+        for key, item in value.items():  # type: ignore[attr-defined]
+            if type(key) is not str:
+                raise UnsupportedValue(
+                    f"{path}[{key!r}]",
+                    value,
+                    reason=f"has a key of type {type(key).__qualname__}; dict keys must be str",
+                )
+            check_value(item, f"{path}[{key!r}]")
+        return
+    raise UnsupportedValue(path, value)
+
+
+def check_arguments(args: tuple[object, ...] | list[object], kwargs: dict[str, object]) -> None:
+    """Check a call's arguments; errors name them as ``args[0]`` or ``kwargs['when']``."""
+    for index, value in enumerate(args):
+        check_value(value, f"args[{index}]")
+    for name, value in kwargs.items():
+        check_value(value, f"kwargs[{name!r}]")
+
+
+def _make_converter() -> cattrs.Converter:
+    converter = cattrs.Converter(forbid_extra_keys=True)
+    converter.register_unstructure_hook(datetime, to_ms)
+    converter.register_structure_hook(datetime, lambda value, _: from_ms(_int(value)))
+    # Payload values were checked on the way in; pass them through untouched.
+    converter.register_structure_hook(JSON, lambda value, _: value)
+    return converter
+
+
+def _int(value: object) -> int:
+    if type(value) is not int:
+        raise TypeError(f"expected integer milliseconds, got {value!r}")
+    return value
+
+
+converter = _make_converter()
+
+
+def dumps(obj: object) -> bytes:
+    """Encode any codec type (a model, a list of models, or a checked value) to JSON bytes."""
+    return json.dumps(
+        converter.unstructure(obj), ensure_ascii=False, separators=(",", ":")
+    ).encode()
+
+
+def loads(data: bytes | str, kind: type[T]) -> T:
+    """Decode bytes made by `dumps` into `kind`; any mismatch is a `PayloadError`."""
+    try:
+        raw = json.loads(data)
+        return converter.structure(raw, kind)
+    except Exception as exc:  # noqa: BLE001 - any failure to decode means foreign or corrupt bytes
+        raise PayloadError(f"stored bytes are not a valid {kind.__name__}: {exc}") from exc
+
+
+def encode_record(record: TaskResult) -> bytes:
+    return dumps(record)
+
+
+def decode_record(data: bytes | str) -> TaskResult:
+    return loads(data, TaskResult)
+
+
+def encode_value(value: JSON) -> bytes:
+    """Encode a checked value (a task's return value, say)."""
+    return dumps(value)
+
+
+def decode_value(data: bytes | str) -> Any:
+    try:
+        return json.loads(data)
+    except ValueError as exc:
+        raise PayloadError(f"stored bytes are not a valid value: {exc}") from exc
+
+
+def encode_errors(errors: tuple[TaskError, ...]) -> bytes:
+    return dumps(list(errors))
+
+
+def decode_errors(data: bytes | str) -> tuple[TaskError, ...]:
+    return tuple(loads(data, list[TaskError]))  # type: ignore[arg-type]

@@ -1,0 +1,107 @@
+"""Exceptions raised by threadmill.
+
+Every exception derives from `ThreadmillError`, and also from the nearest
+builtin where one fits, so callers can catch either. Exceptions carry their
+facts as attributes; the message is built from them.
+
+A lost lease is *not* an exception: on the storage interface it is a `None`
+return value, because it is normal life in a distributed queue.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+
+class ThreadmillError(Exception):
+    """The root of every error threadmill raises."""
+
+
+class TaskNotFound(ThreadmillError, LookupError):
+    """No task with this id exists (never enqueued, purged, or expired after `result_ttl`)."""
+
+    def __init__(self, task_id: str) -> None:
+        self.task_id = task_id
+        super().__init__(f"no task with id {task_id!r} (unknown, purged, or its result expired)")
+
+
+class UnsupportedValue(ThreadmillError, TypeError):
+    """A task argument or return value that the codec cannot carry unchanged.
+
+    `path` names where the value sits, e.g. ``kwargs['when']`` or ``args[0][2]``.
+    """
+
+    def __init__(self, path: str, value: object, reason: str | None = None) -> None:
+        self.path = path
+        self.value = value
+        kind = f"{type(value).__module__}.{type(value).__qualname__}"
+        self.reason = reason or (
+            f"is a {kind}; threadmill carries only None, bool, int, float, str, "
+            "list and dict with str keys, so that what is enqueued is what the function receives"
+        )
+        super().__init__(f"{path} {self.reason}")
+
+
+class InvalidTaskDefinition(ThreadmillError, TypeError):
+    """`@task` was applied to something a worker could not import by its path."""
+
+
+class InvalidOption(ThreadmillError, ValueError):
+    """A task option, enqueue option or backend option that is unknown or out of range."""
+
+
+class UnknownBackend(ThreadmillError, LookupError):
+    """No installed backend handles the URL's scheme."""
+
+    def __init__(self, url: str, scheme: str, installed: Iterable[str], hint: str | None) -> None:
+        self.url = url
+        self.scheme = scheme
+        self.installed = sorted(installed)
+        self.hint = hint
+        names = ", ".join(f"{s}://" for s in self.installed) or "none"
+        message = f"no installed backend handles {scheme}:// (in {url!r}); installed schemes: {names}"
+        if hint:
+            message += f"; {hint}"
+        super().__init__(message)
+
+
+class BackendConflict(ThreadmillError):
+    """Two plugins registered a backend for the same URL scheme."""
+
+    def __init__(self, scheme: str, first: str, second: str) -> None:
+        self.scheme = scheme
+        self.sources = (first, second)
+        super().__init__(
+            f"the URL scheme {scheme}:// is registered twice: by {first} and by {second}; "
+            "uninstall one of them"
+        )
+
+
+class PayloadError(ThreadmillError, ValueError):
+    """Stored bytes that do not decode to a task record (corrupt or foreign data)."""
+
+
+class WaitTimeout(ThreadmillError, TimeoutError):
+    """`Broker.wait` gave up before the task reached a terminal state."""
+
+    def __init__(self, task_id: str, timeout: float) -> None:
+        self.task_id = task_id
+        self.timeout = timeout
+        super().__init__(f"task {task_id!r} did not finish within {timeout:g} s")
+
+
+class AcknowledgementTimeout(ThreadmillError):
+    """Recorded as a task error when a lease expired before the worker acknowledged it.
+
+    It is never raised to callers; the reaper appends it to the task's errors and
+    asks the retry policy, exactly as for an exception raised by the task.
+    """
+
+
+class TaskQuarantined(ThreadmillError):
+    """Recorded as a task error when a stored task cannot run at all (guarantee 6).
+
+    Used when the task's function or retry policy is not registered with the
+    worker, or the stored record does not decode; the task is finalized FAILED
+    instead of cycling through retries.
+    """

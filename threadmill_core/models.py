@@ -1,0 +1,245 @@
+"""The protocol's data: task records, errors, leases and queue counts.
+
+Names follow Django's task framework where the concept is the same
+(`TaskResult`, `TaskResultStatus`, `TaskError`, `TaskContext`); the lease
+is ours. Models are frozen; change one with `attrs.evolve`.
+
+Timestamps are aware UTC datetimes with millisecond resolution (see
+`threadmill_core.clock`).
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import secrets
+import threading
+import time
+from datetime import datetime, timedelta
+from typing import Any, TypeAlias
+
+import attrs
+
+from threadmill_core.errors import InvalidOption
+
+#: A value the codec carries unchanged: None, bool, int, float, str, and
+#: lists and str-keyed dicts of these.
+JSON: TypeAlias = Any
+
+MIN_PRIORITY = -100
+MAX_PRIORITY = 100
+
+
+class TaskResultStatus(enum.Enum):
+    """Where a task is in its life. The first three are pending, the last three terminal."""
+
+    READY = "READY"
+    DEFERRED = "DEFERRED"
+    RUNNING = "RUNNING"
+    SUCCESSFUL = "SUCCESSFUL"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in TERMINAL_STATUSES
+
+
+TERMINAL_STATUSES = frozenset(
+    {TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED, TaskResultStatus.CANCELLED}
+)
+PENDING_STATUSES = frozenset(
+    {TaskResultStatus.READY, TaskResultStatus.DEFERRED, TaskResultStatus.RUNNING}
+)
+
+
+def _aware(_instance: object, attribute: attrs.Attribute[Any], value: datetime | None) -> None:
+    if value is not None and value.tzinfo is None:
+        raise ValueError(f"{attribute.name} must be an aware datetime, got naive {value!r}")
+
+
+def _priority(_instance: object, _attribute: attrs.Attribute[Any], value: int) -> None:
+    validate_priority(value)
+
+
+@attrs.frozen(kw_only=True)
+class TaskError:
+    """One failure of a task: an exception it raised, or a lease that expired."""
+
+    #: Import path of the exception class, ``module.QualName``.
+    exception_class_path: str
+    message: str
+    traceback: str = ""
+
+    @classmethod
+    def from_exception(cls, exc: BaseException, traceback: str = "") -> TaskError:
+        kind = type(exc)
+        return cls(
+            exception_class_path=f"{kind.__module__}.{kind.__qualname__}",
+            message=str(exc),
+            traceback=traceback,
+        )
+
+
+@attrs.frozen(kw_only=True)
+class RetryPolicySpec:
+    """How a retry policy is stored in a record: its import path and its options.
+
+    `path` is ``module:qualname``. `options` is None for a plain function and
+    the policy's own fields for a policy object (see `threadmill_core.retry`).
+    A worker only uses a policy whose path it knows from the tasks it loaded;
+    it never imports one on a stored record's say-so.
+    """
+
+    path: str
+    options: dict[str, JSON] | None = None
+
+
+@attrs.frozen(kw_only=True)
+class TaskResult:
+    """The stored record of one task, from enqueue to its terminal state.
+
+    Backends own `status`, the timestamps, `attempts` and `worker_ids`; the
+    worker supplies `errors` and `return_value` when it acknowledges.
+    """
+
+    id: str
+    #: Import path of the task function, ``module:qualname``.
+    task_path: str
+    args: list[JSON] = attrs.field(factory=list)
+    kwargs: dict[str, JSON] = attrs.field(factory=dict)
+    queue: str = "default"
+    priority: int = attrs.field(default=0, validator=_priority)
+    status: TaskResultStatus = TaskResultStatus.READY
+    enqueued_at: datetime | None = attrs.field(default=None, validator=_aware)
+    run_after: datetime | None = attrs.field(default=None, validator=_aware)
+    started_at: datetime | None = attrs.field(default=None, validator=_aware)
+    last_attempted_at: datetime | None = attrs.field(default=None, validator=_aware)
+    finished_at: datetime | None = attrs.field(default=None, validator=_aware)
+    #: Claims by workers. A reaper's claim is not an attempt.
+    attempts: int = 0
+    #: Every failure in order, including expired leases (`AcknowledgementTimeout`).
+    errors: tuple[TaskError, ...] = ()
+    #: The worker of each attempt, in order.
+    worker_ids: tuple[str, ...] = ()
+    return_value: JSON = None
+    retry: RetryPolicySpec | None = None
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status.is_terminal
+
+
+@attrs.frozen(kw_only=True)
+class Lease:
+    """A claim on a RUNNING task, valid while `token` is the task's current token.
+
+    Workers get one from `Backend.claim`, the reaper from `Backend.claim_expired`.
+    Every state change made with a lease is refused once another claim has
+    replaced its token (fencing).
+    """
+
+    token: str
+    deadline: datetime = attrs.field(validator=_aware)
+    record: TaskResult
+
+    @property
+    def task_id(self) -> str:
+        return self.record.id
+
+
+@attrs.frozen(kw_only=True)
+class QueueCounts:
+    """How many tasks one queue holds in each segment."""
+
+    queue: str
+    ready: int = 0
+    deferred: int = 0
+    running: int = 0
+    successful: int = 0
+    failed: int = 0
+    cancelled: int = 0
+
+    @property
+    def pending(self) -> int:
+        return self.ready + self.deferred + self.running
+
+    def of(self, status: TaskResultStatus) -> int:
+        """The count for one status."""
+        return int(getattr(self, status.value.lower()))
+
+
+@attrs.frozen(kw_only=True)
+class TaskContext:
+    """What a running task, and a retry policy, may know about the attempt.
+
+    A task asks for it by declaring a first parameter named ``context``
+    (see `threadmill_core.task`). `token` lets task code fence its own writes
+    downstream: a write tagged with an older token is from a superseded attempt.
+    """
+
+    record: TaskResult
+    #: 1 for the first claim, 2 for the second, ...
+    attempt: int
+    #: The failure being decided, for a retry policy; None while the task runs.
+    last_error: TaskError | None = None
+    token: str | None = None
+    _lease_lost: threading.Event = attrs.field(factory=threading.Event, alias="lease_lost_event")
+
+    @property
+    def lease_lost(self) -> bool:
+        """True once the worker learned that this attempt's lease was taken away.
+
+        The task's outcome will not be written; a long task may check this and stop early.
+        """
+        return self._lease_lost.is_set()
+
+
+# --- task ids --------------------------------------------------------------------------
+
+_id_lock = threading.Lock()
+_last_ms = 0
+_counter = 0
+
+
+def new_task_id() -> str:
+    """A UUIDv7 string: 48 bits of Unix milliseconds, then a counter, then random bits.
+
+    Ids made by one process are strictly increasing, also within one millisecond
+    (the 12-bit ``rand_a`` field counts, and the millisecond is borrowed forward
+    if it overflows), so sorting ids sorts tasks by creation.
+    """
+    global _last_ms, _counter
+    with _id_lock:
+        ms = time.time_ns() // 1_000_000
+        if ms > _last_ms:
+            _last_ms, _counter = ms, secrets.randbelow(1 << 8)
+        else:
+            _counter += 1
+            if _counter >= 1 << 12:
+                _last_ms, _counter = _last_ms + 1, 0
+        ms, counter = _last_ms, _counter
+    rand_b = int.from_bytes(os.urandom(8)) & ((1 << 62) - 1)
+    value = (ms << 80) | (0x7 << 76) | (counter << 64) | (0b10 << 62) | rand_b
+    hex_ = f"{value:032x}"
+    return f"{hex_[:8]}-{hex_[8:12]}-{hex_[12:16]}-{hex_[16:20]}-{hex_[20:]}"
+
+
+def validate_priority(priority: object) -> int:
+    """Return `priority` if it is an int in range, else raise `InvalidOption` naming it."""
+    if type(priority) is not int or not MIN_PRIORITY <= priority <= MAX_PRIORITY:
+        raise InvalidOption(
+            f"priority must be an int from {MIN_PRIORITY} to {MAX_PRIORITY}, got {priority!r}"
+        )
+    return priority
+
+
+def validate_timedelta(name: str, value: object, *, positive: bool = True) -> timedelta:
+    """Accept a timedelta or a number of seconds; refuse negatives (and zero if `positive`)."""
+    if isinstance(value, bool) or not isinstance(value, timedelta | int | float):
+        raise InvalidOption(f"{name} must be a timedelta or seconds, got {value!r}")
+    delta = value if isinstance(value, timedelta) else timedelta(seconds=value)
+    if delta < timedelta(0) or (positive and delta == timedelta(0)):
+        sign = "positive" if positive else "zero or more"
+        raise InvalidOption(f"{name} must be {sign}, got {value!r}")
+    return delta

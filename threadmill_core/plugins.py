@@ -1,0 +1,112 @@
+"""The one place that owns the pluggy `PluginManager`.
+
+Bundled backends are found through their entry points exactly like
+third-party ones. Nothing else in threadmill touches ``pm.hook``.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+import attrs
+import pluggy
+
+from threadmill_core import hookspecs
+from threadmill_core.errors import BackendConflict, InvalidOption, UnknownBackend
+
+if TYPE_CHECKING:
+    from threadmill_core.backend import Backend
+
+log = logging.getLogger(__name__)
+
+#: Schemes threadmill knows of, and the extra that installs them, for the
+#: message `connect` gives when one is missing.
+KNOWN_EXTRAS: Mapping[str, str] = {
+    "redis": "redis",
+    "rediss": "redis",
+    "unix": "redis",
+    "redis+cluster": "redis",
+}
+
+
+@attrs.frozen
+class InstalledBackend:
+    """One scheme, the plugin that serves it and where that plugin comes from."""
+
+    scheme: str
+    description: str
+    plugin: str
+    source: str
+
+
+@functools.cache
+def plugin_manager() -> pluggy.PluginManager:
+    """The process-wide plugin manager, with the ``threadmill`` entry points loaded."""
+    pm = pluggy.PluginManager(hookspecs.PROJECT)
+    pm.add_hookspecs(hookspecs)
+    pm.load_setuptools_entrypoints(hookspecs.PROJECT)
+    return pm
+
+
+def _source(pm: pluggy.PluginManager, plugin: object) -> str:
+    for loaded, dist in pm.list_plugin_distinfo():
+        if loaded is plugin:
+            return f"{dist.project_name} {dist.version}"
+    return "registered in-process"
+
+
+def installed_backends() -> list[InstalledBackend]:
+    """Every scheme some plugin serves; raises `BackendConflict` if two claim one."""
+    pm = plugin_manager()
+    found: dict[str, InstalledBackend] = {}
+    for impl in pm.hook.threadmill_backend_schemes.get_hookimpls():
+        source = _source(pm, impl.plugin)
+        for entry in impl.function() or ():
+            if entry.scheme in found:
+                first = found[entry.scheme]
+                raise BackendConflict(
+                    entry.scheme,
+                    f"{first.plugin} ({first.source})",
+                    f"{impl.plugin_name} ({source})",
+                )
+            found[entry.scheme] = InstalledBackend(
+                entry.scheme, entry.description, impl.plugin_name, source
+            )
+    return sorted(found.values(), key=lambda b: b.scheme)
+
+
+def backend_for_url(url: str, options: Mapping[str, Any]) -> Backend:
+    """Build the backend the URL's scheme selects, or raise `UnknownBackend`."""
+    if not isinstance(url, str) or "://" not in url:
+        raise InvalidOption(f"a backend URL looks like 'memory://' or 'redis://host'; got {url!r}")
+    scheme = urlsplit(url).scheme.lower()
+    installed = {b.scheme for b in installed_backends()}
+    if scheme not in installed:
+        extra = KNOWN_EXTRAS.get(scheme)
+        hint = f"install it with: pip install 'threadmill[{extra}]'" if extra else None
+        raise UnknownBackend(url, scheme, installed, hint)
+    backend = plugin_manager().hook.threadmill_backend_for_url(
+        url=url, scheme=scheme, options=dict(options)
+    )
+    if backend is None:  # a plugin listed the scheme but built nothing: its bug, say so
+        raise UnknownBackend(url, scheme, installed, "its plugin returned no backend")
+    return backend  # type: ignore[no-any-return]
+
+
+def notify(hook_name: str, **kwargs: Any) -> None:
+    """Call a lifecycle hook if, and only if, some plugin implements it.
+
+    Observers must not break the queue: an exception from one is logged and
+    swallowed.
+    """
+    caller = getattr(plugin_manager().hook, hook_name)
+    if not caller.get_hookimpls():
+        return
+    try:
+        caller(**kwargs)
+    except Exception:
+        log.exception("a threadmill plugin failed in %s; the task goes on", hook_name)
