@@ -52,10 +52,11 @@ of the batch.
 from __future__ import annotations
 
 import abc
+import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 
-from threadmill_core.models import Lease, QueueCounts, TaskResult, TaskResultStatus
+from threadmill_core.models import Decision, Lease, QueueCounts, TaskResult, TaskResultStatus
 
 #: The segments `purge` may drop. RUNNING is not among them: a running task
 #: is held by a worker, and only its lease decides it.
@@ -159,6 +160,34 @@ class Backend(abc.ABC):
         `now() + delay`. `id`, `attempts` and the arguments are kept. A
         negative delay is a `ValueError`. Refused (None) as for `complete`.
         """
+
+    def decide_many(self, decisions: Sequence[Decision]) -> list[TaskResult | None]:
+        """Apply several `complete` / `retry` decisions; answers in the order given.
+
+        Each decision is fenced and atomic on its own, exactly as the single
+        call; one refused decision does not stop the others. Workers send
+        acknowledgements in batches and the reaper decides a whole pass with
+        this. The default calls `complete` or `retry` per decision; backends
+        with round trips should override it to send the batch in one.
+        """
+        return [
+            self.complete(d.lease, d.record)
+            if d.retry_delay is None
+            else self.retry(d.lease, d.record, d.retry_delay)
+            for d in decisions
+        ]
+
+    def wait_for_tasks(self, queues: Sequence[str], timeout: timedelta) -> None:
+        """Block until a task may have become READY in `queues`, or `timeout` passed.
+
+        Idle workers call this between empty claims instead of spinning. It
+        may return early for no reason (callers just claim again), and need
+        not notice a DEFERRED task falling due: workers bound `timeout` to
+        their polling interval. The default sleeps for `timeout`; backends
+        should override it to wake as soon as something is enqueued (a
+        condition variable, a blocking server command).
+        """
+        time.sleep(max(timeout.total_seconds(), 0.0))
 
     # --- maintenance -----------------------------------------------------------------
 

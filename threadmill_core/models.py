@@ -149,6 +149,20 @@ class Lease:
 
 
 @attrs.frozen(kw_only=True)
+class Decision:
+    """A lease holder's verdict on one task, for `Backend.decide_many`.
+
+    With `retry_delay` None the task is finalized with `record.status`
+    (as by `Backend.complete`); otherwise it is sent back (as by
+    `Backend.retry`) with that delay.
+    """
+
+    lease: Lease
+    record: TaskResult
+    retry_delay: timedelta | None = None
+
+
+@attrs.frozen(kw_only=True)
 class QueueCounts:
     """How many tasks one queue holds in each segment."""
 
