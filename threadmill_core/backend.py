@@ -43,6 +43,10 @@ state before it or after it, never between. A method that takes many tasks
 (`enqueue`, `claim`, `claim_expired`, `promote_due`, `purge`) may be atomic
 per task instead, as long as each task's change is atomic.
 
+Bad arguments. A `limit` below 1, a `lease_ttl` or `claim_ttl` that is not
+positive, a negative retry delay, a `complete` status other than SUCCESSFUL
+or FAILED, purging RUNNING: each raises `ValueError` before anything changes.
+
 Poison. A stored record that a backend cannot decode (corrupt or foreign
 bytes) is never returned from `claim` or `claim_expired`: the backend
 finalizes it FAILED with a `TaskQuarantined` error and goes on with the rest
