@@ -1,6 +1,7 @@
 """threadmill: a durable task queue with a pluggable broker."""
 
 from threadmill_core.backend import Backend
+from threadmill_core.broker import Broker, connect, default_broker
 from threadmill_core.clock import Clock, FakeClock, SystemClock
 from threadmill_core.errors import (
     AcknowledgementTimeout,
@@ -25,13 +26,18 @@ from threadmill_core.models import (
     TaskResult,
     TaskResultStatus,
 )
+from threadmill_core.retry import ExponentialBackoff
+from threadmill_core.task import Task, task
+from threadmill_core.worker import Worker
 
 __all__ = [
     "AcknowledgementTimeout",
     "Backend",
     "BackendConflict",
     "BackendScheme",
+    "Broker",
     "Clock",
+    "ExponentialBackoff",
     "FakeClock",
     "InvalidOption",
     "InvalidTaskDefinition",
@@ -40,6 +46,7 @@ __all__ = [
     "QueueCounts",
     "RetryPolicySpec",
     "SystemClock",
+    "Task",
     "TaskContext",
     "TaskError",
     "TaskNotFound",
@@ -50,5 +57,9 @@ __all__ = [
     "UnknownBackend",
     "UnsupportedValue",
     "WaitTimeout",
+    "Worker",
+    "connect",
+    "default_broker",
     "hookimpl",
+    "task",
 ]

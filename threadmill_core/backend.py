@@ -133,9 +133,7 @@ class Backend(abc.ABC):
         longer current or the task is no longer RUNNING.
         """
 
-    def extend_many(
-        self, leases: Sequence[Lease], lease_ttl: timedelta
-    ) -> list[Lease | None]:
+    def extend_many(self, leases: Sequence[Lease], lease_ttl: timedelta) -> list[Lease | None]:
         """`extend` for several leases; answers in the order given.
 
         Heartbeats call this once per beat for all running tasks. The default

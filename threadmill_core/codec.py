@@ -35,15 +35,14 @@ def check_value(value: object, path: str) -> None:
     Types are checked exactly, not with isinstance: a subclass of int or str
     (an IntEnum, say) would come back as its base class.
     """
-    kind = type(value)
-    if kind in _SCALARS:
+    if type(value) in _SCALARS:
         return
-    if kind is list:
-        for index, item in enumerate(value):  # type: ignore[arg-type]
+    if type(value) is list:
+        for index, item in enumerate(value):
             check_value(item, f"{path}[{index}]")
         return
-    if kind is dict:
-        for key, item in value.items():  # type: ignore[attr-defined]
+    if type(value) is dict:
+        for key, item in value.items():
             if type(key) is not str:
                 raise UnsupportedValue(
                     f"{path}[{key!r}]",
@@ -93,7 +92,7 @@ def loads(data: bytes | str, kind: type[T]) -> T:
     try:
         raw = json.loads(data)
         return converter.structure(raw, kind)
-    except Exception as exc:  # noqa: BLE001 - any failure to decode means foreign or corrupt bytes
+    except Exception as exc:
         raise PayloadError(f"stored bytes are not a valid {kind.__name__}: {exc}") from exc
 
 
@@ -122,4 +121,5 @@ def encode_errors(errors: tuple[TaskError, ...]) -> bytes:
 
 
 def decode_errors(data: bytes | str) -> tuple[TaskError, ...]:
-    return tuple(loads(data, list[TaskError]))  # type: ignore[arg-type]
+    errors: list[TaskError] = loads(data, list[TaskError])
+    return tuple(errors)

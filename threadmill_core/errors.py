@@ -59,7 +59,9 @@ class UnknownBackend(ThreadmillError, LookupError):
         self.installed = sorted(installed)
         self.hint = hint
         names = ", ".join(f"{s}://" for s in self.installed) or "none"
-        message = f"no installed backend handles {scheme}:// (in {url!r}); installed schemes: {names}"
+        message = (
+            f"no installed backend handles {scheme}:// (in {url!r}); installed schemes: {names}"
+        )
         if hint:
             message += f"; {hint}"
         super().__init__(message)

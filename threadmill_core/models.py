@@ -208,6 +208,10 @@ class TaskContext:
         """
         return self._lease_lost.is_set()
 
+    def mark_lease_lost(self) -> None:
+        """Called by the worker when a heartbeat is refused; never by task code."""
+        self._lease_lost.set()
+
 
 # --- task ids --------------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ third-party ones. Nothing else in threadmill touches ``pm.hook``.
 from __future__ import annotations
 
 import functools
+import importlib.metadata
 import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -43,20 +44,36 @@ class InstalledBackend:
     source: str
 
 
+#: Where each entry-point plugin came from ("dist version"), by plugin name.
+_SOURCES: dict[str, str] = {}
+
+#: Entry points that failed to load, with the reason, for `threadmill backends`.
+BROKEN_PLUGINS: dict[str, str] = {}
+
+
 @functools.cache
 def plugin_manager() -> pluggy.PluginManager:
-    """The process-wide plugin manager, with the ``threadmill`` entry points loaded."""
+    """The process-wide plugin manager, with the ``threadmill`` entry points loaded.
+
+    A plugin that fails to import is logged and skipped (and listed in
+    `BROKEN_PLUGINS`), so one broken third-party package cannot take every
+    other backend down with it.
+    """
     pm = pluggy.PluginManager(hookspecs.PROJECT)
     pm.add_hookspecs(hookspecs)
-    pm.load_setuptools_entrypoints(hookspecs.PROJECT)
+    for entry in importlib.metadata.entry_points(group=hookspecs.PROJECT):
+        if pm.get_plugin(entry.name) is not None or pm.is_blocked(entry.name):
+            continue
+        dist = f"{entry.dist.name} {entry.dist.version}" if entry.dist else "unknown"
+        try:
+            plugin = entry.load()
+        except Exception as exc:
+            BROKEN_PLUGINS[entry.name] = f"{dist}: {type(exc).__name__}: {exc}"
+            log.warning("threadmill plugin %r (%s) failed to load: %s", entry.name, dist, exc)
+            continue
+        pm.register(plugin, name=entry.name)
+        _SOURCES[entry.name] = dist
     return pm
-
-
-def _source(pm: pluggy.PluginManager, plugin: object) -> str:
-    for loaded, dist in pm.list_plugin_distinfo():
-        if loaded is plugin:
-            return f"{dist.project_name} {dist.version}"
-    return "registered in-process"
 
 
 def installed_backends() -> list[InstalledBackend]:
@@ -64,8 +81,9 @@ def installed_backends() -> list[InstalledBackend]:
     pm = plugin_manager()
     found: dict[str, InstalledBackend] = {}
     for impl in pm.hook.threadmill_backend_schemes.get_hookimpls():
-        source = _source(pm, impl.plugin)
-        for entry in impl.function() or ():
+        source = _SOURCES.get(impl.plugin_name, "registered in-process")
+        schemes: list[hookspecs.BackendScheme] = impl.function() or []  # type: ignore[assignment]  # pluggy types results as object
+        for entry in schemes:
             if entry.scheme in found:
                 first = found[entry.scheme]
                 raise BackendConflict(

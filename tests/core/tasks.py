@@ -1,0 +1,65 @@
+"""Module-level tasks the core tests enqueue and run (a worker finds tasks by import path)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from datetime import UTC, datetime
+
+from threadmill_core import ExponentialBackoff, TaskContext, task
+
+calls: list[tuple[str, object]] = []
+calls_lock = threading.Lock()
+release = threading.Event()
+
+
+def record_call(name: str, value: object) -> None:
+    with calls_lock:
+        calls.append((name, value))
+
+
+@task
+def echo(value: object) -> object:
+    record_call("echo", value)
+    return value
+
+
+@task(queue="other", priority=5)
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+@task(retry=ExponentialBackoff(base_delay=10, factor=2, max_retries=3, jitter=0))
+def flaky(context: TaskContext, fail_times: int) -> str:
+    """Fail with ConnectionError on the first `fail_times` attempts."""
+    if context.attempt <= fail_times:
+        raise ConnectionError(f"attempt {context.attempt} failed")
+    return f"ok after {context.attempt}"
+
+
+@task(retry=ExponentialBackoff(base_delay=1, max_retries=2, jitter=0, retry_on=[ConnectionError]))
+def wrong_kind() -> None:
+    raise KeyError("not retried: not a ConnectionError")
+
+
+@task
+async def async_double(value: int) -> int:
+    await asyncio.sleep(0)
+    return value * 2
+
+
+@task
+def returns_datetime() -> object:
+    return datetime(2030, 1, 1, tzinfo=UTC)
+
+
+@task
+def report_context(context: TaskContext) -> dict[str, object]:
+    return {"attempt": context.attempt, "token": context.token, "id": context.record.id}
+
+
+@task
+def wait_for_release(context: TaskContext) -> bool:
+    """Block until the test sets `release`; returns whether the lease was lost meanwhile."""
+    release.wait(timeout=30)
+    return context.lease_lost

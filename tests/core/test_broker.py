@@ -1,0 +1,98 @@
+"""connect(), the default broker, results and waiting."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from tests.core import tasks
+from threadmill_core import (
+    Broker,
+    InvalidOption,
+    TaskNotFound,
+    TaskResultStatus,
+    UnknownBackend,
+    WaitTimeout,
+    Worker,
+    connect,
+    plugins,
+)
+from threadmill_core import broker as broker_module
+
+
+def test_connect_memory_gives_a_working_broker() -> None:
+    """connect('memory://') builds the bundled memory backend through its entry point."""
+    with connect("memory://") as broker:
+        record = tasks.echo.using(broker=broker).enqueue("hi")
+        assert broker.get_result(record.id).status is TaskResultStatus.READY
+        assert type(broker.backend).__module__.startswith("threadmill_memory")
+
+
+def test_unknown_scheme_lists_installed_schemes() -> None:
+    """An unknown scheme names itself and every installed scheme."""
+    with pytest.raises(UnknownBackend) as info:
+        connect("nosuch://somewhere")
+    assert info.value.scheme == "nosuch"
+    assert "memory" in info.value.installed
+    assert "memory://" in str(info.value)
+
+
+def test_known_but_missing_scheme_names_its_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A scheme threadmill knows but nothing installed serves says which extra adds it."""
+    monkeypatch.setitem(plugins.KNOWN_EXTRAS, "sqlite", "sqlite")  # type: ignore[index]
+    with pytest.raises(UnknownBackend, match=r"pip install 'threadmill\[sqlite\]'"):
+        connect("sqlite:///tmp/queue.db")
+
+
+def test_url_without_scheme_is_refused() -> None:
+    """A string that is not a URL is refused with an example of one."""
+    with pytest.raises(InvalidOption, match="memory://"):
+        connect("localhost:6379")
+
+
+def test_memory_backend_options_are_checked() -> None:
+    """An unknown backend option raises InvalidOption naming it."""
+    with pytest.raises(InvalidOption, match="colour"):
+        connect("memory://", colour="blue")
+
+
+def test_get_result_of_unknown_id_is_task_not_found(broker: Broker) -> None:
+    """get_result raises TaskNotFound (a LookupError) carrying the id."""
+    with pytest.raises(TaskNotFound) as info:
+        broker.get_result("0000")
+    assert info.value.task_id == "0000"
+    assert isinstance(info.value, LookupError)
+
+
+def test_wait_returns_the_finished_record(broker: Broker) -> None:
+    """wait blocks until a worker finishes the task and returns its final record."""
+    record = tasks.echo.using(broker=broker).enqueue([1, 2])
+    worker = Worker(broker, poll_interval=0.01)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        final = broker.wait(record.id, timeout=30)
+    finally:
+        worker.stop()
+        thread.join()
+    assert (final.status, final.return_value) == (TaskResultStatus.SUCCESSFUL, [1, 2])
+
+
+def test_wait_times_out_with_the_task_id(broker: Broker) -> None:
+    """wait raises WaitTimeout when nobody runs the task in time."""
+    record = tasks.echo.using(broker=broker).enqueue(1)
+    with pytest.raises(WaitTimeout) as info:
+        broker.wait(record.id, timeout=0.05)
+    assert info.value.task_id == record.id
+
+
+def test_default_broker_follows_threadmill_url(monkeypatch: pytest.MonkeyPatch) -> None:
+    """enqueue without a broker uses THREADMILL_URL's broker, shared across calls."""
+    monkeypatch.setenv("THREADMILL_URL", "memory://?result_ttl=60")
+    first = tasks.echo.enqueue(1)
+    second = tasks.echo.enqueue(2)
+    shared = broker_module.default_broker()
+    assert shared.url == "memory://?result_ttl=60"
+    assert shared.get_result(first.id).args == [1]
+    assert shared.get_result(second.id).args == [2]

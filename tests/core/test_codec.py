@@ -1,0 +1,120 @@
+"""The codec carries values unchanged and refuses, by path, what it cannot carry."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+from enum import IntEnum
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from threadmill_core import PayloadError, TaskError, TaskResult, TaskResultStatus, UnsupportedValue
+from threadmill_core.codec import (
+    check_arguments,
+    decode_record,
+    decode_value,
+    encode_record,
+    encode_value,
+)
+from threadmill_core.models import RetryPolicySpec, new_task_id
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+def same(a: Any, b: Any) -> bool:
+    """Equal, with float identity (so -0.0 != 0.0) and exact types (so 1 != 1.0 != True)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, float):
+        return math.copysign(1, a) == math.copysign(1, b) and (a == b or (a != a and b != b))
+    if isinstance(a, list):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(same(a[k], b[k]) for k in a)
+    return bool(a == b)
+
+
+@given(json_values)
+def test_values_round_trip_value_for_value(value: Any) -> None:
+    """Any codec-carriable value decodes to the same value, types, float bits and key order."""
+    assert same(decode_value(encode_value(value)), value)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [[], {}, 2**63 + 1, -(2**200), 0.1, math.pi, -0.0, math.inf, -math.inf, math.nan,
+     "naïve ✓ 😀", {"z": 1, "a": 2, "m": [{}, []]}, True, None],
+)  # fmt: skip
+def test_edge_values_round_trip(value: Any) -> None:
+    """Edge values that JSON libraries commonly mangle come back unchanged."""
+    assert same(decode_value(encode_value(value)), value)
+
+
+class Color(IntEnum):
+    RED = 1
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "path"),
+    [
+        ((), {"when": datetime(2030, 1, 1, tzinfo=UTC)}, "kwargs['when']"),
+        (({1, 2},), {}, "args[0]"),
+        (([1, (2, 3)],), {}, "args[0][1]"),
+        ((), {"d": {1: "one"}}, "kwargs['d'][1]"),
+        ((Color.RED,), {}, "args[0]"),
+        ((object(),), {}, "args[0]"),
+        ((b"bytes",), {}, "args[0]"),
+    ],
+)
+def test_unsupported_values_are_named_by_path(
+    args: tuple[Any, ...], kwargs: dict[str, Any], path: str
+) -> None:
+    """A value the codec would change is refused with an error naming where it sits."""
+    with pytest.raises(UnsupportedValue) as info:
+        check_arguments(args, kwargs)
+    assert info.value.path == path
+    assert str(info.value).startswith(path)
+
+
+def test_record_round_trips_with_every_field() -> None:
+    """A fully populated record encodes and decodes to an equal record."""
+    moment = datetime(2030, 5, 6, 7, 8, 9, 123000, tzinfo=UTC)
+    record = TaskResult(
+        id=new_task_id(),
+        task_path="pkg.mod:func",
+        args=[1, [2.5]],
+        kwargs={"k": {"n": None}},
+        queue="q",
+        priority=-7,
+        status=TaskResultStatus.FAILED,
+        enqueued_at=moment,
+        run_after=moment,
+        started_at=moment,
+        last_attempted_at=moment,
+        finished_at=moment,
+        attempts=3,
+        errors=(
+            TaskError(exception_class_path="builtins.KeyError", message="'x'", traceback="tb"),
+        ),
+        worker_ids=("w1", "w2", "w3"),
+        return_value=None,
+        retry=RetryPolicySpec(path="m:f", options={"a": [1]}),
+    )
+    assert decode_record(encode_record(record)) == record
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"", b"not json", b"[]", b'{"id": 1}', b'{"id": "x", "task_path": "m:f", "status": "LOST"}'],
+)
+def test_foreign_bytes_are_a_payload_error(data: bytes) -> None:
+    """Bytes that are not a record raise PayloadError, never a bare decoding error."""
+    with pytest.raises(PayloadError):
+        decode_record(data)

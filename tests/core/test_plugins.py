@@ -1,0 +1,164 @@
+"""Plugin discovery, scheme conflicts, lifecycle hooks and the `threadmill` command."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from datetime import timedelta
+from io import StringIO
+
+import pytest
+
+from tests.core import tasks
+from threadmill_core import (
+    BackendConflict,
+    BackendScheme,
+    Broker,
+    FakeClock,
+    Lease,
+    TaskResult,
+    TaskResultStatus,
+    Worker,
+    hookimpl,
+)
+from threadmill_core.cli import main
+from threadmill_core.plugins import installed_backends, plugin_manager
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str]] = []
+
+    @hookimpl
+    def threadmill_task_enqueued(self, record: TaskResult) -> None:
+        self.events.append(("enqueued", record.id))
+
+    @hookimpl
+    def threadmill_task_started(self, lease: Lease) -> None:
+        self.events.append(("started", lease.task_id))
+
+    @hookimpl
+    def threadmill_task_retried(self, record: TaskResult, delay: timedelta) -> None:
+        self.events.append(("retried", record.id))
+
+    @hookimpl
+    def threadmill_task_finished(self, record: TaskResult) -> None:
+        self.events.append(("finished", record.id))
+
+
+@pytest.fixture
+def recorder() -> Iterator[Recorder]:
+    made = Recorder()
+    plugin_manager().register(made, name="test-recorder")
+    yield made
+    plugin_manager().unregister(made)
+
+
+def test_bundled_backends_come_from_entry_points() -> None:
+    """memory:// is listed as coming from the threadmill distribution's entry point."""
+    memory = next(b for b in installed_backends() if b.scheme == "memory")
+    assert memory.source.startswith("threadmill ")
+    assert memory.plugin == "memory"
+
+
+def test_two_plugins_claiming_one_scheme_raise_naming_both() -> None:
+    """A scheme registered twice is an error naming both sources."""
+
+    class Impostor:
+        @hookimpl
+        def threadmill_backend_schemes(self) -> list[BackendScheme]:
+            return [BackendScheme("memory", "another memory")]
+
+    plugin_manager().register(Impostor(), name="impostor")
+    try:
+        with pytest.raises(BackendConflict) as info:
+            installed_backends()
+    finally:
+        plugin_manager().unregister(name="impostor")
+    assert info.value.scheme == "memory"
+    assert any("impostor" in source for source in info.value.sources)
+    assert any("threadmill" in source for source in info.value.sources)
+
+
+def test_lifecycle_hooks_fire_in_order(
+    broker: Broker, clock: FakeClock, recorder: Recorder
+) -> None:
+    """enqueued, started, retried, started again, finished: each hook sees the task."""
+    record = tasks.flaky.using(broker=broker).enqueue(fail_times=1)
+    w = Worker(broker)
+    w.run(burst=True)
+    broker.backend.promote_due(limit=10)  # not due yet: stays deferred
+    assert broker.get_result(record.id).status is TaskResultStatus.DEFERRED
+    clock.advance(timedelta(seconds=10))
+    w.run(burst=True)
+    assert recorder.events == [
+        ("enqueued", record.id),
+        ("started", record.id),
+        ("retried", record.id),
+        ("started", record.id),
+        ("finished", record.id),
+    ]
+
+
+def test_a_failing_observer_does_not_change_the_outcome(broker: Broker) -> None:
+    """An exception in a plugin's hook is logged; the task still succeeds."""
+
+    class Broken:
+        @hookimpl
+        def threadmill_task_finished(self, record: TaskResult) -> None:
+            raise RuntimeError("observer bug")
+
+    plugin_manager().register(Broken(), name="broken")
+    try:
+        record = tasks.echo.using(broker=broker).enqueue(1)
+        Worker(broker).run(burst=True)
+    finally:
+        plugin_manager().unregister(name="broken")
+    assert broker.get_result(record.id).status is TaskResultStatus.SUCCESSFUL
+
+
+def test_backends_command_lists_schemes(capsys: pytest.CaptureFixture[str]) -> None:
+    """`threadmill backends` prints each installed scheme and its source."""
+    assert main(["backends"]) == 0
+    out = capsys.readouterr().out
+    assert "memory://" in out
+    assert "threadmill 0.1.0" in out
+
+
+def test_demo_shows_every_path_of_the_protocol() -> None:
+    """The demo ends with successes, a retried success, a final failure and a reaped lease."""
+    from threadmill_core.demo import run_demo
+
+    out = StringIO()
+    final = {r.task_path.split(":")[1]: r for r in run_demo(out)}
+    assert final["resize_image"].status is TaskResultStatus.SUCCESSFUL
+    assert (final["flaky_upload"].status, final["flaky_upload"].attempts) == (
+        TaskResultStatus.SUCCESSFUL,
+        3,
+    )
+    assert (final["parse_report"].status, final["parse_report"].attempts) == (
+        TaskResultStatus.FAILED,
+        2,
+    )
+    crunched = final["crunch_numbers"]
+    assert crunched.status is TaskResultStatus.SUCCESSFUL
+    assert crunched.return_value == 6 + 2**70
+    assert crunched.errors[0].exception_class_path.endswith("AcknowledgementTimeout")
+    text = out.getvalue()
+    assert "lease expired" in text
+    assert "retry in" in text
+
+
+def test_demo_command_runs_as_a_user_would() -> None:
+    """`threadmill demo` exits 0 and prints the final table."""
+    done = subprocess.run(
+        [sys.executable, "-m", "threadmill_core.cli", "demo"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "SUCCESSFUL" in done.stdout
+    assert "FAILED" in done.stdout

@@ -1,0 +1,145 @@
+"""Retry policies and the one shared retry decision."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import attrs
+import pytest
+
+from threadmill_core import (
+    ExponentialBackoff,
+    InvalidOption,
+    Lease,
+    TaskContext,
+    TaskError,
+    TaskResult,
+    TaskResultStatus,
+    codec,
+)
+from threadmill_core.models import RetryPolicySpec
+from threadmill_core.retry import decide, policy_spec, resolve_policy
+
+NOW = datetime(2030, 1, 1, tzinfo=UTC)
+
+
+def context(attempt: int, error: TaskError | None = None) -> TaskContext:
+    record = TaskResult(id="t", task_path="m:f", attempts=attempt)
+    return TaskContext(record=record, attempt=attempt, last_error=error)
+
+
+def error_of(exc: BaseException) -> TaskError:
+    return TaskError.from_exception(exc)
+
+
+def lease_on(record: TaskResult) -> Lease:
+    return Lease(token="1", deadline=NOW, record=record)
+
+
+def test_backoff_grows_by_factor_and_stops_at_max_delay() -> None:
+    """Delays are base * factor ** (attempt - 1), capped at max_delay."""
+    policy = ExponentialBackoff(base_delay=1, max_delay=30, factor=3, max_retries=None, jitter=0)
+    delays = [policy(context(n)) for n in range(1, 6)]
+    assert delays == [timedelta(seconds=s) for s in (1, 3, 9, 27, 30)]
+
+
+@pytest.mark.parametrize("attempt", [1_000, 10**6, 10**18])
+def test_backoff_never_overflows(attempt: int) -> None:
+    """A huge attempt number gives max_delay, not an OverflowError."""
+    policy = ExponentialBackoff(base_delay=0.5, max_delay=60, max_retries=None, jitter=0)
+    assert policy(context(attempt)) == timedelta(seconds=60)
+
+
+def test_backoff_gives_up_after_max_retries() -> None:
+    """With max_retries=2, attempts 1 and 2 are retried and attempt 3 is final."""
+    policy = ExponentialBackoff(max_retries=2, jitter=0)
+    assert [policy(context(n)) is None for n in (1, 2, 3)] == [False, False, True]
+
+
+def test_jitter_stays_within_its_fraction() -> None:
+    """Jitter adds at most `jitter` times the delay, never subtracts."""
+    policy = ExponentialBackoff(base_delay=10, jitter=0.5, max_retries=None)
+    delays = {policy(context(1)) for _ in range(200)}
+    assert all(timedelta(seconds=10) <= d <= timedelta(seconds=15) for d in delays if d)
+    assert len(delays) > 1
+
+
+def test_retry_on_admits_subclasses_and_refuses_others() -> None:
+    """retry_on matches the class and its subclasses, by class or by path."""
+    policy = ExponentialBackoff(retry_on=[OSError, "builtins.KeyError"], jitter=0)
+    assert policy(context(1, error_of(ConnectionError("x")))) is not None
+    assert policy(context(1, error_of(KeyError("x")))) is not None
+    assert policy(context(1, error_of(ValueError("x")))) is None
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"factor": 0.5},
+        {"max_retries": -1},
+        {"jitter": 2},
+        {"base_delay": -1},
+        {"base_delay": 10, "max_delay": 1},
+        {"retry_on": ["KeyError"]},
+        {"retry_on": [42]},
+    ],
+)
+def test_bad_backoff_options_are_refused(options: dict[str, object]) -> None:
+    """Nonsense backoff settings raise InvalidOption at construction."""
+    with pytest.raises(InvalidOption):
+        ExponentialBackoff(**options)  # type: ignore[arg-type]
+
+
+def test_backoff_survives_a_round_trip_through_storage() -> None:
+    """A policy stored in a record comes back as an equal policy."""
+    policy = ExponentialBackoff(base_delay=2, max_delay=9, factor=1.5, retry_on=[OSError])
+    stored = codec.loads(codec.dumps(policy_spec(policy)), RetryPolicySpec)
+    assert resolve_policy(stored) == policy
+
+
+def test_unknown_policy_path_is_not_imported() -> None:
+    """A stored policy path no loaded task uses is refused, not imported."""
+    with pytest.raises(LookupError, match="not imported"):
+        resolve_policy(RetryPolicySpec(path="os:system"))
+
+
+def test_decide_retries_with_the_errors_appended() -> None:
+    """A failure the policy retries keeps the record and appends the error."""
+    record = TaskResult(
+        id="t", task_path="m:f", attempts=1, status=TaskResultStatus.RUNNING,
+        retry=policy_spec(ExponentialBackoff(base_delay=4, jitter=0)),
+    )  # fmt: skip
+    decision = decide(lease_on(record), error_of(ValueError("boom")))
+    assert decision.retry_delay == timedelta(seconds=4)
+    assert [e.message for e in decision.record.errors] == ["boom"]
+
+
+def test_decide_fails_when_the_policy_gives_up() -> None:
+    """A failure the policy does not retry is final FAILED."""
+    record = TaskResult(id="t", task_path="m:f", attempts=1, status=TaskResultStatus.RUNNING)
+    decision = decide(lease_on(record), error_of(ValueError("boom")))
+    assert decision.retry_delay is None
+    assert decision.record.status is TaskResultStatus.FAILED
+
+
+def raising_policy(context: TaskContext) -> timedelta | None:
+    raise RuntimeError("policy bug")
+
+
+def test_a_policy_that_raises_makes_the_failure_final_and_says_why() -> None:
+    """A broken policy cannot keep a task cycling: FAILED, with the policy's error recorded."""
+    record = TaskResult(id="t", task_path="m:f", attempts=1, retry=policy_spec(raising_policy))
+    decision = decide(lease_on(record), error_of(ValueError("boom")))
+    assert decision.record.status is TaskResultStatus.FAILED
+    assert [e.message for e in decision.record.errors] == ["boom", "policy bug"]
+
+
+def test_an_unresolvable_policy_makes_the_failure_final() -> None:
+    """A record naming a policy this process does not know is finalized FAILED."""
+    record = attrs.evolve(
+        TaskResult(id="t", task_path="m:f", attempts=1),
+        retry=RetryPolicySpec(path="evil:policy"),
+    )
+    decision = decide(lease_on(record), error_of(ValueError("boom")))
+    assert decision.record.status is TaskResultStatus.FAILED
+    assert "evil:policy" in decision.record.errors[-1].message

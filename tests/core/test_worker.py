@@ -1,0 +1,206 @@
+"""The in-process Worker on the memory backend and a fake clock: no sleeping through time."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import pytest
+
+from tests.core import tasks
+from threadmill_core import Broker, FakeClock, TaskResult, TaskResultStatus, Worker
+from threadmill_core.maintenance import reap
+from threadmill_core.models import new_task_id
+
+READY, DEFERRED, SUCCESSFUL, FAILED = (
+    TaskResultStatus.READY,
+    TaskResultStatus.DEFERRED,
+    TaskResultStatus.SUCCESSFUL,
+    TaskResultStatus.FAILED,
+)
+
+
+def worker(broker: Broker, **options: object) -> Worker:
+    return Worker(broker, queues=["default", "other"], **options)  # type: ignore[arg-type]
+
+
+def test_burst_runs_everything_ready_and_returns(broker: Broker) -> None:
+    """run(burst=True) runs every ready task to an outcome, then returns."""
+    records = [tasks.echo.using(broker=broker).enqueue(i) for i in range(5)]
+    records.append(tasks.add.using(broker=broker).enqueue(2, 3))
+    assert worker(broker, threads=3).run(burst=True) == 6
+    finals = [broker.get_result(r.id) for r in records]
+    assert [(f.status, f.return_value) for f in finals] == [
+        *[(SUCCESSFUL, i) for i in range(5)],
+        (SUCCESSFUL, 5),
+    ]
+    assert all(f.attempts == 1 and f.worker_ids for f in finals)
+
+
+def test_burst_on_an_empty_queue_returns_at_once(broker: Broker) -> None:
+    """With nothing ready, burst mode returns having run nothing."""
+    assert worker(broker).run(burst=True) == 0
+
+
+def test_flaky_task_retries_with_backoff_until_it_succeeds(
+    broker: Broker, clock: FakeClock
+) -> None:
+    """A failing attempt is deferred by the backoff; advancing the clock lets it succeed."""
+    record = tasks.flaky.using(broker=broker).enqueue(fail_times=2)
+    w = worker(broker)
+    w.run(burst=True)
+    first = broker.get_result(record.id)
+    assert (first.status, first.attempts) == (DEFERRED, 1)
+    assert first.run_after == clock.now() + timedelta(seconds=10)
+
+    clock.advance(timedelta(seconds=9))
+    w.run(burst=True)
+    assert broker.get_result(record.id).attempts == 1  # not due yet
+
+    clock.advance(timedelta(seconds=1))
+    w.run(burst=True)
+    second = broker.get_result(record.id)
+    assert (second.status, second.attempts) == (DEFERRED, 2)
+    assert second.run_after == clock.now() + timedelta(seconds=20)
+
+    clock.advance(timedelta(seconds=20))
+    w.run(burst=True)
+    final = broker.get_result(record.id)
+    assert (final.status, final.return_value, final.attempts) == (SUCCESSFUL, "ok after 3", 3)
+    assert [e.exception_class_path for e in final.errors] == ["builtins.ConnectionError"] * 2
+    assert "attempt 1 failed" in final.errors[0].traceback
+
+
+def test_failure_outside_retry_on_is_final(broker: Broker) -> None:
+    """An exception the policy does not retry fails the task on its first attempt."""
+    record = tasks.wrong_kind.using(broker=broker).enqueue()
+    worker(broker).run(burst=True)
+    final = broker.get_result(record.id)
+    assert (final.status, final.attempts) == (FAILED, 1)
+    assert final.errors[0].exception_class_path == "builtins.KeyError"
+    assert "Traceback" in final.errors[0].traceback
+
+
+def test_async_task_runs(broker: Broker) -> None:
+    """An async def task is awaited and its value stored."""
+    record = tasks.async_double.using(broker=broker).enqueue(21)
+    worker(broker).run(burst=True)
+    assert broker.get_result(record.id).return_value == 42
+
+
+def test_task_asking_for_context_gets_attempt_and_token(broker: Broker) -> None:
+    """A first parameter named context receives the record, attempt and lease token."""
+    record = tasks.report_context.using(broker=broker).enqueue()
+    worker(broker).run(burst=True)
+    value = broker.get_result(record.id).return_value
+    assert value["attempt"] == 1
+    assert value["id"] == record.id
+    assert isinstance(value["token"], str)
+    assert value["token"]
+
+
+def test_return_value_the_codec_cannot_carry_fails_the_task(broker: Broker) -> None:
+    """A datetime return value fails the task with an error naming the problem."""
+    record = tasks.returns_datetime.using(broker=broker).enqueue()
+    worker(broker).run(burst=True)
+    final = broker.get_result(record.id)
+    assert final.status is FAILED
+    assert final.errors[-1].exception_class_path == "threadmill_core.errors.UnsupportedValue"
+    assert "the return value is a datetime.datetime" in final.errors[-1].message
+
+
+def test_unregistered_task_path_is_quarantined_and_never_imported(broker: Broker) -> None:
+    """A stored record naming a path no loaded task has is FAILED and nothing runs."""
+    planted = TaskResult(id=new_task_id(), task_path="os:system", args=["touch /tmp/pwned"])
+    broker.backend.enqueue([planted])
+    worker(broker).run(burst=True)
+    final = broker.get_result(planted.id)
+    assert final.status is FAILED
+    assert final.errors[-1].exception_class_path == "threadmill_core.errors.TaskQuarantined"
+    assert "os:system is not registered" in final.errors[-1].message
+
+
+def test_expired_lease_is_reaped_and_retried_by_policy(broker: Broker, clock: FakeClock) -> None:
+    """A task whose worker died is reaped after its lease, retried, and then succeeds."""
+    record = tasks.flaky.using(broker=broker).enqueue(fail_times=0)
+    [ghost] = broker.backend.claim(["default"], worker="ghost", lease_ttl=timedelta(seconds=30))
+    assert ghost.task_id == record.id
+
+    clock.advance(timedelta(seconds=31))
+    worker(broker).run(burst=True)  # its maintenance pass reaps the ghost's lease
+    reaped = broker.get_result(record.id)
+    assert (reaped.status, reaped.attempts) == (DEFERRED, 1)
+    assert reaped.errors[0].exception_class_path == "threadmill_core.errors.AcknowledgementTimeout"
+
+    clock.advance(timedelta(seconds=10))
+    worker(broker).run(burst=True)
+    final = broker.get_result(record.id)
+    assert (final.status, final.attempts, final.return_value) == (SUCCESSFUL, 2, "ok after 2")
+    assert broker.backend.complete(ghost, final) is None  # the ghost's late ack is refused
+
+
+def test_expired_lease_without_retry_policy_fails(broker: Broker, clock: FakeClock) -> None:
+    """Lease expiry of a task with no retry policy finalizes it FAILED."""
+    record = tasks.echo.using(broker=broker).enqueue(1)
+    broker.backend.claim(["default"], worker="ghost", lease_ttl=timedelta(seconds=5))
+    clock.advance(timedelta(seconds=6))
+    assert reap(broker.backend) == 1
+    final = broker.get_result(record.id)
+    assert final.status is FAILED
+    assert [e.exception_class_path for e in final.errors] == [
+        "threadmill_core.errors.AcknowledgementTimeout"
+    ]
+
+
+def test_lost_lease_is_told_to_the_task_and_its_outcome_not_written(
+    broker: Broker, clock: FakeClock
+) -> None:
+    """When a heartbeat is refused the context says so and the result is not stored."""
+    record = tasks.wait_for_release.using(broker=broker).enqueue()
+    w = worker(broker, lease_ttl=timedelta(seconds=30))
+    runner = threading.Thread(target=w.run, kwargs={"burst": True})
+    runner.start()
+    try:
+        for _ in range(1000):  # wait until the worker holds the task (bounded)
+            if broker.get_result(record.id).status is TaskResultStatus.RUNNING:
+                break
+            threading.Event().wait(0.01)
+        clock.advance(timedelta(seconds=31))
+        assert reap(broker.backend) == 1  # no retry policy: FAILED by the reaper
+        w.heartbeat()  # refused: the worker learns the lease is lost
+    finally:
+        tasks.release.set()
+        runner.join(timeout=30)
+    final = broker.get_result(record.id)
+    assert final.status is FAILED
+    assert final.return_value is None  # the task returned True, but it was not written
+    assert final.errors[-1].exception_class_path.endswith("AcknowledgementTimeout")
+
+
+def test_heartbeat_keeps_a_long_task_alive(broker: Broker, clock: FakeClock) -> None:
+    """Heartbeats renew the lease, so a task outliving several TTLs is not reaped."""
+    record = tasks.wait_for_release.using(broker=broker).enqueue()
+    w = worker(broker, lease_ttl=timedelta(seconds=30))
+    runner = threading.Thread(target=w.run, kwargs={"burst": True})
+    runner.start()
+    try:
+        for _ in range(1000):
+            if broker.get_result(record.id).status is TaskResultStatus.RUNNING:
+                break
+            threading.Event().wait(0.01)
+        for _ in range(4):  # four lease lifetimes, each renewed before it lapses
+            clock.advance(timedelta(seconds=20))
+            w.heartbeat()
+            assert reap(broker.backend) == 0
+    finally:
+        tasks.release.set()
+        runner.join(timeout=30)
+    final = broker.get_result(record.id)
+    assert (final.status, final.return_value, final.attempts) == (SUCCESSFUL, False, 1)
+
+
+@pytest.mark.parametrize("threads", [0, -1, 1.5])
+def test_bad_thread_count_is_refused(broker: Broker, threads: object) -> None:
+    """A worker needs a positive whole number of threads."""
+    with pytest.raises(ValueError, match="threads"):
+        Worker(broker, threads=threads)  # type: ignore[arg-type]

@@ -1,0 +1,181 @@
+"""`Broker`: what applications hold. It wraps one backend with the task API.
+
+``connect(url)`` picks the backend by URL scheme through the plugin manager;
+`default_broker()` is the one ``Task.enqueue`` uses when a task names none:
+``THREADMILL_URL`` from the environment, else ``memory://``.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from threadmill_core import codec
+from threadmill_core.backend import Backend
+from threadmill_core.clock import from_ms, to_ms
+from threadmill_core.errors import TaskNotFound, WaitTimeout
+from threadmill_core.models import QueueCounts, TaskResult, TaskResultStatus, new_task_id
+from threadmill_core.plugins import backend_for_url, notify
+from threadmill_core.task import Task, validate_run_after
+
+DEFAULT_URL = "memory://"
+
+
+class Broker:
+    """A backend plus the task API: enqueue calls, fetch results, inspect and steer queues."""
+
+    def __init__(self, backend: Backend, *, url: str | None = None) -> None:
+        if not isinstance(backend, Backend):
+            raise TypeError(f"Broker needs a threadmill_core.Backend, got {backend!r}")
+        self.backend = backend
+        self.url = url
+
+    def __repr__(self) -> str:
+        return f"Broker({self.url or type(self.backend).__name__})"
+
+    # --- producing -------------------------------------------------------------------
+
+    def enqueue(self, task: Task[Any, Any], *args: Any, **kwargs: Any) -> TaskResult:
+        """Store one call of `task`; return the stored record.
+
+        Arguments the codec cannot carry raise `UnsupportedValue` naming them
+        (e.g. ``kwargs['when']``), and nothing is stored.
+        """
+        return self.enqueue_many(task, [(args, kwargs)])[0]
+
+    def enqueue_many(
+        self,
+        task: Task[Any, Any],
+        calls: Iterable[tuple[Sequence[Any], Mapping[str, Any]]],
+    ) -> list[TaskResult]:
+        """Store many calls of `task` in one backend call; all are checked before any is stored."""
+        if not isinstance(task, Task):
+            raise TypeError(f"enqueue takes a @task function, got {task!r}")
+        run_after = self._absolute(task.run_after)
+        records = []
+        for args, kwargs in calls:
+            codec.check_arguments(list(args), dict(kwargs))
+            records.append(
+                TaskResult(
+                    id=new_task_id(),
+                    task_path=task.path,
+                    args=list(args),
+                    kwargs=dict(kwargs),
+                    queue=task.queue,
+                    priority=task.priority,
+                    run_after=run_after,
+                    retry=task.retry_spec,
+                )
+            )
+        stored = self.backend.enqueue(records)
+        for record in stored:
+            notify("threadmill_task_enqueued", record=record)
+        return stored
+
+    def _absolute(self, run_after: datetime | timedelta | None) -> datetime | None:
+        run_after = validate_run_after(run_after)
+        if isinstance(run_after, timedelta):
+            # Relative delays are measured on the backend's clock (the one
+            # clock), so a producer whose own clock is off still defers right.
+            return None if not run_after else self.backend.now() + run_after
+        if run_after is None:
+            return None
+        # Storage keeps whole milliseconds; round up so a task never runs early.
+        ms = to_ms(run_after) + (1 if run_after.microsecond % 1000 else 0)
+        return from_ms(ms)
+
+    # --- results -------------------------------------------------------------------------
+
+    def get_result(self, task_id: str) -> TaskResult:
+        """The task's current record; `TaskNotFound` if unknown, purged or expired."""
+        record = self.backend.get(task_id)
+        if record is None:
+            raise TaskNotFound(task_id)
+        return record
+
+    def wait(self, task_id: str, timeout: float = 30.0) -> TaskResult:
+        """Poll until the task is SUCCESSFUL, FAILED or CANCELLED; return its record.
+
+        Raises `WaitTimeout` after `timeout` seconds (wall time) and
+        `TaskNotFound` if the task does not exist.
+        """
+        deadline = time.monotonic() + timeout
+        pause = 0.005
+        while True:
+            record = self.get_result(task_id)
+            if record.is_finished:
+                return record
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise WaitTimeout(task_id, timeout)
+            time.sleep(min(pause, remaining))
+            pause = min(pause * 2, 0.2)
+
+    # --- inspection and operator actions ------------------------------------------------
+
+    def counts(self) -> Mapping[str, QueueCounts]:
+        """Counts per segment for every queue that holds a task."""
+        return self.backend.counts()
+
+    def peek(
+        self, queue: str, status: TaskResultStatus, *, offset: int = 0, limit: int = 100
+    ) -> list[TaskResult]:
+        """Records of one segment of one queue, in segment order."""
+        return self.backend.peek(queue, status, offset=offset, limit=limit)
+
+    def requeue(self, task_id: str) -> TaskResult | None:
+        """FAILED or CANCELLED back to READY; None (refused) for any other status."""
+        return self.backend.requeue(task_id)
+
+    def cancel(self, task_id: str) -> TaskResult | None:
+        """READY or DEFERRED to CANCELLED; None (refused) otherwise."""
+        return self.backend.cancel(task_id)
+
+    def purge(self, queue: str, status: TaskResultStatus) -> int:
+        """Drop one segment of a queue (not RUNNING); returns how many tasks went."""
+        return self.backend.purge(queue, status)
+
+    def close(self) -> None:
+        self.backend.close()
+
+    def __enter__(self) -> Broker:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def connect(url: str, **options: Any) -> Broker:
+    """A broker over the backend that `url`'s scheme selects.
+
+    ``memory://`` is bundled; ``redis://``, ``rediss://`` and ``unix://``
+    come with the ``redis`` extra; third-party backends add their own
+    schemes. Options are the backend's (see its docs); unknown ones raise
+    `InvalidOption`, and an unknown scheme raises `UnknownBackend` listing
+    the installed ones.
+    """
+    return Broker(backend_for_url(url, options), url=url)
+
+
+_default_lock = threading.Lock()
+
+
+@functools.cache
+def _default_broker(url: str) -> Broker:
+    return connect(url)
+
+
+def default_broker() -> Broker:
+    """The process-wide broker from ``THREADMILL_URL``, else ``memory://``.
+
+    Made on first use and shared afterwards, so producers and an in-process
+    worker see the same memory backend.
+    """
+    url = os.environ.get("THREADMILL_URL") or DEFAULT_URL
+    with _default_lock:
+        return _default_broker(url)

@@ -1,0 +1,248 @@
+"""Retry policies, and the one function that decides a failed attempt.
+
+A retry policy is any callable taking a `TaskContext` and returning a
+`timedelta` to wait before the next attempt, or None to give up. It must be
+importable by its path (``module:qualname``) so the record can name it, and a
+worker uses it only if it knows the path from the tasks it loaded.
+
+`decide` is the single place where a failure becomes a retry or a final
+FAILED: the worker calls it for an exception raised by a task, the reaper for
+an expired lease (with an `AcknowledgementTimeout` error). Sharing it is what
+keeps the two paths from drifting apart.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from datetime import timedelta
+from typing import Any
+
+import attrs
+
+from threadmill_core.errors import InvalidOption, ThreadmillError
+from threadmill_core.models import (
+    Decision,
+    Lease,
+    RetryPolicySpec,
+    TaskContext,
+    TaskError,
+    TaskResultStatus,
+)
+
+RetryPolicy = Callable[[TaskContext], timedelta | None]
+
+
+def _seconds(value: timedelta | float) -> float:
+    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    if not math.isfinite(seconds) or seconds < 0:
+        raise InvalidOption(f"a delay must be a finite duration of zero or more, got {value!r}")
+    return seconds
+
+
+def _exception_paths(values: Iterable[type[BaseException] | str]) -> tuple[str, ...]:
+    return tuple(_exception_path(value) for value in values)
+
+
+def _exception_path(value: type[BaseException] | str) -> str:
+    if isinstance(value, str):
+        if "." not in value:
+            raise InvalidOption(f"retry_on names exceptions as 'module.Name', got {value!r}")
+        return value
+    if isinstance(value, type) and issubclass(value, BaseException):
+        return f"{value.__module__}.{value.__qualname__}"
+    raise InvalidOption(f"retry_on takes exception classes or their paths, got {value!r}")
+
+
+def _loaded_class(path: str) -> type | None:
+    """The class at `path` if its module is already imported; never imports anything.
+
+    A stored error names its class by path; importing that path on the
+    record's say-so would let whoever writes the store choose what to import.
+    """
+    module_name, _, qualname = path.rpartition(".")
+    obj: Any = sys.modules.get(module_name)
+    for part in qualname.split(".") if obj is not None else ():
+        obj = getattr(obj, part, None)
+    return obj if isinstance(obj, type) else None
+
+
+@attrs.frozen(kw_only=True)
+class ExponentialBackoff:
+    """Wait `base_delay * factor ** (attempt - 1)`, capped at `max_delay`, plus jitter.
+
+    Gives up after `max_retries` retries (None: never). `jitter` adds a random
+    fraction of the delay, up to `jitter` times it, so a burst of failures does
+    not retry in lockstep. `retry_on` limits retries to these exception classes
+    and their subclasses (by class or ``module.Name``); empty means every
+    failure, expired leases included (`threadmill_core.errors.AcknowledgementTimeout`).
+
+    The fields are plain data, so the policy is stored in the task record and
+    survives a round trip through the codec. Large attempt numbers never
+    overflow: the exponent is capped before it is raised.
+    """
+
+    base_delay: float = attrs.field(default=1.0, converter=_seconds)
+    max_delay: float = attrs.field(default=3600.0, converter=_seconds)
+    factor: float = 2.0
+    max_retries: int | None = 5
+    jitter: float = 0.1
+    retry_on: tuple[str, ...] = attrs.field(default=(), converter=_exception_paths)
+
+    def __attrs_post_init__(self) -> None:
+        if not (isinstance(self.factor, int | float) and math.isfinite(self.factor)) or (
+            self.factor < 1
+        ):
+            raise InvalidOption(f"factor must be a finite number of 1 or more, got {self.factor!r}")
+        if self.max_retries is not None and (
+            type(self.max_retries) is not int or self.max_retries < 0
+        ):
+            raise InvalidOption(
+                f"max_retries must be None or an int >= 0, got {self.max_retries!r}"
+            )
+        if not (isinstance(self.jitter, int | float) and 0 <= self.jitter <= 1):
+            raise InvalidOption(f"jitter must be between 0 and 1, got {self.jitter!r}")
+        if self.max_delay < self.base_delay:
+            raise InvalidOption(
+                f"max_delay ({self.max_delay:g} s) is shorter than "
+                f"base_delay ({self.base_delay:g} s)"
+            )
+
+    def delay_for(self, attempt: int) -> float:
+        """The delay in seconds before attempt `attempt + 1`, without jitter."""
+        exponent = max(attempt - 1, 0)
+        if self.factor > 1 and self.base_delay > 0:
+            # Past this exponent the delay is above max_delay anyway; stopping
+            # there keeps factor ** exponent from overflowing a float.
+            ceiling = math.log(max(self.max_delay, self.base_delay) / self.base_delay)
+            exponent = min(exponent, math.ceil(ceiling / math.log(self.factor)) + 1)
+        return float(min(self.base_delay * self.factor**exponent, self.max_delay))
+
+    def retries(self, error: TaskError | None) -> bool:
+        """Whether `retry_on` admits this error."""
+        if not self.retry_on or error is None:
+            return True
+        if error.exception_class_path in self.retry_on:
+            return True
+        loaded = _loaded_class(error.exception_class_path)
+        wanted = [_loaded_class(path) for path in self.retry_on]
+        return loaded is not None and any(w is not None and issubclass(loaded, w) for w in wanted)
+
+    def __call__(self, context: TaskContext) -> timedelta | None:
+        if self.max_retries is not None and context.attempt > self.max_retries:
+            return None
+        if not self.retries(context.last_error):
+            return None
+        delay = self.delay_for(context.attempt)
+        delay += delay * self.jitter * random.random()
+        return timedelta(seconds=delay)
+
+
+def no_retry(context: TaskContext) -> timedelta | None:
+    """The default policy: every failure is final."""
+    return None
+
+
+# --- storing and finding policies ------------------------------------------------------
+
+#: Policies a worker may use: builtin ones plus every policy named by a task it
+#: loaded (`threadmill_core.task` registers them). Keyed by import path.
+_KNOWN_POLICIES: dict[str, Callable[..., Any]] = {}
+
+
+def _path_of(obj: object) -> str:
+    return f"{obj.__module__}:{obj.__qualname__}"  # type: ignore[attr-defined]
+
+
+def policy_spec(policy: RetryPolicy | None) -> RetryPolicySpec | None:
+    """How `policy` is stored in a record; also makes the policy known to this process.
+
+    A policy is either an attrs class instance (stored as its class path and
+    fields) or a module-level function (stored as its path).
+    """
+    if policy is None:
+        return None
+    if attrs.has(type(policy)):
+        kind = type(policy)
+        options = attrs.asdict(policy, recurse=False)  # type: ignore[arg-type]
+        spec = RetryPolicySpec(path=_path_of(kind), options=options)
+        _KNOWN_POLICIES[spec.path] = kind
+        return _with_lists(spec)
+    qualname = getattr(policy, "__qualname__", "")
+    if not callable(policy) or not qualname or "<" in qualname or "." in qualname:
+        raise InvalidOption(
+            f"retry policy {policy!r} must be a module-level function or an attrs class "
+            "instance (such as ExponentialBackoff), so a worker can find it by its path"
+        )
+    spec = RetryPolicySpec(path=_path_of(policy))
+    _KNOWN_POLICIES[spec.path] = policy
+    return spec
+
+
+def _with_lists(spec: RetryPolicySpec) -> RetryPolicySpec:
+    # The codec carries lists, not tuples: store tuple fields as lists so the
+    # spec is the same before and after a round trip through storage.
+    options = {
+        key: list(value) if isinstance(value, tuple) else value
+        for key, value in (spec.options or {}).items()
+    }
+    return attrs.evolve(spec, options=options)
+
+
+class UnknownRetryPolicy(ThreadmillError, LookupError):
+    """A stored policy path this process does not know (quarantine the task)."""
+
+
+def resolve_policy(spec: RetryPolicySpec | None) -> RetryPolicy:
+    """The policy a stored spec names, if this process registered it; else `UnknownRetryPolicy`."""
+    if spec is None:
+        return no_retry
+    known = _KNOWN_POLICIES.get(spec.path)
+    if known is None:
+        raise UnknownRetryPolicy(
+            f"retry policy {spec.path} is not used by any task this worker loaded; "
+            "it is not imported on a stored record's say-so"
+        )
+    if spec.options is None:
+        return known
+    options: Mapping[str, Any] = spec.options
+    try:
+        return known(**options)  # type: ignore[no-any-return]
+    except (TypeError, ValueError) as exc:
+        raise UnknownRetryPolicy(
+            f"retry policy {spec.path} rejects its stored options: {exc}"
+        ) from exc
+
+
+_KNOWN_POLICIES[_path_of(ExponentialBackoff)] = ExponentialBackoff
+_KNOWN_POLICIES[_path_of(no_retry)] = no_retry
+
+
+# --- the decision ------------------------------------------------------------------------
+
+
+def decide(lease: Lease, error: TaskError, policy: RetryPolicy | None = None) -> Decision:
+    """Turn one failure of the leased task into a retry or a final FAILED.
+
+    Appends `error` to the record's errors, then asks `policy` (by default the
+    one the record names, resolved with `resolve_policy`). A policy that
+    cannot be resolved, or that raises, makes the failure final and adds an
+    error saying why, so a broken policy never keeps a task cycling.
+    """
+    record = lease.record
+    errors = (*record.errors, error)
+    context = TaskContext(record=record, attempt=record.attempts, last_error=error)
+    try:
+        chosen = policy if policy is not None else resolve_policy(record.retry)
+        delay = chosen(context)
+        if delay is not None and (not isinstance(delay, timedelta) or delay < timedelta(0)):
+            raise TypeError(f"a retry policy returns a timedelta >= 0 or None, got {delay!r}")
+    except Exception as exc:
+        errors = (*errors, TaskError.from_exception(exc))
+        delay = None
+    if delay is None:
+        final = attrs.evolve(record, status=TaskResultStatus.FAILED, errors=errors)
+        return Decision(lease=lease, record=final)
+    return Decision(lease=lease, record=attrs.evolve(record, errors=errors), retry_delay=delay)

@@ -1,0 +1,216 @@
+"""The task API: ``@task``, `Task.using` and `Task.enqueue`.
+
+::
+
+    from threadmill_core import task, ExponentialBackoff
+
+    @task(queue="emails", retry=ExponentialBackoff(max_retries=3))
+    def send_welcome(user_id: int) -> None: ...
+
+    send_welcome(42)                                # still a plain call
+    send_welcome.enqueue(42)                        # stored; returns the TaskResult
+    send_welcome.using(priority=10, run_after=timedelta(minutes=5)).enqueue(42)
+
+A task is a module-level function (sync or ``async def``), named by its
+import path ``module:qualname``. Decorating registers it in this process's
+task registry; a worker runs only tasks registered by the modules it loaded.
+
+A function whose first parameter is named ``context`` receives a
+`TaskContext` there (the record, attempt number, lease token, and whether
+the lease was lost); callers never pass it.
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
+
+import attrs
+
+from threadmill_core.errors import InvalidOption, InvalidTaskDefinition
+from threadmill_core.models import validate_priority, validate_timedelta
+from threadmill_core.retry import RetryPolicy, policy_spec
+
+if TYPE_CHECKING:
+    from threadmill_core.broker import Broker
+    from threadmill_core.models import RetryPolicySpec, TaskResult
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+DEFAULT_QUEUE = "default"
+
+_registry_lock = threading.Lock()
+_registry: dict[str, Task[Any, Any]] = {}
+
+
+def registered_tasks() -> dict[str, Task[Any, Any]]:
+    """A snapshot of every task registered in this process, by path."""
+    with _registry_lock:
+        return dict(_registry)
+
+
+def validate_queue(queue: object) -> str:
+    if not isinstance(queue, str) or not queue or len(queue) > 200 or not queue.isprintable():
+        raise InvalidOption(
+            f"queue must be a non-empty printable str of at most 200 chars, got {queue!r}"
+        )
+    return queue
+
+
+def validate_run_after(run_after: object) -> datetime | timedelta | None:
+    if run_after is None:
+        return None
+    if isinstance(run_after, datetime):
+        if run_after.tzinfo is None or run_after.utcoffset() is None:
+            raise InvalidOption(
+                f"run_after must be an aware datetime (with a timezone), got naive {run_after!r}"
+            )
+        return run_after
+    if isinstance(run_after, timedelta):
+        return validate_timedelta("run_after", run_after, positive=False)
+    raise InvalidOption(f"run_after must be an aware datetime or a timedelta, got {run_after!r}")
+
+
+def _task_path(func: Callable[..., Any]) -> str:
+    if not inspect.isfunction(func) and not inspect.iscoroutinefunction(func):
+        raise InvalidTaskDefinition(f"@task decorates functions; got {func!r}")
+    module = getattr(func, "__module__", None)
+    qualname = func.__qualname__
+    if func.__name__ == "<lambda>":
+        raise InvalidTaskDefinition(
+            f"@task cannot decorate a lambda ({module}:{qualname}): a worker finds tasks by "
+            "import path, so define it with def at module level"
+        )
+    if "<locals>" in qualname or "." in qualname:
+        raise InvalidTaskDefinition(
+            f"@task needs a module-level function; {module}:{qualname} is nested, so a worker "
+            "could not import it by its path"
+        )
+    if not module or module == "__main__":
+        raise InvalidTaskDefinition(
+            f"@task function {qualname} is defined in __main__, which a worker process cannot "
+            "import; move it into a module and import it from there"
+        )
+    return f"{module}:{qualname}"
+
+
+@attrs.frozen(kw_only=True, eq=False)
+class Task(Generic[P, R]):
+    """A function that can be enqueued, with its queue, priority and retry options.
+
+    Calling a task calls the plain function. `using` returns a changed copy;
+    `enqueue` stores a call for a worker and returns the stored `TaskResult`.
+    """
+
+    func: Callable[P, R]
+    path: str
+    queue: str = DEFAULT_QUEUE
+    priority: int = 0
+    retry: RetryPolicy | None = None
+    retry_spec: RetryPolicySpec | None = None
+    lease_ttl: timedelta | None = None
+    run_after: datetime | timedelta | None = None
+    broker: Broker | None = None
+    #: The function's first parameter is named ``context`` and takes a TaskContext.
+    takes_context: bool = False
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self.func(*args, **kwargs)
+
+    @property
+    def is_async(self) -> bool:
+        return inspect.iscoroutinefunction(self.func)
+
+    def using(
+        self,
+        *,
+        broker: Broker | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
+        run_after: datetime | timedelta | None = None,
+    ) -> Task[P, R]:
+        """A copy with the given options changed; options left as None are kept."""
+        changes: dict[str, Any] = {}
+        if broker is not None:
+            changes["broker"] = broker
+        if queue is not None:
+            changes["queue"] = validate_queue(queue)
+        if priority is not None:
+            changes["priority"] = validate_priority(priority)
+        if run_after is not None:
+            changes["run_after"] = validate_run_after(run_after)
+        return attrs.evolve(self, **changes)
+
+    def enqueue(self, *args: Any, **kwargs: Any) -> TaskResult:
+        """Store a call of this task; returns the stored record (READY or DEFERRED).
+
+        Arguments must be values the codec carries (see `threadmill_core.codec`);
+        anything else raises `UnsupportedValue` naming the argument, and nothing
+        is stored.
+        """
+        from threadmill_core.broker import default_broker
+
+        return (self.broker or default_broker()).enqueue(self, *args, **kwargs)
+
+
+_TASK_OPTIONS = ("queue", "priority", "retry", "lease_ttl")
+
+
+@overload
+def task(func: Callable[P, R], /) -> Task[P, R]: ...
+@overload
+def task(
+    *,
+    queue: str = ...,
+    priority: int = ...,
+    retry: RetryPolicy | None = ...,
+    lease_ttl: timedelta | float | None = ...,
+) -> Callable[[Callable[P, R]], Task[P, R]]: ...
+
+
+def task(func: Callable[..., Any] | None = None, /, **options: Any) -> Any:
+    """Make a module-level function a task: ``@task`` or ``@task(queue=..., ...)``.
+
+    Options: `queue` (default ``"default"``), `priority` (-100..100, higher
+    runs first), `retry` (a retry policy, see `threadmill_core.retry`) and
+    `lease_ttl` (how long a worker may go without a heartbeat before the task
+    is presumed abandoned; heartbeats renew it, so it does not bound the run
+    time). Unknown options and bad values raise `InvalidOption`.
+    """
+    unknown = sorted(set(options) - set(_TASK_OPTIONS))
+    if unknown:
+        raise InvalidOption(
+            f"unknown task option(s) {', '.join(unknown)}; valid: {', '.join(_TASK_OPTIONS)}"
+        )
+    queue = validate_queue(options.get("queue", DEFAULT_QUEUE))
+    priority = validate_priority(options.get("priority", 0))
+    retry = options.get("retry")
+    retry_spec = policy_spec(retry)
+    lease_ttl = options.get("lease_ttl")
+    if lease_ttl is not None:
+        lease_ttl = validate_timedelta("lease_ttl", lease_ttl)
+
+    def decorate(function: Callable[P, R]) -> Task[P, R]:
+        path = _task_path(function)
+        params = list(inspect.signature(function).parameters)
+        made: Task[P, R] = Task(
+            func=function,
+            path=path,
+            queue=queue,
+            priority=priority,
+            retry=retry,
+            retry_spec=retry_spec,
+            lease_ttl=lease_ttl,
+            takes_context=bool(params) and params[0] == "context",
+        )
+        with _registry_lock:
+            _registry[path] = made
+        return made
+
+    if func is not None:
+        return decorate(func)
+    return decorate
