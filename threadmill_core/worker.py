@@ -118,29 +118,47 @@ class Worker:
     def tasks(self) -> Mapping[str, Task[Any, Any]]:
         return self._tasks if self._tasks is not None else registered_tasks()
 
+    @property
+    def stopping(self) -> bool:
+        """True once `stop()` was called and `run` is draining."""
+        return self._stop.is_set()
+
     def stop(self) -> None:
         """Stop claiming; `run` returns once the running tasks are acknowledged."""
         self._stop.set()
 
-    def run(self, *, burst: bool = False) -> int:
-        """Work until `stop()` (or, with `burst`, until nothing is ready or running).
+    def run(self, *, burst: bool = False, max_tasks: int | None = None) -> int:
+        """Work until `stop()`; returns how many tasks this call ran to an outcome.
 
-        Returns how many tasks this call ran to an outcome.
+        With `burst`, return once nothing is ready, due or running. With
+        `max_tasks`, stop claiming after that many claims (a supervisor then
+        recycles the process). Either way, tasks already running are finished
+        and acknowledged before `run` returns, with their heartbeats going on.
         """
         self._stop.clear()
         processed_before = self.processed
+        claimed = 0
+        beating = threading.Event()
         heartbeat = threading.Thread(
-            target=self._heartbeat_loop, name=f"threadmill-heartbeat-{self.worker_id}", daemon=True
+            target=self._heartbeat_loop,
+            args=(beating,),
+            name=f"threadmill-heartbeat-{self.worker_id}",
+            daemon=True,
         )
         heartbeat.start()
         futures: set[Future[None]] = set()
+        next_maintenance = 0.0
         try:
             with ThreadPoolExecutor(self.threads, thread_name_prefix="threadmill-task") as pool:
                 while not self._stop.is_set():
-                    if self.maintenance:
+                    if self.maintenance and time.monotonic() >= next_maintenance:
                         self.run_maintenance()
+                        next_maintenance = time.monotonic() + self.poll_interval.total_seconds()
                     free = self.threads - len(futures)
-                    leases = self._claim(free) if free else []
+                    if max_tasks is not None:
+                        free = min(free, max_tasks - claimed)
+                    leases = self._claim(free) if free > 0 else []
+                    claimed += len(leases)
                     for lease in leases:
                         futures.add(pool.submit(self._execute, lease))
                     if futures:
@@ -151,14 +169,14 @@ class Worker:
                         )
                         for future in done:
                             future.result()  # _execute handles task errors; re-raise our own bugs
-                    elif burst:
+                    elif burst or (max_tasks is not None and claimed >= max_tasks):
                         break
                     elif not leases:
                         self.backend.wait_for_tasks(self.queues, self.poll_interval)
                 for future in futures:
                     future.result()
         finally:
-            self._stop.set()
+            beating.set()
             heartbeat.join()
         return self.processed - processed_before
 
@@ -265,8 +283,10 @@ class Worker:
 
     # --- heartbeats ----------------------------------------------------------------------
 
-    def _heartbeat_loop(self) -> None:
-        while not self._stop.wait(self._heartbeat_interval()):
+    def _heartbeat_loop(self, done: threading.Event) -> None:
+        # Runs until `run` has drained its tasks, not just until stop(): a
+        # graceful shutdown must keep the leases of finishing tasks alive.
+        while not done.wait(self._heartbeat_interval()):
             self.heartbeat()
 
     def _heartbeat_interval(self) -> float:

@@ -28,5 +28,6 @@ def _fresh_task_state() -> Iterator[None]:
     with tasks.calls_lock:
         tasks.calls.clear()
     tasks.release.clear()
+    tasks.started.clear()
     yield
     tasks.release.set()

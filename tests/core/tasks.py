@@ -11,6 +11,7 @@ from threadmill_core import ExponentialBackoff, TaskContext, task
 calls: list[tuple[str, object]] = []
 calls_lock = threading.Lock()
 release = threading.Event()
+started = threading.Event()
 
 
 def record_call(name: str, value: object) -> None:
@@ -61,5 +62,6 @@ def report_context(context: TaskContext) -> dict[str, object]:
 @task
 def wait_for_release(context: TaskContext) -> bool:
     """Block until the test sets `release`; returns whether the lease was lost meanwhile."""
+    started.set()
     release.wait(timeout=30)
     return context.lease_lost

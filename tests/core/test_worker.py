@@ -161,10 +161,7 @@ def test_lost_lease_is_told_to_the_task_and_its_outcome_not_written(
     runner = threading.Thread(target=w.run, kwargs={"burst": True})
     runner.start()
     try:
-        for _ in range(1000):  # wait until the worker holds the task (bounded)
-            if broker.get_result(record.id).status is TaskResultStatus.RUNNING:
-                break
-            threading.Event().wait(0.01)
+        assert tasks.started.wait(timeout=30)  # the task runs, its lease in the heartbeat
         clock.advance(timedelta(seconds=31))
         assert reap(broker.backend) == 1  # no retry policy: FAILED by the reaper
         w.heartbeat()  # refused: the worker learns the lease is lost
@@ -184,10 +181,7 @@ def test_heartbeat_keeps_a_long_task_alive(broker: Broker, clock: FakeClock) -> 
     runner = threading.Thread(target=w.run, kwargs={"burst": True})
     runner.start()
     try:
-        for _ in range(1000):
-            if broker.get_result(record.id).status is TaskResultStatus.RUNNING:
-                break
-            threading.Event().wait(0.01)
+        assert tasks.started.wait(timeout=30)
         for _ in range(4):  # four lease lifetimes, each renewed before it lapses
             clock.advance(timedelta(seconds=20))
             w.heartbeat()

@@ -1,0 +1,254 @@
+"""The supervisor behind ``threadmill worker``: worker processes plus the maintenance loop.
+
+The supervisor starts `processes` worker processes (each a `Worker` with
+`threads` threads, no maintenance of its own), restarts one that dies,
+recycles one after `max_tasks` claims (plus up to `max_tasks_jitter`, so
+processes do not all restart at once), and runs the maintenance loop (reaper
+and mover) itself. Several supervisors on one backend are safe: reaper
+claims are fenced like worker claims.
+
+Signals: the first SIGTERM or SIGINT stops claiming everywhere, lets running
+tasks finish within `shutdown_timeout`, and exits 0; children still running
+then are killed (their leases expire and the reaper retries their tasks). A
+second signal kills the children at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import logging
+import multiprocessing
+import os
+import random
+import signal
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from datetime import timedelta
+from multiprocessing.context import SpawnProcess
+from types import FrameType
+
+import attrs
+
+from threadmill_core.backend import Backend
+from threadmill_core.broker import connect
+from threadmill_core.errors import InvalidOption
+from threadmill_core.maintenance import promote, reap
+from threadmill_core.models import TaskResultStatus
+from threadmill_core.worker import Worker, default_worker_id
+
+log = logging.getLogger("threadmill.supervisor")
+
+#: A child exits with this when it cannot import its modules or reach its
+#: broker: restarting it would only fail again, so the supervisor stops.
+EXIT_CONFIG_ERROR = 3
+LOG_FORMAT = "%(asctime)s %(levelname)-7s %(processName)s %(name)s: %(message)s"
+
+
+@attrs.frozen(kw_only=True)
+class WorkerSettings:
+    """Everything a worker process needs; picklable, since children are spawned."""
+
+    broker_url: str
+    modules: tuple[str, ...]
+    queues: tuple[str, ...] = ("default",)
+    processes: int = 1
+    threads: int = 4
+    lease_ttl: timedelta = timedelta(seconds=30)
+    poll_interval: timedelta = timedelta(seconds=1)
+    max_tasks: int | None = None
+    max_tasks_jitter: int = 0
+    burst: bool = False
+    shutdown_timeout: timedelta = timedelta(seconds=30)
+    log_level: str = "INFO"
+
+    def __attrs_post_init__(self) -> None:
+        if self.broker_url.split("://", 1)[0] == "memory":
+            raise InvalidOption(
+                "memory:// lives inside one process, so worker processes cannot share it; "
+                "use a shared backend (redis://...), or run threadmill_core.Worker in-process"
+            )
+        for name, value in (("processes", self.processes), ("threads", self.threads)):
+            if value < 1:
+                raise InvalidOption(f"{name} must be 1 or more, got {value}")
+        if self.max_tasks is not None and self.max_tasks < 1:
+            raise InvalidOption(f"max_tasks must be 1 or more, got {self.max_tasks}")
+        if self.max_tasks_jitter < 0:
+            raise InvalidOption(f"max_tasks_jitter must be 0 or more, got {self.max_tasks_jitter}")
+
+
+def load_modules(modules: Sequence[str]) -> None:
+    """Import the modules whose @task functions a worker may run."""
+    for name in modules:
+        importlib.import_module(name)
+
+
+def _child_main(settings: WorkerSettings, index: int) -> None:
+    """A worker process: load the tasks, then work until told to stop."""
+    logging.basicConfig(level=settings.log_level, format=LOG_FORMAT, stream=sys.stderr)
+    try:
+        load_modules(settings.modules)
+        broker = connect(settings.broker_url)
+    except Exception as exc:
+        log.error("worker %d cannot start: %s: %s", index, type(exc).__name__, exc)
+        sys.exit(EXIT_CONFIG_ERROR)
+    worker = Worker(
+        broker,
+        queues=settings.queues,
+        threads=settings.threads,
+        lease_ttl=settings.lease_ttl,
+        poll_interval=settings.poll_interval,
+        maintenance=False,
+        worker_id=default_worker_id(),
+    )
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        if worker.stopping:
+            os._exit(1)  # second signal: leave now; the leases expire and retry
+        log.info("worker %s stopping: finishing running tasks", worker.worker_id)
+        worker.stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    max_tasks = None
+    if settings.max_tasks is not None:
+        max_tasks = settings.max_tasks + random.randint(0, settings.max_tasks_jitter)
+    worker.run(burst=settings.burst, max_tasks=max_tasks)
+    broker.close()
+
+
+class Supervisor:
+    """Runs and watches the worker processes and the maintenance loop; see the module doc."""
+
+    def __init__(self, settings: WorkerSettings) -> None:
+        self.settings = settings
+        self._context = multiprocessing.get_context("spawn")
+        self._children: dict[int, SpawnProcess] = {}
+        self._signals = 0
+        self._wake = threading.Event()
+        self.restarts = 0
+
+    # --- processes -----------------------------------------------------------------------
+
+    def _start(self, index: int) -> None:
+        process = self._context.Process(
+            target=_child_main,
+            args=(self.settings, index),
+            name=f"threadmill-worker-{index}",
+            daemon=False,
+        )
+        process.start()
+        self._children[index] = process
+
+    def _stop_children(self, sig: int) -> None:
+        for process in self._children.values():
+            if process.is_alive() and process.pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(process.pid, sig)
+
+    def pids(self) -> list[int]:
+        """Process ids of the live worker processes (tests kill them)."""
+        return [p.pid for p in self._children.values() if p.is_alive() and p.pid is not None]
+
+    # --- signals -------------------------------------------------------------------------
+
+    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        self._signals += 1
+        if self._signals == 1:
+            log.info("%s: stopping; running tasks get %s to finish",
+                     signal.Signals(signum).name, self.settings.shutdown_timeout)  # fmt: skip
+            self._stop_children(signal.SIGTERM)
+        else:
+            log.warning("second signal: stopping now; unfinished tasks will be retried")
+            self._stop_children(signal.SIGKILL)
+        self._wake.set()
+
+    def request_stop(self) -> None:
+        """What the first SIGTERM does, for embedding and tests."""
+        self._on_signal(signal.SIGTERM, None)
+
+    # --- the loop ------------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Supervise until stopped (or, in burst mode, until the work is done); the exit code."""
+        settings = self.settings
+        try:
+            backend = connect(settings.broker_url).backend
+        except Exception as exc:
+            log.error("cannot reach the broker %s: %s", settings.broker_url, exc)
+            return EXIT_CONFIG_ERROR
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._on_signal)
+            signal.signal(signal.SIGINT, self._on_signal)
+        for index in range(settings.processes):
+            self._start(index)
+        interval = min(settings.poll_interval, settings.lease_ttl / 3).total_seconds()
+        code = 0
+        try:
+            while True:
+                self._maintain(backend)
+                if self._signals:
+                    return self._drain()
+                code = self._watch()
+                if code != 0:
+                    self._stop_children(signal.SIGTERM)
+                    self._drain()
+                    return code
+                if settings.burst and not self._children:
+                    # Ready work gets a worker again; running work (a killed
+                    # worker's) waits for the reaper; none of either: done.
+                    if self._left(backend, TaskResultStatus.READY):
+                        self._start(0)
+                    elif not self._left(backend, TaskResultStatus.RUNNING):
+                        return 0
+                self._wake.wait(interval)
+        finally:
+            backend.close()
+
+    def _maintain(self, backend: Backend) -> None:
+        try:
+            reap(backend, claim_ttl=self.settings.lease_ttl)
+            promote(backend)
+        except Exception:
+            log.exception("maintenance pass failed; trying again next interval")
+
+    def _watch(self) -> int:
+        """Restart dead or recycled children; 0, or an exit code to stop with."""
+        for index, process in list(self._children.items()):
+            if process.is_alive():
+                continue
+            code = process.exitcode
+            del self._children[index]
+            if code == EXIT_CONFIG_ERROR:
+                log.error("worker %d could not start (see above); stopping", index)
+                return EXIT_CONFIG_ERROR
+            if code == 0 and self.settings.burst:
+                continue  # nothing left for it; the loop decides whether all is done
+            if code == 0:
+                log.info("worker %d recycled after its task budget; restarting", index)
+            else:
+                log.warning("worker %d died (exit code %s); restarting", index, code)
+            self.restarts += 1
+            self._start(index)
+        return 0
+
+    def _left(self, backend: Backend, status: TaskResultStatus) -> int:
+        counts = backend.counts()
+        return sum(counts[q].of(status) for q in self.settings.queues if q in counts)
+
+    def _drain(self) -> int:
+        """Wait up to the shutdown timeout for children, then kill the rest."""
+        deadline = time.monotonic() + self.settings.shutdown_timeout.total_seconds()
+        for process in self._children.values():
+            process.join(max(deadline - time.monotonic(), 0))
+        stragglers = [p for p in self._children.values() if p.is_alive()]
+        if stragglers:
+            log.warning("%d worker(s) did not finish in time; killed, their tasks will be "
+                        "retried when their leases expire", len(stragglers))  # fmt: skip
+            self._stop_children(signal.SIGKILL)
+            for process in stragglers:
+                process.join()
+        self._children.clear()
+        return 0 if self._signals <= 1 else 1
