@@ -175,9 +175,12 @@ class Supervisor:
         """Supervise until stopped (or, in burst mode, until the work is done); the exit code."""
         settings = self.settings
         try:
+            # The modules load here too, before any child is spawned: a typo
+            # fails fast, and the reaper knows the tasks' retry policies.
+            load_modules(settings.modules)
             backend = connect(settings.broker_url).backend
         except Exception as exc:
-            log.error("cannot reach the broker %s: %s", settings.broker_url, exc)
+            log.error("cannot start: %s: %s", type(exc).__name__, exc)
             return EXIT_CONFIG_ERROR
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, self._on_signal)
