@@ -1,0 +1,514 @@
+"""The in-memory reference backend: each operation one atomic step under one lock.
+
+`MemoryBackend` is the unit-test broker and an executable reading of
+`threadmill_core.backend`. Like Redis it stores every task as the codec's
+bytes, so a value the codec cannot carry fails here too, and every record it
+hands out is decoded afresh, so no caller can reach stored state through a
+returned object. Beside the bytes it keeps only what places the task (see
+`threadmill_memory._store`).
+
+Time is the injected clock (`SystemClock` by default) truncated to whole
+milliseconds; on a `FakeClock`, tests make retries due and leases expire by
+advancing it. Results expire lazily: every operation first drops terminal
+tasks whose `finished_at + result_ttl` is not after `now()`.
+
+Poison (stored bytes that do not decode to this task; only `_plant_raw` can
+put them here): `claim` and `claim_expired` replace it with a FAILED record
+that keeps what the backend knows beside the bytes (id, queue, priority) and
+carries one `TaskQuarantined` error saying why, and go on looking for tasks,
+so a poisoned task does not use up `limit`. `promote_due` moves poison as
+opaque bytes; `counts` and `purge` never decode, so `purge` always gets rid
+of it. Reads that must return the record (`get`, `peek`, `cancel`,
+`requeue`, `enqueue` of that id) raise `PayloadError` naming the task:
+there is no record to return, and None would say the task does not exist.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+
+import attrs
+
+from threadmill_core import codec
+from threadmill_core.backend import Backend
+from threadmill_core.clock import Clock, SystemClock, duration_ms, from_ms, to_ms
+from threadmill_core.errors import PayloadError
+from threadmill_core.models import (
+    Decision,
+    Lease,
+    QueueCounts,
+    TaskResult,
+    TaskResultStatus,
+    validate_timedelta,
+)
+from threadmill_memory import _payload
+from threadmill_memory._store import Entry, Item, SortKey, Store
+
+log = logging.getLogger(__name__)
+
+READY = TaskResultStatus.READY
+DEFERRED = TaskResultStatus.DEFERRED
+RUNNING = TaskResultStatus.RUNNING
+SUCCESSFUL = TaskResultStatus.SUCCESSFUL
+FAILED = TaskResultStatus.FAILED
+CANCELLED = TaskResultStatus.CANCELLED
+
+
+class MemoryBackend(Backend):
+    """Tasks in this process's memory; thread-safe, gone when the process ends.
+
+    `result_ttl` (positive) is how long terminal tasks stay readable after
+    `finished_at`. `close` wakes every `wait_for_tasks` caller and makes later
+    waits return at once; the stored tasks stay readable.
+    """
+
+    def __init__(
+        self, *, clock: Clock | None = None, result_ttl: timedelta = timedelta(days=1)
+    ) -> None:
+        self._clock: Clock = clock if clock is not None else SystemClock()
+        self._result_ttl = validate_timedelta("result_ttl", result_ttl)
+        self._result_ttl_ms = duration_ms(self._result_ttl)
+        self._lock = threading.Lock()
+        # Signalled whenever a task enters READY; shares the lock, so a waiter
+        # checks for work and starts waiting in one step and misses no signal.
+        self._ready = threading.Condition(self._lock)
+        self._store = Store()
+        self._entered_ready = itertools.count()  # the backend-wide "entered READY" order
+        self._tokens = itertools.count(1)
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"MemoryBackend(clock={self._clock!r}, result_ttl={self._result_ttl!r})"
+
+    @property
+    def result_ttl(self) -> timedelta:
+        return self._result_ttl
+
+    def now(self) -> datetime:
+        return from_ms(self._now_ms())
+
+    # --- producing -------------------------------------------------------------------
+
+    def enqueue(self, records: Sequence[TaskResult]) -> list[TaskResult]:
+        records = list(records)
+        with self._lock:
+            now_ms = self._begin()
+            # Encode (and so check) every new record before storing any, so a
+            # value the codec refuses leaves the whole batch unstored.
+            new: dict[str, Entry] = {}
+            for record in records:
+                if record.id in new:
+                    continue
+                existing = self._store.get(record.id)
+                if existing is not None:
+                    self._decode(existing)  # a poisoned id fails here, before any change
+                    continue
+                new[record.id] = self._prepare(*self._accepted(record, now_ms))[0]
+            for entry in new.values():
+                self._store.put(entry)
+            if any(entry.status is READY for entry in new.values()):
+                self._ready.notify_all()
+            return [self._decode(self._store[record.id]) for record in records]
+
+    def _accepted(self, record: TaskResult, now_ms: int) -> tuple[TaskResult, SortKey]:
+        """`record` as `enqueue` stores it (owned fields reset), and its segment key."""
+        run_after_ms = to_ms(record.run_after) if record.run_after is not None else now_ms
+        deferred = run_after_ms > now_ms
+        stored = attrs.evolve(
+            record,
+            status=DEFERRED if deferred else READY,
+            enqueued_at=from_ms(now_ms),
+            started_at=None,
+            last_attempted_at=None,
+            finished_at=None,
+            attempts=0,
+            errors=(),
+            worker_ids=(),
+            return_value=None,
+        )
+        return stored, (run_after_ms,) if deferred else self._ready_key(record.priority)
+
+    # --- working ---------------------------------------------------------------------
+
+    def claim(
+        self,
+        queues: Sequence[str],
+        *,
+        worker: str,
+        lease_ttl: timedelta,
+        limit: int = 1,
+    ) -> list[Lease]:
+        names = _queue_names(queues)
+        _check_limit(limit)
+        ttl_ms = _positive_ms("lease_ttl", lease_ttl)
+        with self._lock:
+            now_ms = self._begin()
+            self._promote(self._store.up_to(DEFERRED, now_ms, names))
+            now, deadline_ms = from_ms(now_ms), now_ms + ttl_ms
+            leases: list[Lease] = []
+            for queue in names:
+                while len(leases) < limit and (head := self._store.first(queue, READY)) is not None:
+                    record = self._decode_or_quarantine(self._store[head[1]], now_ms)
+                    if record is None:
+                        continue
+                    token = self._new_token()
+                    claimed = attrs.evolve(
+                        record,
+                        status=RUNNING,
+                        attempts=record.attempts + 1,
+                        last_attempted_at=now,
+                        started_at=record.started_at or now,
+                        worker_ids=(*record.worker_ids, worker),
+                    )
+                    stored = self._put(claimed, (deadline_ms,), token)
+                    leases.append(Lease(token=token, deadline=from_ms(deadline_ms), record=stored))
+            return leases
+
+    def extend(self, lease: Lease, lease_ttl: timedelta) -> Lease | None:
+        return self.extend_many([lease], lease_ttl)[0]
+
+    def extend_many(self, leases: Sequence[Lease], lease_ttl: timedelta) -> list[Lease | None]:
+        ttl_ms = _positive_ms("lease_ttl", lease_ttl)
+        with self._lock:
+            deadline_ms = self._begin() + ttl_ms
+            renewed: list[Lease | None] = []
+            for lease in leases:
+                entry = self._store.get(lease.task_id)
+                if entry is None or entry.token != lease.token or entry.status is not RUNNING:
+                    renewed.append(None)
+                    continue
+                self._store.put(attrs.evolve(entry, key=(deadline_ms,)))
+                record = self._decode(entry)
+                renewed.append(
+                    Lease(token=lease.token, deadline=from_ms(deadline_ms), record=record)
+                )
+            return renewed
+
+    def complete(self, lease: Lease, record: TaskResult) -> TaskResult | None:
+        return self.decide_many([Decision(lease=lease, record=record)])[0]
+
+    def retry(self, lease: Lease, record: TaskResult, delay: timedelta) -> TaskResult | None:
+        return self.decide_many([Decision(lease=lease, record=record, retry_delay=delay)])[0]
+
+    def decide_many(self, decisions: Sequence[Decision]) -> list[TaskResult | None]:
+        decisions = list(decisions)
+        for decision in decisions:  # all arguments are checked before any decision applies
+            _check_decision(decision)
+        with self._lock:
+            now_ms = self._begin()
+            return [self._decide(decision, now_ms) for decision in decisions]
+
+    def _decide(self, decision: Decision, now_ms: int) -> TaskResult | None:
+        entry = self._store.get(decision.lease.task_id)
+        if entry is None or entry.token != decision.lease.token:
+            return None
+        completing = decision.retry_delay is None
+        # The states this kind of decision leaves a task in, while its token stays.
+        repeat_states = {SUCCESSFUL, FAILED} if completing else {READY, DEFERRED}
+        if entry.status in repeat_states:
+            return self._decode(entry)  # a repeat after a lost reply: answered as the first time
+        if entry.status is not RUNNING:
+            return None
+        current = self._decode(entry)
+        errors = tuple(decision.record.errors)
+        if decision.retry_delay is None:
+            status = decision.record.status
+            value = decision.record.return_value if status is SUCCESSFUL else None
+            finished = attrs.evolve(
+                current,
+                status=status,
+                errors=errors,
+                return_value=value,
+                finished_at=from_ms(now_ms),
+            )
+            return self._put(finished, (now_ms,), entry.token)
+        delay_ms = duration_ms(decision.retry_delay)
+        if delay_ms == 0:
+            return self._put_ready(attrs.evolve(current, status=READY, errors=errors), entry.token)
+        due_ms = now_ms + delay_ms
+        later = attrs.evolve(current, status=DEFERRED, errors=errors, run_after=from_ms(due_ms))
+        return self._put(later, (due_ms,), entry.token)
+
+    def wait_for_tasks(self, queues: Sequence[str], timeout: timedelta) -> None:
+        """Block until `queues` have a READY (or due DEFERRED) task, `timeout` passed, or `close`.
+
+        Returns at once if such a task is already there. `timeout` is real
+        time, whatever the clock: it bounds how long a thread blocks.
+        """
+        names = _queue_names(queues)
+        with self._ready:
+            self._ready.wait_for(
+                lambda: self._closed or self._has_work(names),
+                timeout=max(timeout.total_seconds(), 0.0),
+            )
+
+    def _has_work(self, queues: list[str]) -> bool:
+        now_ms = self._now_ms()
+        return any(
+            self._store.first(queue, READY) is not None
+            or ((due := self._store.first(queue, DEFERRED)) is not None and due[0][0] <= now_ms)
+            for queue in queues
+        )
+
+    # --- maintenance -----------------------------------------------------------------
+
+    def claim_expired(self, *, limit: int, claim_ttl: timedelta) -> list[Lease]:
+        _check_limit(limit)
+        ttl_ms = _positive_ms("claim_ttl", claim_ttl)
+        with self._lock:
+            now_ms = self._begin()
+            deadline_ms = now_ms + ttl_ms
+            leases: list[Lease] = []
+            for _key, task_id in self._store.up_to(RUNNING, now_ms, None):
+                if len(leases) == limit:
+                    break
+                entry = self._store[task_id]
+                record = self._decode_or_quarantine(entry, now_ms)
+                if record is None:
+                    continue
+                token = self._new_token()  # not an attempt: the record itself is unchanged
+                self._store.put(attrs.evolve(entry, key=(deadline_ms,), token=token))
+                leases.append(Lease(token=token, deadline=from_ms(deadline_ms), record=record))
+            return leases
+
+    def promote_due(self, *, limit: int) -> int:
+        _check_limit(limit)
+        with self._lock:
+            now_ms = self._begin()
+            return self._promote(self._store.up_to(DEFERRED, now_ms, None)[:limit])
+
+    def _promote(self, due: list[Item]) -> int:
+        """Move the DEFERRED tasks `due` to READY, in the order given; keeps their tokens."""
+        for _key, task_id in due:
+            entry = self._store[task_id]
+            key = self._ready_key(entry.priority)
+            try:
+                record = self._decode(entry)
+            except PayloadError:
+                # Poison moves as opaque bytes (Lua would not decode it either);
+                # `claim` quarantines it.
+                self._store.put(attrs.evolve(entry, status=READY, key=key))
+            else:
+                self._put(attrs.evolve(record, status=READY), key, entry.token)
+        if due:
+            self._ready.notify_all()
+        return len(due)
+
+    # --- inspection ------------------------------------------------------------------
+
+    def get(self, task_id: str) -> TaskResult | None:
+        with self._lock:
+            self._begin()
+            entry = self._store.get(task_id)
+            return None if entry is None else self._decode(entry)
+
+    def peek(
+        self,
+        queue: str,
+        status: TaskResultStatus,
+        *,
+        offset: int = 0,
+        limit: int = 100,
+    ) -> list[TaskResult]:
+        status = TaskResultStatus(status)
+        _check_limit(limit)
+        if offset < 0:
+            raise ValueError(f"offset must be 0 or more, got {offset!r}")
+        with self._lock:
+            self._begin()
+            items = self._store.slice(queue, status, offset, limit)
+            return [self._decode(self._store[task_id]) for _key, task_id in items]
+
+    def counts(self) -> Mapping[str, QueueCounts]:
+        with self._lock:
+            self._begin()
+            return {
+                queue: QueueCounts(
+                    queue=queue,
+                    **{s.value.lower(): self._store.count(queue, s) for s in TaskResultStatus},
+                )
+                for queue in self._store.queues()
+            }
+
+    # --- operator actions ------------------------------------------------------------
+
+    def requeue(self, task_id: str) -> TaskResult | None:
+        with self._lock:
+            self._begin()
+            entry = self._store.get(task_id)
+            if entry is None or entry.status not in {FAILED, CANCELLED}:
+                return None
+            again = attrs.evolve(
+                self._decode(entry), status=READY, finished_at=None, return_value=None
+            )
+            return self._put_ready(again, token=None)
+
+    def cancel(self, task_id: str) -> TaskResult | None:
+        with self._lock:
+            now_ms = self._begin()
+            entry = self._store.get(task_id)
+            if entry is None or entry.status not in {READY, DEFERRED}:
+                return None
+            cancelled = attrs.evolve(
+                self._decode(entry), status=CANCELLED, finished_at=from_ms(now_ms)
+            )
+            return self._put(cancelled, (now_ms,), token=None)
+
+    def purge(self, queue: str, status: TaskResultStatus) -> int:
+        status = TaskResultStatus(status)
+        if status is RUNNING:
+            raise ValueError("RUNNING cannot be purged: a running task belongs to its lease holder")
+        with self._lock:
+            self._begin()
+            return self._store.purge(queue, status)
+
+    # --- lifecycle -------------------------------------------------------------------
+
+    def close(self) -> None:
+        with self._ready:
+            self._closed = True
+            self._ready.notify_all()
+
+    # --- test support ----------------------------------------------------------------
+
+    def _plant_raw(
+        self,
+        task_id: str,
+        data: bytes,
+        *,
+        queue: str = "default",
+        status: TaskResultStatus = READY,
+        priority: int = 0,
+        at: datetime | None = None,
+    ) -> None:
+        """Test support, not API: store `data` as task `task_id`'s bytes, replacing that task.
+
+        Only the codec writes this backend's storage, so tests plant corrupt or
+        foreign bytes (poison) with this. The task sits in `status` of
+        `queue`; READY at the tail of `priority`; otherwise at `at` (default
+        `now()`), read as `run_after` (DEFERRED), the lease deadline (RUNNING,
+        under a token no lease carries) or `finished_at` (terminal).
+        """
+        with self._lock:
+            now_ms = self._begin()
+            at_ms = to_ms(at) if at is not None else now_ms
+            key = self._ready_key(priority) if status is READY else (at_ms,)
+            token = self._new_token() if status is RUNNING else None
+            self._store.put(
+                Entry(
+                    id=task_id,
+                    queue=queue,
+                    priority=priority,
+                    status=status,
+                    key=key,
+                    data=data,
+                    token=token,
+                )
+            )
+            if status is READY:
+                self._ready.notify_all()
+
+    # --- internals (called with the lock held) ---------------------------------------
+
+    def _now_ms(self) -> int:
+        return to_ms(self._clock.now())
+
+    def _begin(self) -> int:
+        """Read the clock once for the operation and drop the results that expired by then."""
+        now_ms = self._now_ms()
+        cutoff_ms = now_ms - self._result_ttl_ms
+        for status in (SUCCESSFUL, FAILED, CANCELLED):
+            for _key, task_id in self._store.up_to(status, cutoff_ms, None):
+                self._store.delete(task_id)
+        return now_ms
+
+    def _ready_key(self, priority: int) -> SortKey:
+        return (-priority, next(self._entered_ready))
+
+    def _new_token(self) -> str:
+        return str(next(self._tokens))
+
+    def _prepare(
+        self, record: TaskResult, key: SortKey, token: str | None = None
+    ) -> tuple[Entry, TaskResult]:
+        """The entry storing `record` at `key`, and the record as it reads back.
+
+        Raises `UnsupportedValue` for a value the codec cannot carry, before anything changes.
+        """
+        data, stored = _payload.encode(record)
+        entry = Entry(
+            id=record.id,
+            queue=record.queue,
+            priority=record.priority,
+            status=record.status,
+            key=key,
+            data=data,
+            token=token,
+        )
+        return entry, stored
+
+    def _put(self, record: TaskResult, key: SortKey, token: str | None) -> TaskResult:
+        entry, stored = self._prepare(record, key, token)
+        self._store.put(entry)
+        return stored
+
+    def _put_ready(self, record: TaskResult, token: str | None) -> TaskResult:
+        """Store a READY `record` at the tail of its priority level, and wake the waiters."""
+        stored = self._put(record, self._ready_key(record.priority), token)
+        self._ready.notify_all()
+        return stored
+
+    def _decode(self, entry: Entry) -> TaskResult:
+        return _payload.decode(entry.id, entry.data)
+
+    def _decode_or_quarantine(self, entry: Entry, now_ms: int) -> TaskResult | None:
+        """The record `entry` holds, or None after finalizing undecodable bytes FAILED."""
+        try:
+            return self._decode(entry)
+        except PayloadError as exc:
+            log.warning("quarantining task %r of queue %r: %s", entry.id, entry.queue, exc)
+            record = _payload.quarantined(
+                entry.id, entry.queue, entry.priority, exc, from_ms(now_ms)
+            )
+            # No token: a holder of the poisoned task's lease must not take
+            # this FAILED record for its own decision, repeated.
+            self._put(record, (now_ms,), token=None)
+            return None
+
+
+# --- argument checks (before the lock: a bad argument changes nothing) --------------------
+
+
+def _queue_names(queues: Sequence[str]) -> list[str]:
+    if isinstance(queues, str):  # a str is a Sequence[str] of one-letter queues
+        raise TypeError(f"queues must be a list of queue names, not the str {queues!r}")
+    return list(queues)
+
+
+def _check_limit(limit: int) -> None:
+    if limit < 1:
+        raise ValueError(f"limit must be at least 1, got {limit!r}")
+
+
+def _positive_ms(name: str, delta: timedelta) -> int:
+    if delta <= timedelta(0):
+        raise ValueError(f"{name} must be positive, got {delta!r}")
+    return duration_ms(delta)
+
+
+def _check_decision(decision: Decision) -> None:
+    lease, record = decision.lease, decision.record
+    if record.id != lease.task_id:
+        raise ValueError(f"the record is task {record.id!r} but the lease is on {lease.task_id!r}")
+    if decision.retry_delay is not None:
+        if decision.retry_delay < timedelta(0):
+            raise ValueError(f"a retry delay cannot be negative, got {decision.retry_delay!r}")
+        return
+    if record.status not in {SUCCESSFUL, FAILED}:
+        raise ValueError(f"complete takes SUCCESSFUL or FAILED, got {record.status}")
+    if record.status is SUCCESSFUL:
+        codec.check_value(record.return_value, "return_value")
