@@ -45,12 +45,21 @@ per task instead, as long as each task's change is atomic.
 
 Bad arguments. A `limit` below 1, a `lease_ttl` or `claim_ttl` that is not
 positive, a negative retry delay, a `complete` status other than SUCCESSFUL
-or FAILED, purging RUNNING: each raises `ValueError` before anything changes.
+or FAILED, a decision whose `record.id` is not its lease's task, a negative
+`peek` offset, purging RUNNING: each raises `ValueError` before anything
+changes (for a batch, before any of it changes; `check_decision` is the
+shared check). A bare str where a sequence of queues is expected is a
+`TypeError`.
 
 Poison. A stored record that a backend cannot decode (corrupt or foreign
 bytes) is never returned from `claim` or `claim_expired`: the backend
-finalizes it FAILED with a `TaskQuarantined` error and goes on with the rest
-of the batch.
+finalizes it FAILED with a `TaskQuarantined` error (its `task_path` empty
+when even that cannot be read) and goes on with the rest of the batch. A
+quarantined task does not count toward `limit` where the backend can avoid
+it; one that cannot may return fewer leases than `limit` while tasks remain.
+Operations that must return an undecodable record (`get`, `peek`, `cancel`,
+`requeue`) raise `PayloadError` naming the task; `counts` and `purge` never
+decode, so an operator can always count and purge poison.
 """
 
 from __future__ import annotations
@@ -157,9 +166,10 @@ class Backend(abc.ABC):
     def retry(self, lease: Lease, record: TaskResult, delay: timedelta) -> TaskResult | None:
         """Send a RUNNING task back for another attempt; return the stored record.
 
-        From `record` the backend takes `errors`. With a zero `delay` the task
-        goes to the tail of READY; otherwise to DEFERRED with `run_after` =
-        `now() + delay`. `id`, `attempts` and the arguments are kept. A
+        From `record` the backend takes `errors`. With a delay of exactly zero
+        the task goes to the tail of READY (`run_after` unchanged); otherwise to
+        DEFERRED with `run_after` = `now() + delay`, the delay rounded up to
+        whole milliseconds. `id`, `attempts` and the arguments are kept. A
         negative delay is a `ValueError`. Refused (None) as for `complete`.
         """
 
@@ -172,6 +182,8 @@ class Backend(abc.ABC):
         this. The default calls `complete` or `retry` per decision; backends
         with round trips should override it to send the batch in one.
         """
+        for decision in decisions:
+            check_decision(decision)
         return [
             self.complete(d.lease, d.record)
             if d.retry_delay is None
@@ -195,7 +207,7 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def claim_expired(self, *, limit: int, claim_ttl: timedelta) -> list[Lease]:
-        """The reaper's claim on up to `limit` RUNNING tasks whose deadline has passed.
+        """The reaper's claim on up to `limit` RUNNING tasks whose deadline is at or before `now()`.
 
         Oldest deadline first, over all queues. Each gets a fresh token and
         the deadline `now() + claim_ttl`, so no other pass decides it while
@@ -270,3 +282,17 @@ class Backend(abc.ABC):
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def check_decision(decision: Decision) -> None:
+    """Raise `ValueError` for a decision no backend may apply (see "Bad arguments")."""
+    lease, record = decision.lease, decision.record
+    if record.id != lease.task_id:
+        raise ValueError(f"a decision on task {record.id} made with the lease of {lease.task_id}")
+    if decision.retry_delay is None:
+        if record.status not in (TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED):
+            raise ValueError(
+                f"complete() finalizes as SUCCESSFUL or FAILED, not {record.status.value}"
+            )
+    elif decision.retry_delay < timedelta(0):
+        raise ValueError(f"retry() needs a delay of zero or more, got {decision.retry_delay}")

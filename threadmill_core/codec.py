@@ -14,7 +14,9 @@ Timestamps are encoded as integer milliseconds since the Unix epoch.
 
 from __future__ import annotations
 
+import functools
 import json
+import sys
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -35,6 +37,25 @@ def check_value(value: object, path: str) -> None:
     Types are checked exactly, not with isinstance: a subclass of int or str
     (an IntEnum, say) would come back as its base class.
     """
+    if type(value) is str:
+        if not value.isascii():
+            try:
+                value.encode()
+            except UnicodeEncodeError as exc:
+                raise UnsupportedValue(
+                    path, value, reason=f"is a str that is not valid Unicode text ({exc.reason})"
+                ) from None
+        return
+    if type(value) is int:
+        limit = sys.get_int_max_str_digits()
+        if limit and value.bit_length() > 3 * limit and abs(value) >= _ten_to(limit):
+            raise UnsupportedValue(
+                path,
+                value,
+                reason=f"is an int of more than {limit} decimal digits, which Python will "
+                "not parse back (sys.set_int_max_str_digits)",
+            )
+        return
     if type(value) in _SCALARS:
         return
     if type(value) is list:
@@ -58,8 +79,13 @@ def check_arguments(args: tuple[object, ...] | list[object], kwargs: dict[str, o
     """Check a call's arguments; errors name them as ``args[0]`` or ``kwargs['when']``."""
     for index, value in enumerate(args):
         check_value(value, f"args[{index}]")
-    for name, value in kwargs.items():
-        check_value(value, f"kwargs[{name!r}]")
+    check_value(kwargs, "kwargs")
+
+
+@functools.cache
+def _ten_to(power: int) -> int:
+    result: int = 10**power
+    return result
 
 
 def _make_converter() -> cattrs.Converter:
@@ -92,7 +118,10 @@ def loads(data: bytes | str, kind: type[T]) -> T:
     try:
         raw = json.loads(data)
         return converter.structure(raw, kind)
-    except Exception as exc:
+    except (cattrs.BaseValidationError, cattrs.StructureHandlerNotFoundError) as exc:
+        details = "; ".join(cattrs.transform_error(exc))
+        raise PayloadError(f"stored bytes are not a valid {kind.__name__}: {details}") from exc
+    except Exception as exc:  # any other failure to decode means foreign or corrupt bytes
         raise PayloadError(f"stored bytes are not a valid {kind.__name__}: {exc}") from exc
 
 
