@@ -60,9 +60,7 @@ def threadmill_backend_schemes() -> list[BackendScheme]:  # type: ignore[empty-b
 
 
 @hookspec(firstresult=True)
-def threadmill_backend_for_url(
-    url: str, scheme: str, options: Mapping[str, Any]
-) -> Backend | None:
+def threadmill_backend_for_url(url: str, scheme: str, options: Mapping[str, Any]) -> Backend | None:
     """Build a backend for `url`, or return None if `scheme` is not this plugin's.
 
     `options` are the keyword arguments given to `connect`; unknown or
