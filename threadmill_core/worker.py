@@ -307,7 +307,11 @@ class Worker:
             except Exception:
                 log.exception("heartbeat failed; retrying at the next beat")
                 continue
+            with self._running_lock:
+                still_running = {id(r) for r in self._running.values()}
             for item, lease in zip(items, renewed, strict=True):
+                if id(item) not in still_running:
+                    continue  # finished meanwhile: a refusal then means it was acknowledged
                 if lease is None:
                     if not item.context.lease_lost:
                         item.context.mark_lease_lost()

@@ -1,0 +1,48 @@
+"""Tasks for the worker-process tests; each records its runs in Redis.
+
+Every run pushes ``start:<n>:<pid>:<attempt>`` before its work and
+``end:<n>:<pid>:<attempt>`` after, to the list ``threadmill-test:<tag>``.
+The tests read those lists to tell what ran where, how often, and whether a
+run was interrupted.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from datetime import timedelta
+
+import redis
+
+from threadmill_core import ExponentialBackoff, TaskContext, task
+
+#: Lease expiry is retried (quickly) forever: the crash test's kills must never lose a task.
+RETRY = ExponentialBackoff(base_delay=timedelta(milliseconds=50), max_retries=None, jitter=0)
+
+_clients: dict[str, redis.Redis] = {}
+
+
+def _log(url: str, tag: str, event: str, n: int, attempt: int) -> None:
+    client = _clients.get(url)
+    if client is None:
+        client = _clients[url] = redis.Redis.from_url(url)
+    client.rpush(f"threadmill-test:{tag}", f"{event}:{n}:{os.getpid()}:{attempt}")
+
+
+@task(retry=RETRY)
+def sleepy(context: TaskContext, url: str, tag: str, n: int, max_ms: int) -> int:
+    """Sleep 0..max_ms milliseconds, recording start and end."""
+    _log(url, tag, "start", n, context.attempt)
+    time.sleep(random.uniform(0, max_ms) / 1000)
+    _log(url, tag, "end", n, context.attempt)
+    return n
+
+
+@task(retry=RETRY)
+def long_running(context: TaskContext, url: str, tag: str, seconds: float) -> bool:
+    """Run for `seconds`; returns whether the lease was lost meanwhile."""
+    _log(url, tag, "start", 0, context.attempt)
+    time.sleep(seconds)
+    _log(url, tag, "end", 0, context.attempt)
+    return context.lease_lost

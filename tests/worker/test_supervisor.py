@@ -1,0 +1,211 @@
+"""Worker processes under a supervisor, on a real Redis: crashes, shutdowns, long tasks."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from datetime import timedelta
+
+import pytest
+
+from tests.worker import recording_tasks
+from threadmill_core import Broker, TaskResultStatus
+from threadmill_core.supervisor import Supervisor, WorkerSettings
+
+pytestmark = pytest.mark.redis
+
+MODULE = "tests.worker.recording_tasks"
+
+
+def runs_by_task(events: list[str], kind: str) -> Counter[int]:
+    return Counter(int(e.split(":")[1]) for e in events if e.startswith(kind + ":"))
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.02)
+
+
+def start_cli(broker_url: str, *options: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "threadmill_core.cli", "worker", MODULE,
+         "--broker", broker_url, *options],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )  # fmt: skip
+
+
+@pytest.mark.slow
+def test_killed_worker_processes_lose_nothing(
+    broker: Broker, broker_url: str, read_events: Callable[[], list[str]], namespace: str
+) -> None:
+    """500 tasks under five SIGKILLs all succeed; only tasks in flight at a kill run twice."""
+    url = broker_url.split("?")[0]
+    total = 500
+    work = recording_tasks.sleepy.using(broker=broker)
+    records = broker.enqueue_many(work, [((url, namespace, n, 20), {}) for n in range(total)])
+    settings = WorkerSettings(
+        broker_url=broker_url,
+        modules=(MODULE,),
+        processes=2,
+        threads=2,
+        lease_ttl=timedelta(seconds=1),
+        poll_interval=timedelta(milliseconds=100),
+        burst=True,
+        log_level="WARNING",
+    )
+    supervisor = Supervisor(settings)
+    runner = threading.Thread(target=supervisor.run)
+    runner.start()
+    killed: list[int] = []
+    try:
+        for round_ in range(5):
+            # Kill only once the run is well under way, and spread the kills out.
+            wait_until(
+                lambda r=round_: len(read_events()) >= 60 * (r + 1) and supervisor.pids(),
+                timeout=60,
+                what="the workers to make progress",
+            )
+            victim = supervisor.pids()[0]
+            os.kill(victim, signal.SIGKILL)
+            killed.append(victim)
+            wait_until(lambda v=victim: v not in supervisor.pids(), 10, "the kill to land")
+        runner.join(timeout=240)
+        assert not runner.is_alive(), "the supervisor did not finish the burst"
+    finally:
+        if runner.is_alive():
+            supervisor.request_stop()
+            runner.join(timeout=60)
+
+    finals = [broker.get_result(r.id) for r in records]
+    assert Counter(f.status for f in finals) == {TaskResultStatus.SUCCESSFUL: total}
+    assert sorted(f.return_value for f in finals) == list(range(total))
+    assert supervisor.restarts >= 5
+
+    runs = [event.split(":") for event in read_events()]
+    started = Counter(int(n) for kind, n, _pid, _attempt in runs if kind == "start")
+    assert set(started) == set(range(total))
+    # A task runs again only if a kill caught it in flight: started in the killed
+    # process and not yet acknowledged. Each process runs at most `threads` tasks
+    # at once, so each kill can cause at most that many second runs.
+    rerun = {n for n, count in started.items() if count > 1}
+    first_pid = {}
+    for kind, n, pid, _attempt in runs:
+        if kind == "start":
+            first_pid.setdefault(int(n), int(pid))
+    assert {first_pid[n] for n in rerun} <= set(killed), (
+        "a rerun task first ran in a killed process"
+    )
+    for pid in killed:
+        caught = [n for n in rerun if first_pid[n] == pid]
+        assert len(caught) <= settings.threads, f"kill of {pid} caused {len(caught)} reruns"
+
+
+def test_sigterm_finishes_running_tasks_and_loses_nothing(
+    broker: Broker, broker_url: str, read_events: Callable[[], list[str]], namespace: str
+) -> None:
+    """SIGTERM mid-run: running tasks finish and are acknowledged, the rest stay READY, exit 0."""
+    url = broker_url.split("?")[0]
+    work = recording_tasks.sleepy.using(broker=broker)
+    records = broker.enqueue_many(work, [((url, namespace, n, 300), {}) for n in range(40)])
+    process = start_cli(broker_url, "--processes", "1", "--threads", "2", "--lease-ttl", "5")
+    try:
+        wait_until(lambda: len(read_events()) >= 6, 60, "the worker to start tasks")
+        process.send_signal(signal.SIGTERM)
+        output, _ = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, output
+
+    finals = [broker.get_result(r.id) for r in records]
+    statuses = Counter(f.status for f in finals)
+    assert set(statuses) <= {TaskResultStatus.SUCCESSFUL, TaskResultStatus.READY}
+    assert statuses[TaskResultStatus.READY] > 0, "the shutdown came mid-run"
+    events = read_events()
+    assert runs_by_task(events, "start") == runs_by_task(events, "end"), "no run was cut short"
+    successful = {f.args[2] for f in finals if f.status is TaskResultStatus.SUCCESSFUL}
+    assert set(runs_by_task(events, "end")) == successful
+
+
+def test_second_sigterm_exits_at_once_and_the_reaper_recovers(
+    broker: Broker, broker_url: str, read_events: Callable[[], list[str]], namespace: str
+) -> None:
+    """A second SIGTERM stops at once; the abandoned task is retried and succeeds later."""
+    url = broker_url.split("?")[0]
+    record = recording_tasks.long_running.using(broker=broker).enqueue(url, namespace, 30.0)
+    process = start_cli(broker_url, "--processes", "1", "--threads", "1", "--lease-ttl", "1")
+    try:
+        wait_until(lambda: len(read_events()) >= 1, 60, "the task to start")
+        process.send_signal(signal.SIGTERM)
+        time.sleep(0.3)  # let the first signal land before the second
+        process.send_signal(signal.SIGTERM)
+        output, _ = process.communicate(timeout=20)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode != 0, output
+    assert broker.get_result(record.id).status is TaskResultStatus.RUNNING
+
+    # The task was abandoned mid-run; a new supervisor's reaper recovers it.
+    process = start_cli(
+        broker_url, "--processes", "1", "--threads", "1", "--lease-ttl", "1", "--burst",
+        "--poll-interval", "0.2",
+    )  # fmt: skip
+    try:
+        wait_until(
+            lambda: broker.get_result(record.id).attempts >= 2, 30, "the reaper to retry the task"
+        )
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.send_signal(signal.SIGTERM)
+        process.communicate(timeout=20)
+    final = broker.get_result(record.id)
+    assert final.errors[0].exception_class_path.endswith("AcknowledgementTimeout")
+
+
+@pytest.mark.slow
+def test_task_outliving_three_lease_ttls_completes_once(
+    broker: Broker, broker_url: str, read_events: Callable[[], list[str]], namespace: str
+) -> None:
+    """Heartbeats keep a 3.5 s task alive under a 1 s lease: one attempt, no retry."""
+    url = broker_url.split("?")[0]
+    record = recording_tasks.long_running.using(broker=broker).enqueue(url, namespace, 3.5)
+    process = start_cli(
+        broker_url, "--processes", "1", "--threads", "1", "--lease-ttl", "1", "--burst",
+        "--poll-interval", "0.2",
+    )  # fmt: skip
+    output, _ = process.communicate(timeout=60)
+    assert process.returncode == 0, output
+    final = broker.get_result(record.id)
+    assert (final.status, final.attempts, final.errors) == (TaskResultStatus.SUCCESSFUL, 1, ())
+    assert final.return_value is False, "the lease was never lost"
+    events = read_events()
+    assert [e.split(":")[0] for e in events] == ["start", "end"]
+    assert all(e.endswith(":1") for e in events), "both on attempt 1"
+
+
+def test_unregistered_task_is_failed_without_running(broker: Broker, broker_url: str) -> None:
+    """A record naming a path the worker's modules did not register is FAILED, not imported."""
+    from threadmill_core import TaskResult
+    from threadmill_core.models import new_task_id
+
+    planted = TaskResult(id=new_task_id(), task_path="os:system", args=["exit 1"])
+    broker.backend.enqueue([planted])
+    process = start_cli(broker_url, "--processes", "1", "--burst", "--poll-interval", "0.2")
+    output, _ = process.communicate(timeout=60)
+    assert process.returncode == 0, output
+    final = broker.get_result(planted.id)
+    assert final.status is TaskResultStatus.FAILED
+    assert "os:system is not registered" in final.errors[-1].message
+    assert "quarantined" in output
