@@ -1,0 +1,137 @@
+"""Round trips: batches of claims, reaps and decisions, and idle waits, cost a constant few."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+
+import attrs
+import pytest
+
+from tests.conftest import RedisServer
+from tests.redis.conftest import CountingConnection, instrumented_client, tasks
+from threadmill_core.models import Decision, TaskResultStatus
+from threadmill_redis import RedisBackend
+from threadmill_redis.testing import advance, delete_namespace
+
+pytestmark = pytest.mark.redis
+
+LEASE = timedelta(minutes=5)
+
+
+@pytest.fixture
+def backend(redis_server: RedisServer) -> Iterator[RedisBackend]:
+    client = instrumented_client(redis_server, CountingConnection)
+    built = RedisBackend(client, namespace="round-trips")
+    try:
+        yield built
+    finally:
+        delete_namespace(built)
+        client.connection_pool.disconnect()
+
+
+class Trips:
+    """Counts the round trips of one block of calls."""
+
+    def __enter__(self) -> Trips:
+        self.start = CountingConnection.sent
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.count = CountingConnection.sent - self.start
+
+
+def costs(backend: RedisBackend, n: int) -> dict[str, int]:
+    """Round trips of each batch operation on `n` tasks."""
+    spent: dict[str, int] = {}
+    with Trips() as trips:
+        backend.enqueue(tasks(n, run_after=backend.now() + timedelta(hours=1)))
+    spent["enqueue"] = trips.count - 1  # one of them was now()
+    advance(backend, timedelta(hours=2))
+    with Trips() as trips:
+        assert backend.promote_due(limit=n) == n
+    spent["promote_due"] = trips.count
+    with Trips() as trips:
+        leases = backend.claim(["default"], worker="w", lease_ttl=LEASE, limit=n)
+    spent["claim"] = trips.count
+    with Trips() as trips:
+        assert all(backend.extend_many(leases, LEASE))
+    spent["extend_many"] = trips.count
+    advance(backend, LEASE * 2)
+    with Trips() as trips:
+        reaped = backend.claim_expired(limit=n, claim_ttl=LEASE)
+    spent["claim_expired"] = trips.count
+    decisions = [
+        Decision(lease=x, record=attrs.evolve(x.record, status=TaskResultStatus.FAILED))
+        if i % 2
+        else Decision(lease=x, record=x.record, retry_delay=timedelta(seconds=i % 3))
+        for i, x in enumerate(reaped)
+    ]
+    with Trips() as trips:
+        assert all(backend.decide_many(decisions))
+    spent["decide_many"] = trips.count
+    assert len(leases) == len(reaped) == n
+    return spent
+
+
+def test_batches_of_a_hundred_cost_as_many_round_trips_as_batches_of_one(
+    backend: RedisBackend,
+) -> None:
+    """Each batch operation takes the same constant number of round trips for 1 and 100 tasks."""
+    costs(backend, 1)  # open the connection and load the scripts: one-time costs
+    for status in (TaskResultStatus.READY, TaskResultStatus.DEFERRED, TaskResultStatus.FAILED):
+        backend.purge("default", status)
+    one = costs(backend, 1)
+    for status in (TaskResultStatus.READY, TaskResultStatus.DEFERRED, TaskResultStatus.FAILED):
+        backend.purge("default", status)
+    hundred = costs(backend, 100)
+    assert one == hundred
+    assert hundred == {
+        "enqueue": 1,
+        "promote_due": 2,  # the script, then waking the queues it filled
+        "claim": 1,
+        "extend_many": 1,
+        "claim_expired": 1,
+        "decide_many": 1,
+    }
+
+
+def test_an_idle_wait_costs_few_commands_and_an_enqueue_wakes_it_promptly(
+    backend: RedisBackend, redis_server: RedisServer
+) -> None:
+    """An idle wait is one blocking command, and a task enqueued meanwhile ends it early."""
+    backend.now()
+    with Trips() as trips:
+        started = time.monotonic()
+        backend.wait_for_tasks(["default", "other"], timedelta(seconds=1.5))
+        waited = time.monotonic() - started
+    assert trips.count <= 2  # BLPOP blocks under the 5 s socket timeout: one per wait
+    assert waited >= 1.0
+
+    producer = RedisBackend.from_url(redis_server.url, namespace="round-trips")
+    timer = threading.Timer(0.2, producer.enqueue, [tasks(1, queue="other")])
+    timer.start()
+    try:
+        with Trips() as trips:
+            started = time.monotonic()
+            backend.wait_for_tasks(["default", "other"], timedelta(seconds=30))
+            waited = time.monotonic() - started
+    finally:
+        timer.join()
+        producer.close()
+    assert waited < 10  # woken by the enqueue, far before the 30 s timeout
+    assert trips.count <= 2
+    assert backend.claim(["other"], worker="w", lease_ttl=LEASE) != []
+
+
+def test_a_wait_longer_than_the_socket_timeout_blocks_in_pieces(redis_server: RedisServer) -> None:
+    """A wait blocks less than the socket timeout at a time, so it is not taken for a dead link."""
+    backend = RedisBackend.from_url(f"{redis_server.url}?socket_timeout=1.2", namespace="pieces")
+    try:
+        started = time.monotonic()
+        backend.wait_for_tasks(["default"], timedelta(seconds=1.5))
+        assert time.monotonic() - started >= 1.0
+    finally:
+        backend.close()

@@ -1,0 +1,445 @@
+"""`RedisBackend`: the storage interface on Redis, one atomic Lua script per state change.
+
+Each method runs the script of the same name in ``lua/`` (batches of many
+tasks cost one round trip), turns its status codes into core results in
+`replies`, and lets no driver exception through: `_call` is the one
+boundary where they become `RedisBackendError` / `RedisUnavailable`.
+
+Lost replies. Calls whose repeat is answered as the first time (`complete`,
+`retry`, `decide_many`, `extend`, `enqueue`, and the reads) are sent again
+when the connection drops before the reply arrives; the scripts recognise a
+repeated decision by its token (see ``lib/complete_task.lua``). The others
+(`claim`, `claim_expired`, `promote_due`, `requeue`, `cancel`, `purge`)
+raise `RedisUnavailable` instead, since a repeat would act again. Clients
+the backend builds itself do not retry inside redis-py, so this policy is
+the only one.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from threadmill_core import codec
+from threadmill_core.backend import Backend, check_decision
+from threadmill_core.clock import duration_ms, from_ms, to_ms
+from threadmill_core.errors import InvalidOption, PayloadError, TaskQuarantined
+from threadmill_core.models import (
+    Decision,
+    Lease,
+    QueueCounts,
+    TaskError,
+    TaskResult,
+    TaskResultStatus,
+)
+from threadmill_redis import arguments, scripts
+from threadmill_redis.errors import RedisBackendError, RedisUnavailable
+from threadmill_redis.keys import Keys
+from threadmill_redis.options import RedisOptions, split_query
+from threadmill_redis.replies import Row, answer, encode_worker, extended, parse_state
+
+log = logging.getLogger("threadmill_redis")
+
+T = TypeVar("T")
+
+SCHEMES = ("redis", "rediss", "unix")
+#: Repeats of a call that may be repeated, after the connection dropped.
+REPEATS = 2
+
+
+class RedisBackend(Backend):
+    """Tasks stored in Redis under one namespace (see `threadmill_redis.keys`).
+
+    `client` must not decode responses (payloads are bytes). Options are
+    those of `RedisOptions`; `from_url` reads them from a URL as well.
+    """
+
+    def __init__(self, client: redis.Redis, **options: object) -> None:
+        if not isinstance(client, redis.Redis):
+            raise InvalidOption(f"client must be a redis.Redis, got {client!r}")
+        if client.get_encoder().decode_responses:
+            raise InvalidOption("the Redis client must not decode responses (decode_responses)")
+        self.options = RedisOptions.from_mapping(options)
+        self.client = client
+        self.keys = Keys(self.options.namespace)
+        self._ttl_ms = duration_ms(self.options.result_ttl)
+        self._owns_client = False
+        self._warn_about_eviction()
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> RedisBackend:
+        """Build from a ``redis://``, ``rediss://`` or ``unix://`` URL.
+
+        Our options come from the query string or keywords; other query
+        parameters go to redis-py. A ``client=`` keyword (a redis.Redis) is
+        used instead of connecting to the URL's host.
+        """
+        parts = urlsplit(url)
+        if parts.scheme not in SCHEMES:
+            raise InvalidOption(f"not a Redis URL (schemes: {', '.join(SCHEMES)}): {url!r}")
+        client = options.pop("client", None)
+        ours, driver_query = split_query(parts.query, options)
+        if client is not None:
+            return cls(client, **ours)
+        try:
+            # No retries inside redis-py: this backend decides what may be repeated.
+            client = redis.Redis.from_url(
+                urlunsplit(parts._replace(query=driver_query)), retry=Retry(NoBackoff(), 0)
+            )
+        except (ValueError, TypeError) as exc:
+            raise InvalidOption(f"invalid Redis URL {url!r}: {exc}") from exc
+        try:
+            backend = cls(client, **ours)
+        except BaseException:
+            client.close()
+            raise
+        backend._owns_client = True
+        return backend
+
+    def __repr__(self) -> str:
+        return f"RedisBackend(namespace={self.options.namespace!r}, client={self.client!r})"
+
+    # --- the driver boundary -----------------------------------------------------------
+
+    def _call(self, fn: Callable[[], T], *, repeatable: bool) -> T:
+        """Run `fn` against Redis; the one place driver exceptions are translated."""
+        for attempt in range(REPEATS + 1):
+            try:
+                return fn()
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                if repeatable and attempt < REPEATS:
+                    log.info("Redis connection lost (%s); repeating the call", exc)
+                    time.sleep(0.05 * 2**attempt)
+                    continue
+                raise RedisUnavailable(f"Redis connection lost: {exc}") from exc
+            except redis.RedisError as exc:
+                raise RedisBackendError(f"Redis failed: {exc}") from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _run(
+        self,
+        name: str,
+        args: Sequence[Any],
+        *,
+        repeatable: bool,
+        extra_keys: Sequence[str] = (),
+        **named_keys: str,
+    ) -> Any:
+        script = scripts.load(name)
+        keys = self._script_keys(script, named_keys, extra_keys)
+        return self._call(
+            lambda: scripts.evalsha(self.client, script, keys, args), repeatable=repeatable
+        )
+
+    def _script_keys(
+        self, script: scripts.Script, named: Mapping[str, str], extra: Sequence[str]
+    ) -> list[str]:
+        return [named.get(name) or self.keys.store(name) for name in script.key_names] + list(extra)
+
+    def _warn_about_eviction(self) -> None:
+        try:
+            policy = self.client.config_get("maxmemory-policy").get("maxmemory-policy")
+        except redis.RedisError as exc:  # CONFIG may be disabled (managed Redis, fakeredis)
+            log.debug("could not read maxmemory-policy: %s", exc)
+            return
+        if policy not in (None, "noeviction", b"noeviction"):
+            log.warning(
+                "Redis maxmemory-policy is %r, not 'noeviction': when memory runs out Redis "
+                "may evict threadmill's keys (task records, leases, whole queues), losing "
+                "tasks silently; set maxmemory-policy to noeviction so writes fail loudly instead",
+                policy.decode() if isinstance(policy, bytes) else policy,
+            )
+
+    # --- clock -------------------------------------------------------------------------
+
+    def now(self) -> datetime:
+        seconds, micros = self._call(self.client.time, repeatable=True)
+        return from_ms(int(seconds) * 1000 + int(micros) // 1000)
+
+    # --- producing ---------------------------------------------------------------------
+
+    def enqueue(self, records: Sequence[TaskResult]) -> list[TaskResult]:
+        stored = [arguments.stored_form(record) for record in records]
+        script = scripts.load("enqueue")
+        calls: list[scripts.Call] = []
+        size = self.options.enqueue_batch
+        for start in range(0, len(records), size):
+            chunk = records[start : start + size]
+            queues = list(dict.fromkeys(record.queue for record in chunk))
+            first = len(script.key_names) + 1
+            args: list[Any] = [self.options.notify_cap]
+            for record, (_, payload) in zip(chunk, stored[start : start + size], strict=True):
+                run_after = "" if record.run_after is None else to_ms(record.run_after)
+                args += [record.id, record.queue, record.priority, run_after, payload]
+                args.append(first + queues.index(record.queue))
+            notify = [self.keys.notify(queue) for queue in queues]
+            calls.append((script, self._script_keys(script, {}, notify), args))
+        replies = self._call(lambda: scripts.evalsha_many(self.client, calls), repeatable=True)
+        rows = [Row.parse(row) for reply in replies for row in reply]
+        return [
+            row.record(base if row.payload is None else None)
+            for row, (base, _) in zip(rows, stored, strict=True)
+        ]
+
+    # --- working -----------------------------------------------------------------------
+
+    def claim(
+        self, queues: Sequence[str], *, worker: str, lease_ttl: timedelta, limit: int = 1
+    ) -> list[Lease]:
+        names = arguments.queue_names(queues)
+        head = [encode_worker(worker), arguments.positive_ms("lease_ttl", lease_ttl)]
+        arguments.limit(limit)
+        if not names:
+            return []
+        return self._filled(
+            limit, lambda want: self._run("claim", [*head, want, *names], repeatable=False)
+        )
+
+    def _filled(self, limit: int, take: Callable[[int], Sequence[Any]]) -> list[Lease]:
+        """Leases from claim rows of `take(n)` calls, poison quarantined and not counted.
+
+        One call unless a claim found poison: then the rest of `limit` is
+        claimed again, so poison never costs a worker its share of tasks.
+        """
+        leases: list[Lease] = []
+        while len(leases) < limit:
+            want = limit - len(leases)
+            rows = [Row.parse(reply) for reply in take(want)]
+            poison = []
+            for row in rows:
+                try:
+                    leases.append(row.lease())
+                except PayloadError as exc:
+                    poison.append((row, exc))
+            if not poison or len(rows) < want:
+                if poison:
+                    self._quarantine(poison)
+                break
+            self._quarantine(poison)
+        return leases
+
+    def _quarantine(self, poison: Sequence[tuple[Row, PayloadError]]) -> None:
+        """Finalize undecodable claimed tasks FAILED (fenced by the claim's token).
+
+        The payload is replaced by a readable stand-in with an empty
+        ``task_path``, so the task can still be read, counted and purged.
+        """
+        args: list[Any] = [self._ttl_ms, self.options.prune_batch]
+        for row, exc in poison:
+            log.error("quarantining task %s as FAILED: %s", row.id, exc)
+            state = parse_state(row.state or b"")
+            try:
+                errors = codec.decode_errors(row.errors) if row.errors else ()
+            except PayloadError:
+                errors = ()
+            message = f"the stored task cannot be decoded, so it cannot run: {exc}"
+            error = TaskError.from_exception(TaskQuarantined(message))
+            stand_in = TaskResult(
+                id=row.id, task_path="", queue=state.queue, priority=state.priority
+            )
+            args += [row.id, state.token or "", codec.encode_record(stand_in)]
+            args.append(codec.encode_errors((*errors, error)))
+        self._run("quarantine", args, repeatable=True)
+
+    def extend(self, lease: Lease, lease_ttl: timedelta) -> Lease | None:
+        ttl = arguments.positive_ms("lease_ttl", lease_ttl)
+        reply = self._run("extend", [lease.task_id, lease.token, ttl], repeatable=True)
+        return extended(reply, lease)
+
+    def extend_many(self, leases: Sequence[Lease], lease_ttl: timedelta) -> list[Lease | None]:
+        ttl = arguments.positive_ms("lease_ttl", lease_ttl)
+        if not leases:
+            return []
+        args: list[Any] = [ttl]
+        for lease in leases:
+            args += [lease.task_id, lease.token]
+        reply = self._run("extend_many", args, repeatable=True)
+        return [extended(item, lease) for item, lease in zip(reply, leases, strict=True)]
+
+    def complete(self, lease: Lease, record: TaskResult) -> TaskResult | None:
+        check_decision(Decision(lease=lease, record=record))
+        args = [lease.task_id, lease.token, *arguments.outcome(record)]
+        reply = self._run(
+            "complete", [*args, self._ttl_ms, self.options.prune_batch], repeatable=True
+        )
+        return answer(reply, lease.record)
+
+    def retry(self, lease: Lease, record: TaskResult, delay: timedelta) -> TaskResult | None:
+        check_decision(Decision(lease=lease, record=record, retry_delay=delay))
+        args = [
+            lease.task_id,
+            lease.token,
+            arguments.delay_ms(delay),
+            codec.encode_errors(record.errors),
+        ]
+        reply = self._run(
+            "retry",
+            [*args, self.options.notify_cap],
+            repeatable=True,
+            notify=self.keys.notify(lease.record.queue),
+        )
+        return answer(reply, lease.record)
+
+    def decide_many(self, decisions: Sequence[Decision]) -> list[TaskResult | None]:
+        args: list[Any] = []
+        queues: list[str] = []
+        first = len(scripts.load("decide_many").key_names) + 1
+        for d in decisions:  # every decision is checked before any is sent
+            check_decision(d)
+            if d.retry_delay is None:
+                args += [
+                    "complete",
+                    d.lease.task_id,
+                    d.lease.token,
+                    *arguments.outcome(d.record),
+                    0,
+                ]
+                continue
+            if d.lease.record.queue not in queues:
+                queues.append(d.lease.record.queue)
+            args += ["retry", d.lease.task_id, d.lease.token, arguments.delay_ms(d.retry_delay)]
+            args += [
+                codec.encode_errors(d.record.errors),
+                "",
+                first + queues.index(d.lease.record.queue),
+            ]
+        if not decisions:
+            return []
+        reply = self._decide(args, [self.keys.notify(queue) for queue in queues])
+        return [answer(row, d.lease.record) for row, d in zip(reply, decisions, strict=True)]
+
+    def _decide(self, decisions: list[Any], notify: list[str]) -> Any:
+        head = [self._ttl_ms, self.options.prune_batch, self.options.notify_cap]
+        return self._run("decide_many", head + decisions, repeatable=True, extra_keys=notify)
+
+    def wait_for_tasks(self, queues: Sequence[str], timeout: timedelta) -> None:
+        """Block on the queues' notify lists (BLPOP) until a task may be ready, or `timeout`.
+
+        Each BLPOP borrows its own pooled connection for the wait. It blocks
+        for less than the client's socket timeout, repeating if need be, so a
+        quiet wait is never mistaken for a dead connection: an idle worker
+        costs one command per `timeout` (or per socket timeout, if shorter).
+        """
+        keys = [self.keys.notify(queue) for queue in arguments.queue_names(queues)]
+        if not keys:  # nothing could wake us; returning at once would let a caller spin
+            time.sleep(max(timeout.total_seconds(), 0.0))
+            return
+        deadline = time.monotonic() + timeout.total_seconds()
+        socket_timeout = self.client.connection_pool.connection_kwargs.get("socket_timeout")
+        longest = max(float(socket_timeout) - 1.0, 0.1) if socket_timeout else None
+        while True:
+            remaining = round(deadline - time.monotonic(), 3)
+            if remaining <= 0:  # BLPOP 0 would block forever
+                return
+            block = min(remaining, longest) if longest else remaining
+            woken = self._call(functools.partial(self.client.blpop, keys, block), repeatable=True)
+            if woken is not None:
+                return
+
+    def _notify(self, queues: Sequence[str]) -> None:
+        """Wake workers of `queues`, for scripts that learn the queues only when they run.
+
+        A hint, not state: a wake-up lost between the script and this call
+        costs an idle worker one polling interval, nothing more.
+        """
+        if not queues:
+            return
+
+        def push() -> None:
+            with self.client.pipeline(transaction=False) as pipe:
+                for queue in queues:
+                    pipe.lpush(self.keys.notify(queue), 1)
+                    pipe.ltrim(self.keys.notify(queue), 0, self.options.notify_cap - 1)
+                pipe.execute()
+
+        self._call(push, repeatable=True)
+
+    # --- maintenance -------------------------------------------------------------------
+
+    def claim_expired(self, *, limit: int, claim_ttl: timedelta) -> list[Lease]:
+        ttl = arguments.positive_ms("claim_ttl", claim_ttl)
+        return self._filled(
+            arguments.limit(limit),
+            lambda want: self._run("claim_expired", [want, ttl], repeatable=False),
+        )
+
+    def promote_due(self, *, limit: int) -> int:
+        args = [arguments.limit(limit), self._ttl_ms, self.options.prune_batch]
+        count, *queues = self._run("promote_due", args, repeatable=False)
+        self._notify([queue.decode() for queue in queues])
+        return int(count)
+
+    # --- inspection --------------------------------------------------------------------
+
+    def get(self, task_id: str) -> TaskResult | None:
+        reply = self._run("get", [task_id, self._ttl_ms], repeatable=True)
+        return None if reply is None else Row.parse(reply).record()
+
+    def peek(
+        self, queue: str, status: TaskResultStatus, *, offset: int = 0, limit: int = 100
+    ) -> list[TaskResult]:
+        args = [
+            queue,
+            TaskResultStatus(status).value,
+            arguments.offset(offset),
+            arguments.limit(limit),
+            self._ttl_ms,
+        ]
+        reply = self._run("peek", args, repeatable=True)
+        return [Row.parse(row).record() for row in reply]
+
+    def counts(self) -> Mapping[str, QueueCounts]:
+        flat = self._run("counts", [self._ttl_ms], repeatable=True)
+        counts = {}
+        for at in range(0, len(flat), 7):
+            queue = flat[at].decode()
+            ready, deferred, running, successful, failed, cancelled = flat[at + 1 : at + 7]
+            counts[queue] = QueueCounts(
+                queue=queue,
+                ready=ready,
+                deferred=deferred,
+                running=running,
+                successful=successful,
+                failed=failed,
+                cancelled=cancelled,
+            )
+        return dict(sorted(counts.items()))
+
+    # --- operator actions --------------------------------------------------------------
+
+    def requeue(self, task_id: str) -> TaskResult | None:
+        record = answer(self._run("requeue", [task_id, self._ttl_ms], repeatable=False))
+        if record is not None:
+            self._notify([record.queue])
+        return record
+
+    def cancel(self, task_id: str) -> TaskResult | None:
+        return answer(self._run("cancel", [task_id], repeatable=False))
+
+    def purge(self, queue: str, status: TaskResultStatus) -> int:
+        status = TaskResultStatus(status)
+        if status is TaskResultStatus.RUNNING:
+            raise ValueError("RUNNING cannot be purged: a running task belongs to its lease holder")
+        batch, purged = self.options.purge_batch, 0
+        while True:
+            args = [queue, status.value, batch, self._ttl_ms]
+            deleted, live = self._run("purge", args, repeatable=False)
+            purged += int(live)
+            if deleted < batch:
+                return purged
+
+    # --- lifecycle ---------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the client if this backend built it (`from_url`); a given client stays open."""
+        if self._owns_client:
+            self.client.close()

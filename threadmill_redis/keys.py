@@ -1,0 +1,111 @@
+"""Every Redis key threadmill uses, built here and nowhere else.
+
+Key schema, for a namespace ``ns`` (default ``threadmill``). The ``{ns}``
+hash tag puts every key of a namespace in one Redis Cluster slot, so each
+script runs on one shard; scripts get every key in ``KEYS``.
+
+Per-task data lives in namespace-wide hashes keyed by task id, so a script
+that learns ids at run time (a claim, a reaper pass) still touches only keys
+it declared::
+
+    {ns}:payload      HASH  id -> the record as enqueued: codec bytes, opaque to Lua
+    {ns}:state        HASH  id -> the fields scripts change, packed as
+                            "status|priority|attempts|sort|enqueued_at|run_after|
+                            started_at|last_attempted_at|finished_at|deadline|token|queue"
+                            (times in server milliseconds, empty for none)
+    {ns}:errors       HASH  id -> the task's errors, codec bytes from the worker
+    {ns}:workers      HASH  id -> worker ids, each as b"<byte length>:<id>", concatenated
+    {ns}:result       HASH  id -> the return value, codec bytes (SUCCESSFUL only)
+
+``sort`` is the task's place in its segment and the time every scheduling
+decision reads: the entered-READY sequence for READY, else the due time,
+lease deadline or finished time. It starts equal to that timestamp, but is
+kept apart from the record's fields so that test support can move
+scheduling (`threadmill_redis.testing.advance`) without rewriting history.
+
+Segment views, one sorted set per status over all queues. Every member has
+score 0 and is ``<queue length, 8 hex><queue><19-digit sort key><id>``, so
+one lexicographic range is one queue's segment in segment order, and no
+score ever has to pack priority, time and sequence into a double::
+
+    {ns}:ready        ZSET  sort key: 100 - priority (3 digits), then sort (16)
+    {ns}:deferred     ZSET  sort key: sort = due time (run_after) ms
+    {ns}:running      ZSET  sort key: sort = lease deadline ms
+    {ns}:successful   ZSET  sort key: sort = finished_at ms
+    {ns}:failed       ZSET  sort key: sort = finished_at ms
+    {ns}:cancelled    ZSET  sort key: sort = finished_at ms
+
+Time indexes over all queues, for maintenance. Scores are milliseconds
+(exact: far below 2^53); ties fall to the member, the id, which is exactly
+the protocol's order::
+
+    {ns}:due          ZSET  DEFERRED id -> due time ms        (promote_due)
+    {ns}:leases       ZSET  RUNNING id -> lease deadline ms   (claim_expired)
+    {ns}:finished     ZSET  terminal id -> finished time ms   (result expiry)
+
+Bookkeeping and wake-ups::
+
+    {ns}:counters     HASH  seq -> last entered-READY sequence, token -> last fencing token
+    {ns}:queues       HASH  queue -> number of tasks stored (queues listed by counts())
+    {ns}:notify:<q>   LIST  wake-up tokens for workers idle on queue q, capped
+
+Nothing has a TTL: eviction could not tell a lease from a cache entry.
+Expired results are deleted by the scripts, oldest first, in bounded batches.
+"""
+
+from __future__ import annotations
+
+from threadmill_core.errors import InvalidOption
+
+#: The keys that make up a namespace's task store, in the order scripts that
+#: take the whole store declare them (KEYS[1] to KEYS[16]).
+STORE = (
+    "payload",
+    "state",
+    "errors",
+    "workers",
+    "result",
+    "ready",
+    "deferred",
+    "running",
+    "successful",
+    "failed",
+    "cancelled",
+    "due",
+    "leases",
+    "finished",
+    "counters",
+    "queues",
+)
+
+
+def check_namespace(namespace: object) -> str:
+    """Return `namespace` if it can be a hash tag, else raise `InvalidOption`."""
+    if not isinstance(namespace, str) or not namespace or "{" in namespace or "}" in namespace:
+        raise InvalidOption(
+            f"namespace must be a non-empty str without braces (it becomes the hash tag "
+            f"{{namespace}}), got {namespace!r}"
+        )
+    return namespace
+
+
+class Keys:
+    """The keys of one namespace."""
+
+    def __init__(self, namespace: str) -> None:
+        self.namespace = check_namespace(namespace)
+        self.prefix = f"{{{namespace}}}:"
+        self._store = {name: self.prefix + name for name in STORE}
+
+    def store(self, name: str) -> str:
+        """The namespace-wide key called `name` in the schema (one of `STORE`)."""
+        return self._store[name]
+
+    def notify(self, queue: str) -> str:
+        """The list idle workers of `queue` block on."""
+        return f"{self.prefix}notify:{queue}"
+
+    def pattern(self) -> str:
+        """A SCAN pattern matching every key of the namespace (tests and cleanup only)."""
+        escaped = "".join(f"\\{c}" if c in "*?[]\\" else c for c in self.prefix)
+        return escaped + "*"

@@ -1,0 +1,67 @@
+-- Move a READY or DEFERRED task to CANCELLED (finished now), clearing its
+-- token so no repeat of an earlier lease's retry is answered any more.
+--
+--   KEYS[1]  payload     HASH id -> the record as enqueued (codec bytes, opaque here)
+--   KEYS[2]  state       HASH id -> packed task state (see lib/load_task)
+--   KEYS[3]  errors      HASH id -> encoded errors
+--   KEYS[4]  workers     HASH id -> encoded worker ids
+--   KEYS[5]  result      HASH id -> encoded return value
+--   KEYS[6]  ready       ZSET view of READY (see lib/segment_member)
+--   KEYS[7]  deferred    ZSET view of DEFERRED
+--   KEYS[8]  running     ZSET view of RUNNING
+--   KEYS[9]  successful  ZSET view of SUCCESSFUL
+--   KEYS[10] failed      ZSET view of FAILED
+--   KEYS[11] cancelled   ZSET view of CANCELLED
+--   KEYS[12] due         ZSET DEFERRED ids by run_after ms
+--   KEYS[13] leases      ZSET RUNNING ids by lease deadline ms
+--   KEYS[14] finished    ZSET terminal ids by finished_at ms
+--   KEYS[15] counters    HASH seq and token counters
+--   KEYS[16] queues      HASH queue -> number of tasks stored
+--   ARGV[1]  id  the task
+--
+-- Reply: an OK row with payload (lib/task_row); REFUSED (only code and id)
+-- for any other status; NOT_FOUND (only code and id) for an unknown task.
+
+--@include "lib/code"
+--@include "lib/index_task"
+--@include "lib/load_task"
+--@include "lib/now_ms"
+--@include "lib/save_task"
+--@include "lib/task_row"
+--@include "lib/unindex_task"
+
+local K = {
+  payload = KEYS[1],
+  state = KEYS[2],
+  errors = KEYS[3],
+  workers = KEYS[4],
+  result = KEYS[5],
+  ready = KEYS[6],
+  deferred = KEYS[7],
+  running = KEYS[8],
+  successful = KEYS[9],
+  failed = KEYS[10],
+  cancelled = KEYS[11],
+  due = KEYS[12],
+  leases = KEYS[13],
+  finished = KEYS[14],
+  counters = KEYS[15],
+  queues = KEYS[16],
+}
+local id = ARGV[1]
+
+local t = load_task(K, id)
+if t == nil then
+  return { code('NOT_FOUND'), id }
+end
+if t.status ~= 'READY' and t.status ~= 'DEFERRED' then
+  return { code('REFUSED'), id }
+end
+unindex_task(K, t)
+t.status = 'CANCELLED'
+t.finished_at = now_ms()
+t.sort = t.finished_at
+t.token = nil
+save_task(K, t)
+index_task(K, t)
+return task_row(K, t, code('OK'), true)

@@ -1,0 +1,87 @@
+-- Promote the due DEFERRED tasks of the given queues, then move up to `limit`
+-- READY tasks to RUNNING, queues in the order given, each in READY order.
+--
+--   KEYS[1]  payload     HASH id -> the record as enqueued (codec bytes, opaque here)
+--   KEYS[2]  state       HASH id -> packed task state (see lib/load_task)
+--   KEYS[3]  errors      HASH id -> encoded errors
+--   KEYS[4]  workers     HASH id -> encoded worker ids
+--   KEYS[5]  result      HASH id -> encoded return value
+--   KEYS[6]  ready       ZSET view of READY (see lib/segment_member)
+--   KEYS[7]  deferred    ZSET view of DEFERRED
+--   KEYS[8]  running     ZSET view of RUNNING
+--   KEYS[9]  successful  ZSET view of SUCCESSFUL
+--   KEYS[10] failed      ZSET view of FAILED
+--   KEYS[11] cancelled   ZSET view of CANCELLED
+--   KEYS[12] due         ZSET DEFERRED ids by run_after ms
+--   KEYS[13] leases      ZSET RUNNING ids by lease deadline ms
+--   KEYS[14] finished    ZSET terminal ids by finished_at ms
+--   KEYS[15] counters    HASH seq and token counters
+--   KEYS[16] queues      HASH queue -> number of tasks stored
+--   ARGV[1]  worker_entry  the worker's id, encoded for the workers hash
+--   ARGV[2]  lease_ms      lease length in milliseconds
+--   ARGV[3]  limit         most tasks to claim
+--   ARGV[4..] queues       queue names, best first
+--
+-- Reply: one OK row per claimed task, best first, payload included
+-- (lib/task_row); empty when nothing is ready.
+
+--@include "lib/claim_task"
+--@include "lib/code"
+--@include "lib/load_task"
+--@include "lib/member_id"
+--@include "lib/now_ms"
+--@include "lib/promote_task"
+--@include "lib/queue_prefix"
+--@include "lib/sort_bound"
+--@include "lib/task_row"
+
+local K = {
+  payload = KEYS[1],
+  state = KEYS[2],
+  errors = KEYS[3],
+  workers = KEYS[4],
+  result = KEYS[5],
+  ready = KEYS[6],
+  deferred = KEYS[7],
+  running = KEYS[8],
+  successful = KEYS[9],
+  failed = KEYS[10],
+  cancelled = KEYS[11],
+  due = KEYS[12],
+  leases = KEYS[13],
+  finished = KEYS[14],
+  counters = KEYS[15],
+  queues = KEYS[16],
+}
+local worker_entry = ARGV[1]
+local lease_ms = tonumber(ARGV[2])
+local limit = tonumber(ARGV[3])
+
+local now = now_ms()
+-- Every due task, as the protocol says (not a batch): the maintenance loop's
+-- promote_due keeps this backlog short.
+for i = 4, #ARGV do
+  local queue = ARGV[i]
+  -- Due means run_after <= now, so the exclusive bound is now + 1.
+  local due = redis.call('ZRANGEBYLEX', K.deferred,
+    '[' .. queue_prefix(queue), '(' .. sort_bound(queue, now + 1))
+  for _, member in ipairs(due) do
+    promote_task(K, load_task(K, member_id(member)))
+  end
+end
+
+local rows = {}
+for i = 4, #ARGV do
+  if #rows >= limit then
+    break
+  end
+  local prefix = queue_prefix(ARGV[i])
+  local members = redis.call('ZRANGEBYLEX', K.ready, '[' .. prefix, '(' .. prefix .. ':',
+    'LIMIT', 0, limit - #rows)
+  for _, member in ipairs(members) do
+    local t = load_task(K, member_id(member))
+    claim_task(K, t, now, lease_ms, worker_entry)
+    rows[#rows + 1] = task_row(K, t, code('OK'), true)
+  end
+end
+return rows

@@ -1,0 +1,71 @@
+-- Finalize a RUNNING task as SUCCESSFUL or FAILED under its lease's token,
+-- then delete a bounded batch of expired results.
+--
+--   KEYS[1]  payload     HASH id -> the record as enqueued (codec bytes, opaque here)
+--   KEYS[2]  state       HASH id -> packed task state (see lib/load_task)
+--   KEYS[3]  errors      HASH id -> encoded errors
+--   KEYS[4]  workers     HASH id -> encoded worker ids
+--   KEYS[5]  result      HASH id -> encoded return value
+--   KEYS[6]  ready       ZSET view of READY (see lib/segment_member)
+--   KEYS[7]  deferred    ZSET view of DEFERRED
+--   KEYS[8]  running     ZSET view of RUNNING
+--   KEYS[9]  successful  ZSET view of SUCCESSFUL
+--   KEYS[10] failed      ZSET view of FAILED
+--   KEYS[11] cancelled   ZSET view of CANCELLED
+--   KEYS[12] due         ZSET DEFERRED ids by run_after ms
+--   KEYS[13] leases      ZSET RUNNING ids by lease deadline ms
+--   KEYS[14] finished    ZSET terminal ids by finished_at ms
+--   KEYS[15] counters    HASH seq and token counters
+--   KEYS[16] queues      HASH queue -> number of tasks stored
+--   ARGV[1]  id            the task
+--   ARGV[2]  token         the lease's token
+--   ARGV[3]  status        SUCCESSFUL or FAILED
+--   ARGV[4]  errors        encoded errors (replace the stored ones)
+--   ARGV[5]  result        encoded return value, '' for none
+--   ARGV[6]  result_ttl_ms result retention in milliseconds
+--   ARGV[7]  prune_batch   most expired results to delete
+--
+-- Reply: a row without payload (lib/task_row): OK; REPEAT when this token
+-- already finalized the task (nothing changed); REFUSED (only code and id).
+
+--@include "lib/code"
+--@include "lib/complete_task"
+--@include "lib/load_task"
+--@include "lib/now_ms"
+--@include "lib/prune_expired"
+--@include "lib/task_row"
+
+local K = {
+  payload = KEYS[1],
+  state = KEYS[2],
+  errors = KEYS[3],
+  workers = KEYS[4],
+  result = KEYS[5],
+  ready = KEYS[6],
+  deferred = KEYS[7],
+  running = KEYS[8],
+  successful = KEYS[9],
+  failed = KEYS[10],
+  cancelled = KEYS[11],
+  due = KEYS[12],
+  leases = KEYS[13],
+  finished = KEYS[14],
+  counters = KEYS[15],
+  queues = KEYS[16],
+}
+local id = ARGV[1]
+local token = ARGV[2]
+local status = ARGV[3]
+local errors = ARGV[4]
+local result = ARGV[5]
+local result_ttl_ms = tonumber(ARGV[6])
+local prune_batch = tonumber(ARGV[7])
+
+local now = now_ms()
+local t = load_task(K, id)
+local status_code = complete_task(K, t, token, status, errors, result, now)
+prune_expired(K, now, result_ttl_ms, prune_batch)
+if status_code == code('REFUSED') then
+  return { status_code, id }
+end
+return task_row(K, t, status_code, false)

@@ -1,0 +1,34 @@
+-- Read one task's stored record, unless it is an expired result.
+--
+--   KEYS[1]  payload     HASH id -> the record as enqueued (codec bytes, opaque here)
+--   KEYS[2]  state       HASH id -> packed task state (see lib/load_task)
+--   KEYS[3]  errors      HASH id -> encoded errors
+--   KEYS[4]  workers     HASH id -> encoded worker ids
+--   KEYS[5]  result      HASH id -> encoded return value
+--   ARGV[1]  id             the task
+--   ARGV[2]  result_ttl_ms  result retention in milliseconds
+--
+-- Reply: an OK row with payload (lib/task_row), or nil when the task is
+-- unknown or its result expired.
+
+--@include "lib/code"
+--@include "lib/is_expired"
+--@include "lib/load_task"
+--@include "lib/now_ms"
+--@include "lib/task_row"
+
+local K = {
+  payload = KEYS[1],
+  state = KEYS[2],
+  errors = KEYS[3],
+  workers = KEYS[4],
+  result = KEYS[5],
+}
+local id = ARGV[1]
+local result_ttl_ms = tonumber(ARGV[2])
+
+local t = load_task(K, id)
+if t == nil or is_expired(t, now_ms(), result_ttl_ms) then
+  return false
+end
+return task_row(K, t, code('OK'), true)

@@ -1,0 +1,66 @@
+-- TEST SUPPORT ONLY, never run by RedisBackend: make the namespace behave as
+-- if the server clock moved forward by delta_ms, by moving every scheduling
+-- key (due times, lease deadlines, finished times: t.sort, see lib/load_task)
+-- back by delta_ms and re-indexing each task with the same functions the
+-- operations use. Relative orders are kept; the timestamps a record shows are
+-- not touched, just as a moving clock would not change them. Used by
+-- threadmill_redis.testing.make_harness; O(tasks).
+--
+--   KEYS[1]  payload     HASH id -> the record as enqueued (codec bytes, opaque here)
+--   KEYS[2]  state       HASH id -> packed task state (see lib/load_task)
+--   KEYS[3]  errors      HASH id -> encoded errors
+--   KEYS[4]  workers     HASH id -> encoded worker ids
+--   KEYS[5]  result      HASH id -> encoded return value
+--   KEYS[6]  ready       ZSET view of READY (see lib/segment_member)
+--   KEYS[7]  deferred    ZSET view of DEFERRED
+--   KEYS[8]  running     ZSET view of RUNNING
+--   KEYS[9]  successful  ZSET view of SUCCESSFUL
+--   KEYS[10] failed      ZSET view of FAILED
+--   KEYS[11] cancelled   ZSET view of CANCELLED
+--   KEYS[12] due         ZSET DEFERRED ids by run_after ms
+--   KEYS[13] leases      ZSET RUNNING ids by lease deadline ms
+--   KEYS[14] finished    ZSET terminal ids by finished_at ms
+--   KEYS[15] counters    HASH seq and token counters
+--   KEYS[16] queues      HASH queue -> number of tasks stored
+--   ARGV[1]  delta_ms  how far the clock moves, in milliseconds
+--
+-- Reply: the number of tasks shifted (those not READY).
+
+--@include "lib/index_task"
+--@include "lib/load_task"
+--@include "lib/save_task"
+--@include "lib/unindex_task"
+
+local K = {
+  payload = KEYS[1],
+  state = KEYS[2],
+  errors = KEYS[3],
+  workers = KEYS[4],
+  result = KEYS[5],
+  ready = KEYS[6],
+  deferred = KEYS[7],
+  running = KEYS[8],
+  successful = KEYS[9],
+  failed = KEYS[10],
+  cancelled = KEYS[11],
+  due = KEYS[12],
+  leases = KEYS[13],
+  finished = KEYS[14],
+  counters = KEYS[15],
+  queues = KEYS[16],
+}
+local delta_ms = tonumber(ARGV[1])
+
+local shifted = 0
+for _, id in ipairs(redis.call('HKEYS', K.state)) do
+  local t = load_task(K, id)
+  -- READY's sort key is a sequence number, not a time.
+  if t.status ~= 'READY' then
+    unindex_task(K, t)
+    t.sort = t.sort - delta_ms
+    save_task(K, t)
+    index_task(K, t)
+    shifted = shifted + 1
+  end
+end
+return shifted

@@ -1,0 +1,6 @@
+-- The prefix every segment member of `queue` starts with: its byte length in
+-- 8 hex digits, then the name. Fixed-width lengths make the prefixes of two
+-- queues never prefixes of each other, so one lex range holds exactly one queue.
+local function queue_prefix(queue)
+  return string.format('%08x', #queue) .. queue
+end

@@ -1,0 +1,16 @@
+-- Write task `t` back to K.state in the layout load_task reads.
+local function save_task(K, t)
+  local function field(n)
+    if n == nil then
+      return ''
+    end
+    -- '%d', never tostring: tostring prints large numbers in exponent form.
+    return string.format('%d', n)
+  end
+  redis.call('HSET', K.state, t.id, table.concat({
+    t.status, field(t.priority), field(t.attempts), field(t.sort),
+    field(t.enqueued_at), field(t.run_after), field(t.started_at),
+    field(t.last_attempted_at), field(t.finished_at), field(t.deadline),
+    t.token or '', t.queue,
+  }, '|'))
+end

@@ -1,0 +1,16 @@
+--@include "lib/queue_prefix"
+
+-- The member of task `t` in its segment view: queue prefix, 19 digits of sort
+-- key, id. All members share score 0, so lex order is segment order: READY by
+-- (100 - priority, entered-READY sequence), the others by t.sort (due time,
+-- lease deadline or finished time), each then by id. Digits, not doubles, so
+-- the key stays exact at any size.
+local function segment_member(t)
+  local key
+  if t.status == 'READY' then
+    key = string.format('%03d%016d', 100 - t.priority, t.sort)
+  else
+    key = string.format('%019d', t.sort)
+  end
+  return queue_prefix(t.queue) .. key .. t.id
+end

@@ -1,0 +1,67 @@
+-- Move up to `limit` due DEFERRED tasks of any queue to READY, in DEFERRED
+-- order (run_after, then id), then delete a bounded batch of expired results:
+-- the maintenance loop's periodic pass.
+--
+--   KEYS[1]  payload     HASH id -> the record as enqueued (codec bytes, opaque here)
+--   KEYS[2]  state       HASH id -> packed task state (see lib/load_task)
+--   KEYS[3]  errors      HASH id -> encoded errors
+--   KEYS[4]  workers     HASH id -> encoded worker ids
+--   KEYS[5]  result      HASH id -> encoded return value
+--   KEYS[6]  ready       ZSET view of READY (see lib/segment_member)
+--   KEYS[7]  deferred    ZSET view of DEFERRED
+--   KEYS[8]  running     ZSET view of RUNNING
+--   KEYS[9]  successful  ZSET view of SUCCESSFUL
+--   KEYS[10] failed      ZSET view of FAILED
+--   KEYS[11] cancelled   ZSET view of CANCELLED
+--   KEYS[12] due         ZSET DEFERRED ids by run_after ms
+--   KEYS[13] leases      ZSET RUNNING ids by lease deadline ms
+--   KEYS[14] finished    ZSET terminal ids by finished_at ms
+--   KEYS[15] counters    HASH seq and token counters
+--   KEYS[16] queues      HASH queue -> number of tasks stored
+--   ARGV[1]  limit          most tasks to promote
+--   ARGV[2]  result_ttl_ms  result retention in milliseconds
+--   ARGV[3]  prune_batch    most expired results to delete
+--
+-- Reply: {promoted count, queue names that received tasks...}; the caller
+-- wakes those queues' workers (their notify keys are known only now).
+
+--@include "lib/load_task"
+--@include "lib/now_ms"
+--@include "lib/promote_task"
+--@include "lib/prune_expired"
+
+local K = {
+  payload = KEYS[1],
+  state = KEYS[2],
+  errors = KEYS[3],
+  workers = KEYS[4],
+  result = KEYS[5],
+  ready = KEYS[6],
+  deferred = KEYS[7],
+  running = KEYS[8],
+  successful = KEYS[9],
+  failed = KEYS[10],
+  cancelled = KEYS[11],
+  due = KEYS[12],
+  leases = KEYS[13],
+  finished = KEYS[14],
+  counters = KEYS[15],
+  queues = KEYS[16],
+}
+local limit = tonumber(ARGV[1])
+local result_ttl_ms = tonumber(ARGV[2])
+local prune_batch = tonumber(ARGV[3])
+
+local now = now_ms()
+local reply, seen = { 0 }, {}
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', K.due, '-inf', now, 'LIMIT', 0, limit)) do
+  local t = load_task(K, id)
+  promote_task(K, t)
+  reply[1] = reply[1] + 1
+  if not seen[t.queue] then
+    seen[t.queue] = true
+    reply[#reply + 1] = t.queue
+  end
+end
+prune_expired(K, now, result_ttl_ms, prune_batch)
+return reply

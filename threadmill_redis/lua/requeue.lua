@@ -1,0 +1,73 @@
+-- Move a FAILED or CANCELLED task (not yet expired) to the tail of READY,
+-- keeping id, errors and attempts; finished_at, the return value and the
+-- token are cleared, which ends the window for repeats of the old lease.
+--
+--   KEYS[1]  payload     HASH id -> the record as enqueued (codec bytes, opaque here)
+--   KEYS[2]  state       HASH id -> packed task state (see lib/load_task)
+--   KEYS[3]  errors      HASH id -> encoded errors
+--   KEYS[4]  workers     HASH id -> encoded worker ids
+--   KEYS[5]  result      HASH id -> encoded return value
+--   KEYS[6]  ready       ZSET view of READY (see lib/segment_member)
+--   KEYS[7]  deferred    ZSET view of DEFERRED
+--   KEYS[8]  running     ZSET view of RUNNING
+--   KEYS[9]  successful  ZSET view of SUCCESSFUL
+--   KEYS[10] failed      ZSET view of FAILED
+--   KEYS[11] cancelled   ZSET view of CANCELLED
+--   KEYS[12] due         ZSET DEFERRED ids by run_after ms
+--   KEYS[13] leases      ZSET RUNNING ids by lease deadline ms
+--   KEYS[14] finished    ZSET terminal ids by finished_at ms
+--   KEYS[15] counters    HASH seq and token counters
+--   KEYS[16] queues      HASH queue -> number of tasks stored
+--   ARGV[1]  id             the task
+--   ARGV[2]  result_ttl_ms  result retention in milliseconds
+--
+-- Reply: an OK row with payload (lib/task_row); REFUSED (only code and id)
+-- for any other status; NOT_FOUND (only code and id) for an unknown or
+-- expired task. The caller wakes the queue's workers (its queue is learnt here).
+
+--@include "lib/code"
+--@include "lib/enter_ready"
+--@include "lib/index_task"
+--@include "lib/is_expired"
+--@include "lib/load_task"
+--@include "lib/now_ms"
+--@include "lib/save_task"
+--@include "lib/task_row"
+--@include "lib/unindex_task"
+
+local K = {
+  payload = KEYS[1],
+  state = KEYS[2],
+  errors = KEYS[3],
+  workers = KEYS[4],
+  result = KEYS[5],
+  ready = KEYS[6],
+  deferred = KEYS[7],
+  running = KEYS[8],
+  successful = KEYS[9],
+  failed = KEYS[10],
+  cancelled = KEYS[11],
+  due = KEYS[12],
+  leases = KEYS[13],
+  finished = KEYS[14],
+  counters = KEYS[15],
+  queues = KEYS[16],
+}
+local id = ARGV[1]
+local result_ttl_ms = tonumber(ARGV[2])
+
+local t = load_task(K, id)
+if t == nil or is_expired(t, now_ms(), result_ttl_ms) then
+  return { code('NOT_FOUND'), id }
+end
+if t.status ~= 'FAILED' and t.status ~= 'CANCELLED' then
+  return { code('REFUSED'), id }
+end
+unindex_task(K, t)
+enter_ready(K, t)
+t.finished_at = nil
+t.token = nil
+redis.call('HDEL', K.result, id)
+save_task(K, t)
+index_task(K, t)
+return task_row(K, t, code('OK'), true)

@@ -1,0 +1,136 @@
+"""The Redis backend's options, from keyword arguments or a URL's query string.
+
+``redis://host:6379/0?namespace=jobs&result_ttl=86400`` and
+``RedisBackend(client, namespace="jobs", result_ttl=timedelta(days=1))``
+say the same thing. Durations in a URL are seconds. Query parameters that
+are not ours must be ones redis-py understands (``socket_timeout``, ...);
+anything else is an `InvalidOption` naming it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from datetime import timedelta
+from typing import Any
+from urllib.parse import parse_qsl, urlencode
+
+import attrs
+from redis.connection import URL_QUERY_ARGUMENT_PARSERS
+
+from threadmill_core.errors import InvalidOption
+from threadmill_core.models import validate_timedelta
+from threadmill_redis.keys import check_namespace
+
+#: Query parameters passed on to redis-py: those it parses, and the TLS and
+#: client-name options it takes as plain strings.
+DRIVER_QUERY_OPTIONS = frozenset(URL_QUERY_ARGUMENT_PARSERS) | {
+    "client_name",
+    "ssl_ca_certs",
+    "ssl_ca_path",
+    "ssl_certfile",
+    "ssl_keyfile",
+    "ssl_cert_reqs",
+}
+
+
+def _positive_int(name: str, value: object) -> int:
+    """An int of at least 1, from an int or (in a URL) its digits."""
+    if isinstance(value, str):
+        try:
+            value = int(value)
+        except ValueError:
+            raise InvalidOption(f"{name} must be a whole number, got {value!r}") from None
+    if type(value) is not int or value < 1:
+        raise InvalidOption(f"{name} must be an int of at least 1, got {value!r}")
+    return value
+
+
+def _duration(name: str, value: object) -> timedelta:
+    """A positive duration, from a timedelta or seconds (in a URL, as text)."""
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            raise InvalidOption(f"{name} must be a number of seconds, got {value!r}") from None
+    delta = validate_timedelta(name, value)
+    if delta < timedelta(milliseconds=1):
+        raise InvalidOption(f"{name} must be at least a millisecond, got {value!r}")
+    return delta
+
+
+@attrs.frozen(kw_only=True)
+class RedisOptions:
+    """Everything a `RedisBackend` can be told; build it with `from_mapping`, which validates."""
+
+    #: The hash tag of every key; backends on one namespace share its tasks.
+    namespace: str = "threadmill"
+    #: Defaults for callers that do not choose (the storage interface always passes one).
+    lease_ttl: timedelta = timedelta(seconds=30)
+    claim_ttl: timedelta = timedelta(seconds=60)
+    #: How long SUCCESSFUL, FAILED and CANCELLED tasks stay after `finished_at`.
+    result_ttl: timedelta = timedelta(days=7)
+    #: Most expired results one script deletes (complete, decide_many, promote_due).
+    prune_batch: int = 100
+    #: Most tasks one purge script deletes; `purge` repeats until done.
+    purge_batch: int = 1000
+    #: Most records one enqueue script stores; larger batches are pipelined.
+    enqueue_batch: int = 500
+    #: Most wake-up tokens a queue's notify list keeps.
+    notify_cap: int = 64
+
+    @classmethod
+    def from_mapping(cls, options: Mapping[str, object]) -> RedisOptions:
+        """Validate keywords or query values; unknown or malformed ones are `InvalidOption`."""
+        unknown = sorted(set(options) - set(_PARSERS))
+        if unknown:
+            raise InvalidOption(
+                f"unknown Redis backend option(s) {', '.join(unknown)}; "
+                f"known: {', '.join(sorted(_PARSERS))}"
+            )
+        parsed: dict[str, Any] = {
+            name: _PARSERS[name](name, value) for name, value in options.items()
+        }
+        return cls(**parsed)
+
+
+_PARSERS: dict[str, Callable[[str, object], object]] = {
+    "namespace": lambda _name, value: check_namespace(value),
+    "lease_ttl": _duration,
+    "claim_ttl": _duration,
+    "result_ttl": _duration,
+    "prune_batch": _positive_int,
+    "purge_batch": _positive_int,
+    "enqueue_batch": _positive_int,
+    "notify_cap": _positive_int,
+}
+
+
+def split_query(query: str, keywords: Mapping[str, Any]) -> tuple[dict[str, object], str]:
+    """Split a URL query into our options (merged with `keywords`) and redis-py's.
+
+    Returns the merged options and the query string to hand to redis-py.
+    An option given twice (in the query and as a keyword, or twice in the
+    query) is an `InvalidOption`, as is a query parameter nobody knows.
+    """
+    ours: dict[str, object] = dict(keywords)
+    driver: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    known = set(_PARSERS)
+    try:
+        pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query))
+    except ValueError as exc:
+        raise InvalidOption(f"malformed URL query {query!r}: {exc}") from None
+    for name, value in pairs:
+        if name in seen or name in keywords:
+            raise InvalidOption(f"option {name!r} is given twice")
+        seen.add(name)
+        if name in known:
+            ours[name] = value
+        elif name in DRIVER_QUERY_OPTIONS:
+            driver.append((name, value))
+        else:
+            raise InvalidOption(
+                f"unknown option {name!r} in the URL query; threadmill's: "
+                f"{', '.join(sorted(known))}; or a redis-py connection option"
+            )
+    return ours, urlencode(driver)

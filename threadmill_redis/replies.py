@@ -1,0 +1,185 @@
+"""What the scripts answer, and how answers become core results (in this one place).
+
+A task row, as ``lib/task_row.lua`` builds it, is ``[code, id, state,
+payload, errors, workers, result]``: the status code, then the stored bytes
+(nil where absent; the payload only where the caller lacks it). Python
+reassembles a `TaskResult` from the payload (the record as enqueued) and the
+fields the scripts keep beside it.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import attrs
+
+from threadmill_core import codec
+from threadmill_core.clock import from_ms
+from threadmill_core.errors import PayloadError
+from threadmill_core.models import Lease, TaskResult, TaskResultStatus
+
+
+class Status(enum.IntEnum):
+    """Status codes of the scripts (``lib/code.lua`` holds the same table)."""
+
+    #: Applied now.
+    OK = 0
+    #: Already applied by an earlier call with the same token, whose reply was
+    #: lost; nothing changed, and the stored record answers as the first time.
+    REPEAT = 1
+    #: Not applied: the token is not current, or the task is in another state.
+    REFUSED = 2
+    #: No such task (never stored, deleted, or an expired result).
+    NOT_FOUND = 3
+    #: `enqueue` found the id already stored; the stored record answers.
+    EXISTS = 4
+
+
+#: Whether a status answers the call with the stored record; otherwise the
+#: core result is None (a refusal, which is a return value, not an exception).
+ANSWERED = {
+    Status.OK: True,
+    Status.REPEAT: True,
+    Status.EXISTS: True,
+    Status.REFUSED: False,
+    Status.NOT_FOUND: False,
+}
+
+
+@attrs.frozen(kw_only=True)
+class State:
+    """The task fields the scripts change, parsed from the ``state`` hash (see keys.py)."""
+
+    status: TaskResultStatus
+    priority: int
+    attempts: int
+    enqueued_at: datetime | None
+    run_after: datetime | None
+    started_at: datetime | None
+    last_attempted_at: datetime | None
+    finished_at: datetime | None
+    deadline: datetime | None
+    token: str | None
+    queue: str
+
+
+def _time(field: bytes) -> datetime | None:
+    return from_ms(int(field)) if field else None
+
+
+def parse_state(raw: bytes) -> State:
+    try:
+        f = raw.split(b"|", 11)
+        return State(
+            status=TaskResultStatus(f[0].decode()),
+            priority=int(f[1]),
+            attempts=int(f[2]),
+            # f[3] is the scheduling key, which records do not show (see keys.py).
+            enqueued_at=_time(f[4]),
+            run_after=_time(f[5]),
+            started_at=_time(f[6]),
+            last_attempted_at=_time(f[7]),
+            finished_at=_time(f[8]),
+            deadline=_time(f[9]),
+            token=f[10].decode() or None,
+            queue=f[11].decode(),
+        )
+    except (ValueError, IndexError) as exc:
+        raise PayloadError(f"stored task state is not valid: {raw!r}") from exc
+
+
+def encode_worker(worker: str) -> bytes:
+    """One entry of the workers hash; Lua appends it without looking inside."""
+    data = worker.encode()
+    return b"%d:%s" % (len(data), data)
+
+
+def decode_workers(raw: bytes | None) -> tuple[str, ...]:
+    workers, at = [], 0
+    data = raw or b""
+    try:
+        while at < len(data):
+            colon = data.index(b":", at)
+            end = colon + 1 + int(data[at:colon])
+            workers.append(data[colon + 1 : end].decode())
+            at = end
+    except ValueError as exc:
+        raise PayloadError(f"stored worker ids are not valid: {data!r}") from exc
+    return tuple(workers)
+
+
+@attrs.frozen
+class Row:
+    """One task row of a script reply."""
+
+    status: Status
+    id: str
+    state: bytes | None = None
+    payload: bytes | None = None
+    errors: bytes | None = None
+    workers: bytes | None = None
+    result: bytes | None = None
+
+    @classmethod
+    def parse(cls, reply: Sequence[Any]) -> Row:
+        status, task_id, *rest = reply
+        return cls(Status(status), task_id.decode(), *rest)
+
+    def record(self, base: TaskResult | None = None) -> TaskResult:
+        """The stored record; `base` stands in for the payload when the caller has it.
+
+        Raises `PayloadError` naming the task when stored bytes do not decode,
+        or decode to another task's record (poison).
+        """
+        try:
+            if self.state is None:
+                raise PayloadError("no stored state")
+            state = parse_state(self.state)
+            if base is None:
+                if self.payload is None:
+                    raise PayloadError("no stored payload")
+                base = codec.decode_record(self.payload)
+                if base.id != self.id:
+                    raise PayloadError(f"the stored bytes hold task {base.id!r}")
+            return attrs.evolve(
+                base,
+                status=state.status,
+                enqueued_at=state.enqueued_at,
+                run_after=state.run_after,
+                started_at=state.started_at,
+                last_attempted_at=state.last_attempted_at,
+                finished_at=state.finished_at,
+                attempts=state.attempts,
+                errors=codec.decode_errors(self.errors) if self.errors else (),
+                worker_ids=decode_workers(self.workers),
+                return_value=None if self.result is None else codec.decode_value(self.result),
+            )
+        except PayloadError as exc:
+            raise PayloadError(f"task {self.id!r}: {exc}") from exc
+
+    def lease(self) -> Lease:
+        """The lease a claim row grants (raises `PayloadError` for poison)."""
+        record = self.record()
+        state = parse_state(self.state or b"")
+        if state.token is None or state.deadline is None:  # never: claim rows are RUNNING
+            raise PayloadError(f"task {self.id!r}: claimed without a token or deadline")
+        return Lease(token=state.token, deadline=state.deadline, record=record)
+
+
+def answer(reply: Sequence[Any], base: TaskResult | None = None) -> TaskResult | None:
+    """The core result of a decision, requeue or cancel row: the record, or None if refused."""
+    row = Row.parse(reply)
+    if not ANSWERED[row.status]:
+        return None
+    return row.record(base)
+
+
+def extended(reply: Sequence[Any], lease: Lease) -> Lease | None:
+    """The core result of an extend reply ``[code, deadline ms]``."""
+    status, deadline = Status(reply[0]), reply[1]
+    if not ANSWERED[status]:
+        return None
+    return attrs.evolve(lease, deadline=from_ms(int(deadline)))

@@ -1,0 +1,137 @@
+"""The Lua scripts: loaded from ``lua/``, includes resolved, run by SHA.
+
+A script pulls shared functions in with a line ``--@include "lib/NAME"``.
+Each library file is inlined where it is first included (library files
+include what they use, so definitions come before use) and skipped after
+that; a cycle is an error naming the chain. Scripts run with EVALSHA; on
+NOSCRIPT (a restarted or flushed server) the source is loaded and the call
+repeated, which is safe because NOSCRIPT means the script never ran.
+
+The header of each script names its keys as ``--   KEYS[i]  name``; callers
+pass keys by those names (see `Script.key_names`), so Python and Lua cannot
+disagree on the order.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import re
+from collections.abc import Callable, Sequence
+from importlib import resources
+from typing import Any
+
+import attrs
+import redis
+
+from threadmill_redis.errors import ScriptIncludeError
+
+INCLUDE = re.compile(r'^--@include\s+"([^"]+)"\s*$')
+HEADER_KEY = re.compile(r"^--\s+KEYS\[(\d+)\]\s+(\w+)")
+
+#: Arguments of one script call: its keys, then its ARGV.
+Call = tuple["Script", Sequence[str], Sequence[str | bytes | int]]
+
+
+def resolve(name: str, read: Callable[[str], str]) -> str:
+    """The source of script `name` with every include inlined once.
+
+    `read(name)` returns a file's text (``claim`` or ``lib/load_task``);
+    `FileNotFoundError` from it becomes a `ScriptIncludeError` naming who
+    included the missing file.
+    """
+    inlined: set[str] = set()
+
+    def expand(current: str, chain: tuple[str, ...]) -> str:
+        try:
+            text = read(current)
+        except FileNotFoundError:
+            raise ScriptIncludeError(chain, "missing script") from None
+        lines = []
+        for line in text.splitlines():
+            match = INCLUDE.match(line)
+            if match is None:
+                lines.append(line)
+                continue
+            target = match.group(1)
+            if target in chain:
+                raise ScriptIncludeError((*chain, target), "include cycle")
+            if target not in inlined:
+                inlined.add(target)
+                lines.append(expand(target, (*chain, target)))
+        return "\n".join(lines)
+
+    return expand(name, (name,)) + "\n"
+
+
+def read_packaged(name: str) -> str:
+    """A file of ``threadmill_redis/lua`` by name without ``.lua``."""
+    path = resources.files("threadmill_redis").joinpath("lua", *f"{name}.lua".split("/"))
+    return path.read_text(encoding="utf-8")
+
+
+@attrs.frozen
+class Script:
+    """One resolved script, its SHA1 and the names of its fixed keys in KEYS order."""
+
+    name: str
+    source: str
+    sha: str
+    key_names: tuple[str, ...]
+
+    @classmethod
+    def from_source(cls, name: str, source: str) -> Script:
+        declared = {
+            int(m.group(1)): m.group(2)
+            for m in map(HEADER_KEY.match, source.splitlines())
+            if m is not None
+        }
+        if sorted(declared) != list(range(1, len(declared) + 1)):
+            raise ValueError(f"{name}.lua: its header must name KEYS[1] to KEYS[n] in order")
+        sha = hashlib.sha1(source.encode(), usedforsecurity=False).hexdigest()
+        return cls(name, source, sha, tuple(declared[i] for i in sorted(declared)))
+
+
+@functools.cache
+def load(name: str) -> Script:
+    """The packaged script `name` (``claim``, ``lib`` files are only included)."""
+    return Script.from_source(name, resolve(name, read_packaged))
+
+
+def evalsha(client: redis.Redis, script: Script, keys: Sequence[str], args: Sequence[Any]) -> Any:
+    """Run `script` once, loading it first if the server does not know it."""
+    try:
+        return client.evalsha(script.sha, len(keys), *keys, *args)
+    except redis.exceptions.NoScriptError:
+        client.script_load(script.source)
+        return client.evalsha(script.sha, len(keys), *keys, *args)
+
+
+def evalsha_many(client: redis.Redis, calls: Sequence[Call]) -> list[Any]:
+    """Run several independent scripts in one round trip (one pipeline, no transaction).
+
+    Each call is atomic on its own. Calls the server answered NOSCRIPT never
+    ran; they are repeated after loading their scripts. Any other error raises.
+    """
+    results: list[Any] = [None] * len(calls)
+    pending = list(range(len(calls)))
+    for attempt in range(2):
+        pipe = client.pipeline(transaction=False)
+        for index in pending:
+            script, keys, args = calls[index]
+            pipe.evalsha(script.sha, len(keys), *keys, *args)
+        replies = pipe.execute(raise_on_error=False)
+        missing: list[int] = []
+        for index, reply in zip(pending, replies, strict=True):
+            if isinstance(reply, redis.exceptions.NoScriptError) and attempt == 0:
+                missing.append(index)
+            elif isinstance(reply, Exception):
+                raise reply
+            else:
+                results[index] = reply
+        if not missing:
+            break
+        for script in {calls[index][0] for index in missing}:
+            client.script_load(script.source)
+        pending = missing
+    return results

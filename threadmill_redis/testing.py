@@ -1,0 +1,54 @@
+"""Test support: a conformance-kit `Harness` over a Redis client, on a fresh namespace.
+
+`advance` makes the namespace behave as if the server clock (``TIME``) moved
+forward: ``lua/harness_advance.lua`` moves every scheduling key (due times,
+lease deadlines, finished times; see keys.py) back, leaving the timestamps
+records show as they were. The shipped operation scripts have no such
+switch; this is the only script that moves time, and only tests run it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+import redis
+
+from threadmill_core.clock import duration_ms
+from threadmill_core.testing import Harness
+from threadmill_redis import scripts
+from threadmill_redis.backend import RedisBackend
+
+
+def make_harness(client: redis.Redis, *, result_ttl: timedelta, **options: object) -> Harness:
+    """A harness on a new random namespace of `client` (redis.Redis or fakeredis.FakeRedis).
+
+    `close()` deletes every key of the namespace; the client stays open.
+    """
+    backend = RedisBackend(
+        client, namespace=f"threadmill-test-{uuid.uuid4().hex}", result_ttl=result_ttl, **options
+    )
+    return Harness(
+        backend=backend,
+        advance=lambda delta: advance(backend, delta),
+        exact_clock=False,
+        close=lambda: delete_namespace(backend),
+        result_ttl=result_ttl,
+    )
+
+
+def advance(backend: RedisBackend, delta: timedelta) -> None:
+    """Make `backend`'s namespace behave as if the server clock moved forward by `delta`."""
+    if delta < timedelta(0):
+        raise ValueError(f"time only moves forward; got {delta}")
+    script = scripts.load("harness_advance")
+    keys = [backend.keys.store(name) for name in script.key_names]
+    scripts.evalsha(backend.client, script, keys, [duration_ms(delta)])
+
+
+def delete_namespace(backend: RedisBackend) -> None:
+    """Delete every key of `backend`'s namespace, then close the backend."""
+    keys = list(backend.client.scan_iter(match=backend.keys.pattern(), count=1000))
+    if keys:
+        backend.client.delete(*keys)
+    backend.close()
