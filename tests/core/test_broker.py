@@ -40,9 +40,9 @@ def test_unknown_scheme_lists_installed_schemes() -> None:
 
 def test_known_but_missing_scheme_names_its_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     """A scheme threadmill knows but nothing installed serves says which extra adds it."""
-    monkeypatch.setitem(plugins.KNOWN_EXTRAS, "sqlite", "sqlite")  # type: ignore[index]
-    with pytest.raises(UnknownBackend, match=r"pip install 'threadmill\[sqlite\]'"):
-        connect("sqlite:///tmp/queue.db")
+    monkeypatch.setitem(plugins.KNOWN_EXTRAS, "fancydb", "fancydb")  # type: ignore[index]
+    with pytest.raises(UnknownBackend, match=r"pip install 'threadmill\[fancydb\]'"):
+        connect("fancydb://somewhere")
 
 
 def test_url_without_scheme_is_refused() -> None:
