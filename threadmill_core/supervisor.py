@@ -111,7 +111,9 @@ def _child_main(settings: WorkerSettings, index: int) -> None:
         worker.stop()
 
     signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    # Ctrl-C reaches the whole process group; the supervisor turns it into a
+    # SIGTERM for us, so taking SIGINT too would count one Ctrl-C twice.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     max_tasks = None
     if settings.max_tasks is not None:
         max_tasks = settings.max_tasks + random.randint(0, settings.max_tasks_jitter)

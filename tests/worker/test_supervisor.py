@@ -36,13 +36,22 @@ def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None
 
 
 def start_cli(broker_url: str, *options: str) -> subprocess.Popen[str]:
+    """`threadmill worker` as a user starts it, in a process group of its own (as a shell does)."""
     return subprocess.Popen(
         [sys.executable, "-m", "threadmill_core.cli", "worker", MODULE,
          "--broker", broker_url, *options],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        start_new_session=True,
     )  # fmt: skip
+
+
+def stop_gracefully(process: subprocess.Popen[str], how: str) -> None:
+    if how == "sigterm":
+        process.send_signal(signal.SIGTERM)
+    else:  # Ctrl-C in a terminal: SIGINT to the whole foreground process group
+        os.killpg(process.pid, signal.SIGINT)
 
 
 @pytest.mark.slow
@@ -111,17 +120,22 @@ def test_killed_worker_processes_lose_nothing(
         assert len(caught) <= settings.threads, f"kill of {pid} caused {len(caught)} reruns"
 
 
-def test_sigterm_finishes_running_tasks_and_loses_nothing(
-    broker: Broker, broker_url: str, read_events: Callable[[], list[str]], namespace: str
+@pytest.mark.parametrize("how", ["sigterm", "ctrl-c"])
+def test_graceful_stop_finishes_running_tasks_and_loses_nothing(
+    broker: Broker,
+    broker_url: str,
+    read_events: Callable[[], list[str]],
+    namespace: str,
+    how: str,
 ) -> None:
-    """SIGTERM mid-run: running tasks finish and are acknowledged, the rest stay READY, exit 0."""
+    """SIGTERM or Ctrl-C mid-run: running tasks finish and are acknowledged, the rest stay READY."""
     url = broker_url.split("?")[0]
     work = recording_tasks.sleepy.using(broker=broker)
     records = broker.enqueue_many(work, [((url, namespace, n, 300), {}) for n in range(40)])
     process = start_cli(broker_url, "--processes", "1", "--threads", "2", "--lease-ttl", "5")
     try:
         wait_until(lambda: len(read_events()) >= 6, 60, "the worker to start tasks")
-        process.send_signal(signal.SIGTERM)
+        stop_gracefully(process, how)
         output, _ = process.communicate(timeout=60)
     finally:
         if process.poll() is None:
@@ -159,8 +173,8 @@ def test_second_sigterm_exits_at_once_and_the_reaper_recovers(
 
     # The task was abandoned mid-run; a new supervisor's reaper recovers it.
     process = start_cli(
-        broker_url, "--processes", "1", "--threads", "1", "--lease-ttl", "1", "--burst",
-        "--poll-interval", "0.2",
+        broker_url, "--processes", "1", "--threads", "1", "--lease-ttl", "1",
+        "--poll-interval", "0.2", "--shutdown-timeout", "1",
     )  # fmt: skip
     try:
         wait_until(
@@ -168,8 +182,7 @@ def test_second_sigterm_exits_at_once_and_the_reaper_recovers(
         )
     finally:
         process.send_signal(signal.SIGTERM)
-        process.send_signal(signal.SIGTERM)
-        process.communicate(timeout=20)
+        process.communicate(timeout=30)
     final = broker.get_result(record.id)
     assert final.errors[0].exception_class_path.endswith("AcknowledgementTimeout")
 
