@@ -1,0 +1,65 @@
+-- The threadmill_sqlite schema, version 1. Applied by `Database` on every
+-- connect, inside one BEGIN IMMEDIATE ... COMMIT, so it is idempotent and two
+-- processes opening a new file at once cannot both half-create it.
+--
+-- A task is one row of threadmill_tasks. `payload` is the record as the
+-- codec (threadmill_core.codec) encoded it at enqueue, with every field the
+-- backend owns reset; it never changes and is never parsed by SQL. Every
+-- field that changes after enqueue is a column beside it, so a claim or a
+-- decision rewrites a few integers, never the user's arguments.
+--
+-- Times are integer milliseconds since the Unix epoch, read from SQLite's
+-- clock inside the transaction that writes them (see backend.py).
+
+CREATE TABLE IF NOT EXISTS threadmill_meta (
+    name  TEXT PRIMARY KEY,
+    value INTEGER NOT NULL
+) WITHOUT ROWID;
+
+-- schema_version: what this file describes; a different number is refused.
+-- ready_seq: the backend-wide "entered READY" sequence (its last value).
+INSERT OR IGNORE INTO threadmill_meta (name, value) VALUES ('schema_version', 1);
+INSERT OR IGNORE INTO threadmill_meta (name, value) VALUES ('ready_seq', 0);
+
+CREATE TABLE IF NOT EXISTS threadmill_tasks (
+    id                TEXT PRIMARY KEY,
+    queue             TEXT NOT NULL,
+    priority          INTEGER NOT NULL,
+    status            TEXT NOT NULL CHECK (status IN
+                          ('READY', 'DEFERRED', 'RUNNING', 'SUCCESSFUL', 'FAILED', 'CANCELLED')),
+    payload           BLOB NOT NULL,     -- codec bytes of the record as enqueued
+    ready_seq         INTEGER,           -- READY: place in the entered-READY sequence
+    run_after         INTEGER,           -- the record's run_after; DEFERRED: when it is due
+    deadline          INTEGER,           -- RUNNING: the current lease's deadline
+    token             TEXT,              -- the current lease's token, kept for repeats
+    enqueued_at       INTEGER NOT NULL,
+    started_at        INTEGER,
+    last_attempted_at INTEGER,
+    finished_at       INTEGER,           -- set exactly when the status is terminal
+    attempts          INTEGER NOT NULL DEFAULT 0,
+    worker_ids        BLOB NOT NULL,     -- codec bytes of a list of str
+    errors            BLOB NOT NULL,     -- codec bytes of a list of TaskError
+    return_value      BLOB               -- codec bytes of the value; NULL unless SUCCESSFUL
+);
+
+-- One index per segment order. They are partial on the status, and every
+-- query that walks a segment names its status as a literal, so SQLite can
+-- use them. The `queue`-less twins serve the passes over all queues
+-- (promote_due, claim_expired, dropping expired results).
+CREATE INDEX IF NOT EXISTS threadmill_ready
+    ON threadmill_tasks (queue, priority DESC, ready_seq) WHERE status = 'READY';
+CREATE INDEX IF NOT EXISTS threadmill_deferred
+    ON threadmill_tasks (queue, run_after, id) WHERE status = 'DEFERRED';
+CREATE INDEX IF NOT EXISTS threadmill_due
+    ON threadmill_tasks (run_after, id) WHERE status = 'DEFERRED';
+CREATE INDEX IF NOT EXISTS threadmill_running
+    ON threadmill_tasks (queue, deadline, id) WHERE status = 'RUNNING';
+CREATE INDEX IF NOT EXISTS threadmill_expired
+    ON threadmill_tasks (deadline, id) WHERE status = 'RUNNING';
+CREATE INDEX IF NOT EXISTS threadmill_finished
+    ON threadmill_tasks (queue, status, finished_at, id) WHERE finished_at IS NOT NULL;
+CREATE INDEX IF NOT EXISTS threadmill_expiry
+    ON threadmill_tasks (finished_at) WHERE finished_at IS NOT NULL;
+-- counts() reads only this one.
+CREATE INDEX IF NOT EXISTS threadmill_segments
+    ON threadmill_tasks (queue, status);
