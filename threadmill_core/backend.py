@@ -48,8 +48,9 @@ positive, a negative retry delay, a `complete` status other than SUCCESSFUL
 or FAILED, a decision whose `record.id` is not its lease's task, a negative
 `peek` offset, purging RUNNING: each raises `ValueError` before anything
 changes (for a batch, before any of it changes; `check_decision` is the
-shared check). A bare str where a sequence of queues is expected is a
-`TypeError`.
+shared check, which also raises `UnsupportedValue` for a return value the
+codec cannot carry). A TTL that is not a `timedelta` is a `ValueError` too.
+A bare str where a sequence of queues is expected is a `TypeError`.
 
 Poison. A stored record that a backend cannot decode (corrupt or foreign
 bytes) is never returned from `claim` or `claim_expired`: the backend
@@ -69,6 +70,7 @@ import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 
+from threadmill_core.codec import check_value
 from threadmill_core.models import Decision, Lease, QueueCounts, TaskResult, TaskResultStatus
 
 #: The segments `purge` may drop. RUNNING is not among them: a running task
@@ -285,7 +287,11 @@ class Backend(abc.ABC):
 
 
 def check_decision(decision: Decision) -> None:
-    """Raise `ValueError` for a decision no backend may apply (see "Bad arguments")."""
+    """Raise for a decision no backend may apply (see "Bad arguments").
+
+    `ValueError` for a mismatched lease, a non-terminal status or a negative
+    delay; `UnsupportedValue` for a return value the codec cannot carry.
+    """
     lease, record = decision.lease, decision.record
     if record.id != lease.task_id:
         raise ValueError(f"a decision on task {record.id} made with the lease of {lease.task_id}")
@@ -294,5 +300,7 @@ def check_decision(decision: Decision) -> None:
             raise ValueError(
                 f"complete() finalizes as SUCCESSFUL or FAILED, not {record.status.value}"
             )
+        if record.status is TaskResultStatus.SUCCESSFUL:
+            check_value(record.return_value, "return_value")
     elif decision.retry_delay < timedelta(0):
         raise ValueError(f"retry() needs a delay of zero or more, got {decision.retry_delay}")

@@ -33,8 +33,7 @@ from datetime import datetime, timedelta
 
 import attrs
 
-from threadmill_core import codec
-from threadmill_core.backend import Backend
+from threadmill_core.backend import Backend, check_decision
 from threadmill_core.clock import Clock, SystemClock, duration_ms, from_ms, to_ms
 from threadmill_core.errors import PayloadError
 from threadmill_core.models import (
@@ -197,7 +196,7 @@ class MemoryBackend(Backend):
     def decide_many(self, decisions: Sequence[Decision]) -> list[TaskResult | None]:
         decisions = list(decisions)
         for decision in decisions:  # all arguments are checked before any decision applies
-            _check_decision(decision)
+            check_decision(decision)
         with self._lock:
             now_ms = self._begin()
             return [self._decide(decision, now_ms) for decision in decisions]
@@ -499,16 +498,3 @@ def _positive_ms(name: str, delta: timedelta) -> int:
         raise ValueError(f"{name} must be positive, got {delta!r}")
     return duration_ms(delta)
 
-
-def _check_decision(decision: Decision) -> None:
-    lease, record = decision.lease, decision.record
-    if record.id != lease.task_id:
-        raise ValueError(f"the record is task {record.id!r} but the lease is on {lease.task_id!r}")
-    if decision.retry_delay is not None:
-        if decision.retry_delay < timedelta(0):
-            raise ValueError(f"a retry delay cannot be negative, got {decision.retry_delay!r}")
-        return
-    if record.status not in {SUCCESSFUL, FAILED}:
-        raise ValueError(f"complete takes SUCCESSFUL or FAILED, got {record.status}")
-    if record.status is SUCCESSFUL:
-        codec.check_value(record.return_value, "return_value")
