@@ -71,7 +71,20 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 
 from threadmill_core.codec import check_value
-from threadmill_core.models import Decision, Lease, QueueCounts, TaskResult, TaskResultStatus
+from threadmill_core.models import (
+    Decision,
+    Lease,
+    QueueCounts,
+    QueueRates,
+    TaskResult,
+    TaskResultStatus,
+)
+
+#: How far back a backend's telemetry reaches (see `Backend.rates`): older
+#: buckets are deleted, so the history of one queue is bounded however busy it is.
+RATE_HISTORY = timedelta(hours=1)
+#: The coarsest time bucket a backend's telemetry may count in.
+RATE_BUCKET_MAX = timedelta(seconds=10)
 
 #: The segments `purge` may drop. RUNNING is not among them: a running task
 #: is held by a worker, and only its lease decides it.
@@ -246,6 +259,34 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def counts(self) -> Mapping[str, QueueCounts]:
         """Counts per segment for every queue that holds at least one task."""
+
+    def rates(self, window: timedelta) -> Mapping[str, QueueRates] | None:
+        """Tasks that entered and finished per queue over the last `window`; None if unknown.
+
+        A backend that keeps telemetry counts, per queue, the tasks that
+        entered it (stored by `enqueue`, not a repeat of an id already stored;
+        sent back by `requeue`) and the tasks that finished (reached
+        SUCCESSFUL, FAILED or CANCELLED, quarantined poison included), each
+        counted atomically with the change that caused it, on the backend's
+        clock. Retries, promotions, purges and expiring results are neither.
+
+        The counts sit in time buckets of the backend's choosing, at most
+        `RATE_BUCKET_MAX` long, kept for `RATE_HISTORY` and then deleted: a
+        bounded history (at most one hour of buckets per queue) whatever the
+        load. The window is whole buckets: the one holding `now()` and those
+        before it, back over `window` rounded up to whole buckets. A `window`
+        longer than the history kept is answered over the history, and each
+        `QueueRates.window` says how long was covered. A queue with nothing
+        entering or finishing in the window is absent; an idle backend with
+        telemetry returns an empty mapping.
+
+        The default returns None: this backend keeps no history, and callers
+        show rates as unknown, not as zero. A `window` that is not a positive
+        `timedelta` is a `ValueError`, here and in every override.
+        """
+        if not isinstance(window, timedelta) or window <= timedelta(0):
+            raise ValueError(f"window must be a positive timedelta, got {window!r}")
+        return None
 
     # --- operator actions ------------------------------------------------------------
 

@@ -183,6 +183,38 @@ class QueueCounts:
         return int(getattr(self, status.value.lower()))
 
 
+def _positive(_instance: object, attribute: attrs.Attribute[Any], value: timedelta) -> None:
+    if not isinstance(value, timedelta) or value <= timedelta(0):
+        raise ValueError(f"{attribute.name} must be a positive timedelta, got {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class QueueRates:
+    """How many tasks entered and left one queue over a recent window (see `Backend.rates`).
+
+    `window` is the span the counts cover: the one asked for, or less when
+    the backend's history is shorter. `entered` counts tasks stored by
+    `enqueue` or sent back by `requeue`; `finished` counts tasks that reached
+    SUCCESSFUL, FAILED or CANCELLED. Retries, promotions, purges and expiring
+    results are neither.
+    """
+
+    queue: str
+    window: timedelta = attrs.field(validator=_positive)
+    entered: int = 0
+    finished: int = 0
+
+    @property
+    def ingress(self) -> float:
+        """Tasks entering per second over `window`."""
+        return self.entered / self.window.total_seconds()
+
+    @property
+    def egress(self) -> float:
+        """Tasks finishing per second over `window`."""
+        return self.finished / self.window.total_seconds()
+
+
 @attrs.frozen(kw_only=True)
 class TaskContext:
     """What a running task, and a retry policy, may know about the attempt.

@@ -12,6 +12,11 @@ milliseconds; on a `FakeClock`, tests make retries due and leases expire by
 advancing it. Results expire lazily: every operation first drops terminal
 tasks whose `finished_at + result_ttl` is not after `now()`.
 
+Telemetry (`rates`): tasks entering and finishing are counted per queue in
+one-second buckets of that clock, in the same locked step as the change, and
+buckets older than `RATE_HISTORY` (an hour) are dropped, so each queue holds
+at most 3,600 of them.
+
 Poison (stored bytes that do not decode to this task; only `_plant_raw` can
 put them here): `claim` and `claim_expired` replace it with a FAILED record
 that keeps what the backend knows beside the bytes (id, queue, priority) and
@@ -33,21 +38,26 @@ from datetime import datetime, timedelta
 
 import attrs
 
-from threadmill_core.backend import Backend, check_decision
+from threadmill_core.backend import RATE_HISTORY, Backend, check_decision
 from threadmill_core.clock import Clock, SystemClock, duration_ms, from_ms, to_ms
 from threadmill_core.errors import PayloadError
 from threadmill_core.models import (
     Decision,
     Lease,
     QueueCounts,
+    QueueRates,
     TaskResult,
     TaskResultStatus,
     validate_timedelta,
 )
 from threadmill_memory import _payload
+from threadmill_memory._rates import RateHistory
 from threadmill_memory._store import Entry, Item, SortKey, Store
 
 log = logging.getLogger(__name__)
+
+#: The telemetry's bucket (see `MemoryBackend.rates`).
+RATE_BUCKET = timedelta(seconds=1)
 
 READY = TaskResultStatus.READY
 DEFERRED = TaskResultStatus.DEFERRED
@@ -78,6 +88,7 @@ class MemoryBackend(Backend):
         self._store = Store()
         self._entered_ready = itertools.count()  # the backend-wide "entered READY" order
         self._tokens = itertools.count(1)
+        self._history = RateHistory(bucket=RATE_BUCKET, history=RATE_HISTORY)
         self._closed = False
 
     def __repr__(self) -> str:
@@ -109,6 +120,7 @@ class MemoryBackend(Backend):
                 new[record.id] = self._prepare(*self._accepted(record, now_ms))[0]
             for entry in new.values():
                 self._store.put(entry)
+                self._history.record(entry.queue, now_ms, entered=1)
             if any(entry.status is READY for entry in new.values()):
                 self._ready.notify_all()
             return [self._decode(self._store[record.id]) for record in records]
@@ -224,7 +236,9 @@ class MemoryBackend(Backend):
                 return_value=value,
                 finished_at=from_ms(now_ms),
             )
-            return self._put(finished, (now_ms,), entry.token)
+            stored = self._put(finished, (now_ms,), entry.token)
+            self._history.record(entry.queue, now_ms, finished=1)
+            return stored
         delay_ms = duration_ms(decision.retry_delay)
         if delay_ms == 0:
             return self._put_ready(attrs.evolve(current, status=READY, errors=errors), entry.token)
@@ -322,6 +336,17 @@ class MemoryBackend(Backend):
             items = self._store.slice(queue, status, offset, limit)
             return [self._decode(self._store[task_id]) for _key, task_id in items]
 
+    def rates(self, window: timedelta) -> Mapping[str, QueueRates] | None:
+        """Counted in one-second buckets over the last hour (`RATE_HISTORY`), on the clock."""
+        super().rates(window)  # the argument check
+        with self._lock:
+            now_ms = self._begin()
+            covered, totals = self._history.window(now_ms, window)
+            return {
+                queue: QueueRates(queue=queue, window=covered, entered=entered, finished=finished)
+                for queue, (entered, finished) in sorted(totals.items())
+            }
+
     def counts(self) -> Mapping[str, QueueCounts]:
         with self._lock:
             self._begin()
@@ -337,14 +362,16 @@ class MemoryBackend(Backend):
 
     def requeue(self, task_id: str) -> TaskResult | None:
         with self._lock:
-            self._begin()
+            now_ms = self._begin()
             entry = self._store.get(task_id)
             if entry is None or entry.status not in {FAILED, CANCELLED}:
                 return None
             again = attrs.evolve(
                 self._decode(entry), status=READY, finished_at=None, return_value=None
             )
-            return self._put_ready(again, token=None)
+            stored = self._put_ready(again, token=None)
+            self._history.record(entry.queue, now_ms, entered=1)
+            return stored
 
     def cancel(self, task_id: str) -> TaskResult | None:
         with self._lock:
@@ -355,7 +382,9 @@ class MemoryBackend(Backend):
             cancelled = attrs.evolve(
                 self._decode(entry), status=CANCELLED, finished_at=from_ms(now_ms)
             )
-            return self._put(cancelled, (now_ms,), token=None)
+            stored = self._put(cancelled, (now_ms,), token=None)
+            self._history.record(entry.queue, now_ms, finished=1)
+            return stored
 
     def purge(self, queue: str, status: TaskResultStatus) -> int:
         status = TaskResultStatus(status)
@@ -476,6 +505,7 @@ class MemoryBackend(Backend):
             # No token: a holder of the poisoned task's lease must not take
             # this FAILED record for its own decision, repeated.
             self._put(record, (now_ms,), token=None)
+            self._history.record(entry.queue, now_ms, finished=1)
             return None
 
 
@@ -494,7 +524,6 @@ def _check_limit(limit: int) -> None:
 
 
 def _positive_ms(name: str, delta: timedelta) -> int:
-    if delta <= timedelta(0):
+    if not isinstance(delta, timedelta) or delta <= timedelta(0):
         raise ValueError(f"{name} must be positive, got {delta!r}")
     return duration_ms(delta)
-

@@ -55,13 +55,14 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from threadmill_core.backend import Backend, check_decision
+from threadmill_core.backend import RATE_HISTORY, Backend, check_decision
 from threadmill_core.clock import duration_ms, from_ms, to_ms
 from threadmill_core.errors import InvalidOption, PayloadError
 from threadmill_core.models import (
     Decision,
     Lease,
     QueueCounts,
+    QueueRates,
     TaskResult,
     TaskResultStatus,
     validate_timedelta,
@@ -105,6 +106,11 @@ VISIBLE = "(finished_at IS NULL OR finished_at > ?)"
 #: `POLL_MAX` seconds; it queries the table only when that version changed.
 POLL_MIN = 0.005
 POLL_MAX = 0.2
+
+#: Telemetry buckets (see `SQLiteBackend.rates`) are this many milliseconds
+#: long, and this many are kept per queue.
+RATE_BUCKET_MS = 1000
+RATE_BUCKETS = -(-duration_ms(RATE_HISTORY) // RATE_BUCKET_MS)
 
 DEFAULT_RESULT_TTL = timedelta(days=1)
 DEFAULT_BUSY_TIMEOUT = timedelta(seconds=30)
@@ -237,6 +243,7 @@ class SQLiteBackend(Backend):
                     ),
                 ).fetchall()
                 stored[task_id] = _rows.decode(row)
+                self._count(conn, now_ms, record.queue, entered=1)
         if made_ready:
             self._notify()
         return [stored[record.id] for record in records]
@@ -383,6 +390,7 @@ class SQLiteBackend(Backend):
                 "finished_at = ?, deadline = NULL WHERE id = ?"
             )
             params: tuple[Any, ...] = (decision.record.status.value, errors, value, now_ms)
+            self._count(conn, now_ms, row["queue"], finished=1)
         elif (delay_ms := duration_ms(decision.retry_delay)) == 0:
             sql = (
                 "UPDATE threadmill_tasks SET status = 'READY', ready_seq = ?, errors = ?, "
@@ -547,6 +555,23 @@ class SQLiteBackend(Backend):
             ).fetchall()
             return [_rows.decode(row) for row in rows]
 
+    def rates(self, window: timedelta) -> Mapping[str, QueueRates] | None:
+        """Counted in one-second buckets of the database's clock, kept for an hour."""
+        super().rates(window)  # the argument check
+        count = min(-(-duration_ms(window) // RATE_BUCKET_MS), RATE_BUCKETS)
+        with self._read("rates") as (conn, now_ms):
+            rows = conn.execute(
+                "SELECT queue, SUM(entered), SUM(finished) FROM threadmill_rates "
+                "WHERE bucket > ? GROUP BY queue ORDER BY queue",
+                (now_ms // RATE_BUCKET_MS - count,),
+            ).fetchall()
+        covered = min(window, RATE_HISTORY)
+        return {
+            queue: QueueRates(queue=queue, window=covered, entered=entered, finished=finished)
+            for queue, entered, finished in rows
+            if entered or finished
+        }
+
     def counts(self) -> Mapping[str, QueueCounts]:
         with self._read("counts") as (conn, now_ms):
             rows = conn.execute(
@@ -562,7 +587,7 @@ class SQLiteBackend(Backend):
     # --- operator actions --------------------------------------------------------------
 
     def requeue(self, task_id: str) -> TaskResult | None:
-        with self._write("requeue") as (conn, _now_ms):
+        with self._write("requeue") as (conn, now_ms):
             row = self._row(conn, task_id)
             if row is None or row["status"] not in (FAILED.value, CANCELLED.value):
                 return None
@@ -573,6 +598,7 @@ class SQLiteBackend(Backend):
                 (self._next_ready_seq(conn), task_id),
             ).fetchall()
             record = _rows.decode(stored)
+            self._count(conn, now_ms, record.queue, entered=1)
         self._notify()
         return record
 
@@ -587,6 +613,7 @@ class SQLiteBackend(Backend):
                 f"finished_at = ?, token = NULL WHERE id = ? RETURNING {_rows.COLUMNS}",
                 (now_ms, task_id),
             ).fetchall()
+            self._count(conn, now_ms, row["queue"], finished=1)
             return _rows.decode(stored)
 
     def purge(self, queue: str, status: TaskResultStatus) -> int:
@@ -660,7 +687,28 @@ class SQLiteBackend(Backend):
                 f"deadline = NULL, ready_seq = NULL, {assignments} WHERE id = ?",
                 (now_ms, *columns.values(), row["id"]),
             )
+            self._count(conn, now_ms, row["queue"], finished=1)
             return None
+
+    def _count(
+        self,
+        conn: sqlite3.Connection,
+        now_ms: int,
+        queue: str,
+        *,
+        entered: int = 0,
+        finished: int = 0,
+    ) -> None:
+        """Add to the telemetry of `queue` inside the caller's write transaction; trim the old."""
+        bucket = now_ms // RATE_BUCKET_MS
+        conn.execute(
+            "INSERT INTO threadmill_rates (bucket, queue, entered, finished) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT (bucket, queue) DO UPDATE SET entered = entered + excluded.entered, "
+            "finished = finished + excluded.finished",
+            (bucket, queue, entered, finished),
+        )
+        # A range at the start of the key: cheap whether or not anything is that old.
+        conn.execute("DELETE FROM threadmill_rates WHERE bucket <= ?", (bucket - RATE_BUCKETS,))
 
     def _notify(self) -> None:
         """Wake this process's `wait_for_tasks` callers: a task entered READY."""

@@ -63,3 +63,19 @@ CREATE INDEX IF NOT EXISTS threadmill_expiry
 -- counts() reads only this one.
 CREATE INDEX IF NOT EXISTS threadmill_segments
     ON threadmill_tasks (queue, status);
+
+-- Telemetry for `rates`: per one-second bucket of the database's clock and
+-- per queue, the tasks that entered the queue (enqueue, requeue) and those
+-- that finished (SUCCESSFUL, FAILED, CANCELLED). Each counter is bumped by
+-- the transaction that makes the change it counts, and that transaction
+-- deletes buckets older than an hour, so the table holds at most 3,600 rows
+-- per queue. The key leads with the bucket so both the trim and the window
+-- read are one range of it. Added to version 1 without a bump: a file made
+-- before gets the table on its next connect, and code from before ignores it.
+CREATE TABLE IF NOT EXISTS threadmill_rates (
+    bucket   INTEGER NOT NULL,              -- whole seconds since the Unix epoch
+    queue    TEXT NOT NULL,
+    entered  INTEGER NOT NULL DEFAULT 0,
+    finished INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (bucket, queue)
+) WITHOUT ROWID;

@@ -1,0 +1,131 @@
+"""The inspecting commands run as a user runs them, in a subprocess, against a real Redis."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+
+import pytest
+
+from tests.conftest import RedisServer
+from tests.inspector.conftest import Fleet, make_fleet, stored
+from threadmill_core import Broker, TaskResultStatus, connect
+
+pytestmark = pytest.mark.redis
+
+Run = Callable[..., subprocess.CompletedProcess[str]]
+
+
+@pytest.fixture
+def url(redis_server: RedisServer) -> str:
+    return f"{redis_server.url}?namespace=inspect-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def broker(url: str) -> Iterator[Broker]:
+    with connect(url) as made:
+        yield made
+
+
+@pytest.fixture
+def fleet(broker: Broker) -> Fleet:
+    return make_fleet(broker)
+
+
+@pytest.fixture
+def threadmill(url: str) -> Run:
+    """Runs ``threadmill ARGS... --broker URL`` in a new process; `stdin` is what is typed."""
+    env = {k: v for k, v in os.environ.items() if k != "THREADMILL_URL"}
+
+    def run(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "threadmill_core.cli", *args, "--broker", url],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            env=env,
+        )
+
+    return run
+
+
+def test_stats_and_ls_show_what_redis_holds(fleet: Fleet, threadmill: Run, broker: Broker) -> None:
+    """stats counts every segment (rates as known to the backend); ls lists one segment."""
+    ran = threadmill("stats")
+    assert ran.returncode == 0, ran.stderr
+    emails = next(line.split() for line in ran.stdout.splitlines() if line.startswith("emails"))
+    assert emails[:7] == ["emails", "1", "1", "1", "3", "0", "0"]
+    if broker.backend.rates(timedelta(minutes=1)) is None:
+        assert emails[7:] == ["-", "-"]
+        assert "rates: n/a (this backend keeps no telemetry)" in ran.stdout
+
+    data = json.loads(threadmill("stats", "--json").stdout)
+    assert {q["queue"]: q["failed"] for q in data["queues"]} == {"emails": 0, "reports": 2}
+
+    ran = threadmill("ls", "reports", "--status", "FAILED")
+    assert ran.returncode == 0, ran.stderr
+    assert [line.split()[0] for line in ran.stdout.splitlines()[1:3]] == fleet.failed
+    assert "ValueError: invalid literal for int() with base 10: 'n/a'" in ran.stdout
+
+
+def test_show_prints_the_record_and_an_unknown_id_exits_3(fleet: Fleet, threadmill: Run) -> None:
+    """show prints a failed task's traceback; an unknown id is explained and exits 3."""
+    ran = threadmill("show", fleet.failed[1])
+    assert ran.returncode == 0, ran.stderr
+    assert "status           FAILED" in ran.stdout
+    assert "Traceback (most recent call last):" in ran.stdout
+    assert "ValueError: invalid literal for int() with base 10: '12x'" in ran.stdout
+
+    ran = threadmill("show", "01900000-0000-7000-8000-000000000000")
+    assert (ran.returncode, ran.stdout) == (3, "")
+    assert "no task with id" in ran.stderr
+
+
+def test_requeue_and_cancel_report_what_they_did_and_refused(
+    fleet: Fleet, threadmill: Run, broker: Broker
+) -> None:
+    """Actions do what the protocol allows, refuse the rest with reasons, and exit 0, 1 or 3."""
+    ran = threadmill("requeue", fleet.failed[0], *fleet.running)
+    assert ran.returncode == 1, ran.stderr
+    assert f"requeued   {fleet.failed[0]}  (reports, now READY)" in ran.stdout
+    assert f"refused    {fleet.running[0]}  it is RUNNING" in ran.stdout
+    assert stored(broker, fleet.failed[0]).status is TaskResultStatus.READY
+    assert stored(broker, fleet.running[0]).status is TaskResultStatus.RUNNING
+
+    ran = threadmill("requeue", *fleet.successful)
+    assert ran.returncode == 3
+    assert ran.stdout.splitlines()[-1] == "requeued 0 of 3; refused 3"
+
+    ran = threadmill("requeue", "--failed", "reports", "--json")
+    assert ran.returncode == 0, ran.stderr
+    assert json.loads(ran.stdout)["done"] == [{"id": fleet.failed[1], "status": "READY"}]
+
+    ran = threadmill("cancel", *fleet.ready, *fleet.deferred, fleet.successful[0])
+    assert ran.returncode == 1, ran.stderr
+    assert f"refused    {fleet.successful[0]}  it already finished (SUCCESSFUL)" in ran.stdout
+    assert broker.counts()["emails"].cancelled == 2
+
+
+def test_purge_asks_and_purges_only_when_confirmed(
+    fleet: Fleet, threadmill: Run, broker: Broker
+) -> None:
+    """purge answered no leaves the segment (exit 3); answered yes, or with --yes, deletes it."""
+    ran = threadmill("purge", "emails", "--status", "successful", stdin="no\n")
+    assert ran.returncode == 3
+    assert "Delete the 3 SUCCESSFUL task(s) of queue 'emails'?" in ran.stderr
+    assert broker.counts()["emails"].successful == 3
+
+    ran = threadmill("purge", "emails", "--status", "successful", stdin="y\n")
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == "purged 3 SUCCESSFUL task(s) from queue 'emails'"
+
+    ran = threadmill("purge", "reports", "--status", "failed", "--yes")
+    assert (ran.returncode, ran.stderr) == (0, "")
+    assert "reports" not in broker.counts()
