@@ -176,9 +176,7 @@ BACKENDS: dict[str, Callable[[pytest.FixtureRequest], HarnessFactory]] = {
 }
 
 
-@pytest.fixture(
-    params=[pytest.param(name, marks=getattr(pytest.mark, name)) for name in BACKENDS]
-)
+@pytest.fixture(params=[pytest.param(name, marks=getattr(pytest.mark, name)) for name in BACKENDS])
 def harness_factory(request: pytest.FixtureRequest) -> HarnessFactory:
     """A factory of fresh harnesses, once per registered backend."""
     return BACKENDS[request.param](request)
