@@ -79,6 +79,16 @@ class BackendConflict(ThreadmillError):
         )
 
 
+class BackendUnavailable(ThreadmillError, ConnectionError):
+    """The backend could not be reached, or a connection dropped before the reply arrived.
+
+    Backends raise it (or a subclass) for an outage, never for a refusal or a
+    bad argument. Workers and the maintenance loop catch it, back off and try
+    again. For an operation whose repeat is not recognised (a claim, a
+    cancel) the change may or may not have been applied.
+    """
+
+
 class PayloadError(ThreadmillError, ValueError):
     """Stored bytes that do not decode to a task record (corrupt or foreign data)."""
 

@@ -11,6 +11,13 @@ Signals: the first SIGTERM or SIGINT stops claiming everywhere, lets running
 tasks finish within `shutdown_timeout`, and exits 0; children still running
 then are killed (their leases expire and the reaper retries their tasks). A
 second signal kills the children at once.
+
+Outages: when the backend is unavailable (`BackendUnavailable`), nothing
+exits or restarts. Each worker process backs off and reconnects on its own
+(see `threadmill_core.worker`), and the maintenance loop skips its passes
+with the same backoff; each process logs one warning per outage and one
+line when the backend is back. Only a configuration error (modules that do
+not import, a URL that cannot work) stops the supervisor.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from multiprocessing.context import SpawnProcess
 from types import FrameType
@@ -33,11 +40,12 @@ from types import FrameType
 import attrs
 
 from threadmill_core.backend import Backend
-from threadmill_core.broker import connect
-from threadmill_core.errors import InvalidOption
+from threadmill_core.broker import Broker, connect
+from threadmill_core.errors import BackendUnavailable, InvalidOption
 from threadmill_core.maintenance import promote, reap
 from threadmill_core.models import TaskResultStatus
-from threadmill_core.worker import Worker, default_worker_id
+from threadmill_core.retry import ExponentialBackoff
+from threadmill_core.worker import RECONNECT_BACKOFF, Outage, Worker, default_worker_id
 
 log = logging.getLogger("threadmill.supervisor")
 
@@ -63,6 +71,8 @@ class WorkerSettings:
     burst: bool = False
     shutdown_timeout: timedelta = timedelta(seconds=30)
     log_level: str = "INFO"
+    #: Spaces out attempts to reach an unavailable backend (see `Worker`).
+    reconnect_backoff: ExponentialBackoff = RECONNECT_BACKOFF
 
     def __attrs_post_init__(self) -> None:
         if self.broker_url.split("://", 1)[0] == "memory":
@@ -85,15 +95,42 @@ def load_modules(modules: Sequence[str]) -> None:
         importlib.import_module(name)
 
 
+def connect_when_reachable(
+    url: str, outage: Outage, pause: Callable[[float], object]
+) -> Broker | None:
+    """`connect(url)`, tried again after `pause(backoff)` while the backend is unavailable.
+
+    Backends that reach their server when built (a cluster client learns
+    the topology) raise `BackendUnavailable` during an outage; that is no
+    reason for a worker to exit. `pause` returns true to give up (a stop
+    was requested), and then the answer is None. Other errors propagate.
+    """
+    failures = 0
+    while True:
+        started = time.monotonic()
+        try:
+            broker = connect(url)
+        except BackendUnavailable as exc:
+            failures += 1
+            if pause(outage.failed(exc, failures, started)):
+                return None
+            continue
+        outage.reached(started)
+        return broker
+
+
 def _child_main(settings: WorkerSettings, index: int) -> None:
     """A worker process: load the tasks, then work until told to stop."""
     logging.basicConfig(level=settings.log_level, format=LOG_FORMAT, stream=sys.stderr)
     try:
         load_modules(settings.modules)
-        broker = connect(settings.broker_url)
+        outage = Outage(logging.getLogger("threadmill.worker"), settings.reconnect_backoff)
+        broker = connect_when_reachable(settings.broker_url, outage, time.sleep)
     except Exception as exc:
         log.error("worker %d cannot start: %s: %s", index, type(exc).__name__, exc)
         sys.exit(EXIT_CONFIG_ERROR)
+    if broker is None:  # never: time.sleep does not ask to give up
+        return
     worker = Worker(
         broker,
         queues=settings.queues,
@@ -102,6 +139,7 @@ def _child_main(settings: WorkerSettings, index: int) -> None:
         poll_interval=settings.poll_interval,
         maintenance=False,
         worker_id=default_worker_id(),
+        reconnect_backoff=settings.reconnect_backoff,
     )
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
@@ -131,6 +169,10 @@ class Supervisor:
         self._signals = 0
         self._wake = threading.Event()
         self.restarts = 0
+        #: The maintenance loop's outages (each worker process has its own).
+        self.outage = Outage(log, settings.reconnect_backoff)
+        self._failures = 0
+        self._retry_at = 0.0
 
     # --- processes -----------------------------------------------------------------------
 
@@ -176,17 +218,22 @@ class Supervisor:
     def run(self) -> int:
         """Supervise until stopped (or, in burst mode, until the work is done); the exit code."""
         settings = self.settings
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._on_signal)
+            signal.signal(signal.SIGINT, self._on_signal)
         try:
             # The modules load here too, before any child is spawned: a typo
             # fails fast, and the reaper knows the tasks' retry policies.
             load_modules(settings.modules)
-            backend = connect(settings.broker_url).backend
+            broker = connect_when_reachable(
+                settings.broker_url, self.outage, lambda delay: self._wake.wait(delay)
+            )
         except Exception as exc:
             log.error("cannot start: %s: %s", type(exc).__name__, exc)
             return EXIT_CONFIG_ERROR
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, self._on_signal)
-            signal.signal(signal.SIGINT, self._on_signal)
+        if broker is None:  # stopped while waiting for the backend
+            return 0 if self._signals <= 1 else 1
+        backend = broker.backend
         for index in range(settings.processes):
             self._start(index)
         interval = min(settings.poll_interval, settings.lease_ttl / 3).total_seconds()
@@ -204,20 +251,36 @@ class Supervisor:
                 if settings.burst and not self._children:
                     # Ready work gets a worker again; running work (a killed
                     # worker's) waits for the reaper; none of either: done.
-                    if self._left(backend, TaskResultStatus.READY):
+                    # Unknown (the backend is unavailable): ask again later.
+                    left = self._left(backend)
+                    if left is not None and left[TaskResultStatus.READY]:
                         self._start(0)
-                    elif not self._left(backend, TaskResultStatus.RUNNING):
+                    elif left is not None and not left[TaskResultStatus.RUNNING]:
                         return 0
                 self._wake.wait(interval)
         finally:
             backend.close()
 
     def _maintain(self, backend: Backend) -> None:
+        """One reaper and mover pass, unless an outage's backoff says not yet."""
+        started = time.monotonic()
+        if started < self._retry_at:
+            return
         try:
             reap(backend, claim_ttl=self.settings.lease_ttl)
             promote(backend)
+        except BackendUnavailable as exc:
+            self._backing_off(exc, started)
+            return
         except Exception:
             log.exception("maintenance pass failed; trying again next interval")
+            return
+        self._failures = 0
+        self.outage.reached(started)
+
+    def _backing_off(self, exc: BackendUnavailable, started: float) -> None:
+        self._failures += 1
+        self._retry_at = time.monotonic() + self.outage.failed(exc, self._failures, started)
 
     def _watch(self) -> int:
         """Restart dead or recycled children; 0, or an exit code to stop with."""
@@ -239,9 +302,20 @@ class Supervisor:
             self._start(index)
         return 0
 
-    def _left(self, backend: Backend, status: TaskResultStatus) -> int:
-        counts = backend.counts()
-        return sum(counts[q].of(status) for q in self.settings.queues if q in counts)
+    def _left(self, backend: Backend) -> dict[TaskResultStatus, int] | None:
+        """READY and RUNNING tasks in our queues; None while the backend is unavailable."""
+        started = time.monotonic()
+        try:
+            counts = backend.counts()
+        except BackendUnavailable as exc:
+            self._backing_off(exc, started)
+            return None
+        self.outage.reached(started)
+        mine = [counts[q] for q in self.settings.queues if q in counts]
+        return {
+            status: sum(c.of(status) for c in mine)
+            for status in (TaskResultStatus.READY, TaskResultStatus.RUNNING)
+        }
 
     def _drain(self) -> int:
         """Wait up to the shutdown timeout for children, then kill the rest."""

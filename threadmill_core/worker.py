@@ -18,6 +18,15 @@ taken away (a reaper decided the task, or an operator acted): the task's
 
 With ``maintenance=True`` (the default) the worker also runs the reaper and
 the mover between claims, so a single in-process worker is a complete queue.
+
+Outages: a backend call that raises `BackendUnavailable` (Redis restarting,
+a dropped connection) never kills the worker. Each loop backs off
+exponentially (`reconnect_backoff`) and tries again; the process logs one
+warning when the backend goes away and one line when it is back (see
+`Outage`). An acknowledgement is never dropped: it is sent again with the
+same lease until the backend answers, which it does as the first time if an
+earlier send was applied but its reply lost; meanwhile the task stays among
+the running ones, so heartbeats keep its lease alive.
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import random
 import socket
 import threading
 import time
@@ -39,7 +49,7 @@ import attrs
 
 from threadmill_core import codec
 from threadmill_core.broker import Broker
-from threadmill_core.errors import TaskQuarantined, UnsupportedValue
+from threadmill_core.errors import BackendUnavailable, TaskQuarantined, UnsupportedValue
 from threadmill_core.maintenance import promote, reap
 from threadmill_core.models import (
     Decision,
@@ -51,7 +61,7 @@ from threadmill_core.models import (
     validate_timedelta,
 )
 from threadmill_core.plugins import notify
-from threadmill_core.retry import decide
+from threadmill_core.retry import ExponentialBackoff, decide
 from threadmill_core.task import Task, registered_tasks, validate_queue
 
 log = logging.getLogger("threadmill.worker")
@@ -59,8 +69,82 @@ log = logging.getLogger("threadmill.worker")
 QUARANTINE_PATH = f"{TaskQuarantined.__module__}.{TaskQuarantined.__qualname__}"
 
 
+#: How long to wait between attempts to reach an unavailable backend: 0.1 s,
+#: doubling to 5 s, each plus up to half again at random so that the workers
+#: of a restarted server do not all come back in the same instant.
+RECONNECT_BACKOFF = ExponentialBackoff(
+    base_delay=0.1, max_delay=5.0, factor=2.0, max_retries=None, jitter=0.5
+)
+
+
 def default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+class Outage:
+    """One process's view of backend outages: backoff delays, and one log line each way.
+
+    Every loop that calls the backend reports to the same `Outage`, passing
+    the `time.monotonic()` at which its call started: `failed` when the call
+    raised `BackendUnavailable` (with how many times in a row that loop has
+    failed; the answer is how long to wait before trying again), `reached`
+    after it got through. The first failure logs one warning, the first
+    success after it one info line saying how long it lasted; calls in
+    between log nothing, and no traceback is logged. A call that started
+    before an outage and got through after it began does not end it, and one
+    that started before the outage ended and failed after it does not start
+    another: threads racing at the edges log no extra lines. Thread-safe.
+    """
+
+    def __init__(
+        self, logger: logging.Logger, backoff: ExponentialBackoff = RECONNECT_BACKOFF
+    ) -> None:
+        self.log = logger
+        self.backoff = backoff
+        #: Outages seen so far (each one logged once).
+        self.count = 0
+        self._lock = threading.Lock()
+        self._since: float | None = None
+        self._ended = float("-inf")
+        self._failures = 0
+
+    @property
+    def down(self) -> bool:
+        """True from a failure until a call started after it gets through."""
+        return self._since is not None
+
+    def failed(self, exc: BackendUnavailable, attempt: int, started: float) -> float:
+        """Note a call started at `started` that failed, its loop's `attempt`-th in a row.
+
+        Returns how many seconds that loop should wait before trying again.
+        """
+        with self._lock:
+            self._failures += 1
+            if self._since is None and started >= self._ended:
+                self._since = started
+                self.count += 1
+                self.log.warning(
+                    "backend unavailable (%s: %s); retrying with backoff, at most %g s apart",
+                    type(exc).__name__, exc, self.backoff.max_delay,
+                )  # fmt: skip
+        delay = self.backoff.delay_for(attempt)
+        return delay + delay * self.backoff.jitter * random.random()
+
+    def reached(self, started: float) -> None:
+        """Note a call started at `started` that got through; it may end the outage."""
+        if self._since is None:  # the hot path: no lock when nothing is wrong
+            return
+        with self._lock:
+            if self._since is None or started < self._since:
+                return
+            now = time.monotonic()
+            self.log.info(
+                "backend reachable again after %.1f s (%d failed calls meanwhile)",
+                now - self._since, self._failures,
+            )  # fmt: skip
+            self._since = None
+            self._ended = now
+            self._failures = 0
 
 
 @attrs.define
@@ -68,6 +152,9 @@ class _Running:
     lease: Lease
     context: TaskContext
     lease_ttl: timedelta
+    #: Set once the outcome is being sent: a refused renewal then means the
+    #: outcome landed (or will be refused itself), not that the lease is lost.
+    acknowledging: bool = False
 
 
 class Worker:
@@ -78,7 +165,9 @@ class Worker:
     idle worker waits before looking again (for deferred tasks falling due,
     on backends that cannot wake it). `tasks` is the registry of tasks this
     worker may run, by path; by default, every task registered in this
-    process.
+    process. `reconnect_backoff` spaces out the attempts to reach a backend
+    that is unavailable (its `max_retries` is ignored: the worker never gives
+    up on the backend).
     """
 
     def __init__(
@@ -92,6 +181,7 @@ class Worker:
         maintenance: bool = True,
         worker_id: str | None = None,
         tasks: Mapping[str, Task[Any, Any]] | None = None,
+        reconnect_backoff: ExponentialBackoff = RECONNECT_BACKOFF,
     ) -> None:
         if isinstance(queues, str):
             queues = [queues]
@@ -112,6 +202,8 @@ class Worker:
         self._running_lock = threading.Lock()
         self._stop = threading.Event()
         self.processed = 0
+        #: Shared by every loop of this worker, so an outage is logged once.
+        self.outage = Outage(log, reconnect_backoff)
 
     # --- the loop ------------------------------------------------------------------------
 
@@ -148,31 +240,58 @@ class Worker:
         heartbeat.start()
         futures: set[Future[None]] = set()
         next_maintenance = 0.0
+        failures = 0  # consecutive passes that found the backend unavailable
+        retry_at = 0.0  # during an outage: when to try the backend again
+        poll = self.poll_interval.total_seconds()
         try:
             with ThreadPoolExecutor(self.threads, thread_name_prefix="threadmill-task") as pool:
                 while not self._stop.is_set():
-                    if self.maintenance and time.monotonic() >= next_maintenance:
-                        self.run_maintenance()
-                        next_maintenance = time.monotonic() + self.poll_interval.total_seconds()
-                    free = self.threads - len(futures)
-                    if max_tasks is not None:
-                        free = min(free, max_tasks - claimed)
-                    leases = self._claim(free) if free > 0 else []
+                    leases: list[Lease] = []
+                    unavailable = time.monotonic() < retry_at
+                    if not unavailable:
+                        free = self.threads - len(futures)
+                        if max_tasks is not None:
+                            free = min(free, max_tasks - claimed)
+                        started = time.monotonic()
+                        try:
+                            if self.maintenance and started >= next_maintenance:
+                                self.run_maintenance()
+                                next_maintenance = time.monotonic() + poll
+                                self.outage.reached(started)
+                            if free > 0:
+                                leases = self._claim(free)
+                                self.outage.reached(started)
+                            failures = 0
+                        except BackendUnavailable as exc:
+                            unavailable = True
+                            failures += 1
+                            delay = self.outage.failed(exc, failures, started)
+                            retry_at = time.monotonic() + delay
                     claimed += len(leases)
                     for lease in leases:
                         futures.add(pool.submit(self._execute, lease))
+                    backing_off = retry_at - time.monotonic()
                     if futures:
                         done, futures = wait(
                             futures,
-                            timeout=self.poll_interval.total_seconds(),
+                            timeout=min(poll, backing_off) if backing_off > 0 else poll,
                             return_when=FIRST_COMPLETED,
                         )
                         for future in done:
                             future.result()  # _execute handles task errors; re-raise our own bugs
+                    elif unavailable:  # not "nothing ready": back off and look again
+                        self._stop.wait(max(backing_off, 0.0))
                     elif burst or (max_tasks is not None and claimed >= max_tasks):
                         break
                     elif not leases:
-                        self.backend.wait_for_tasks(self.queues, self.poll_interval)
+                        started = time.monotonic()
+                        try:
+                            self.backend.wait_for_tasks(self.queues, self.poll_interval)
+                            self.outage.reached(started)
+                        except BackendUnavailable as exc:
+                            failures += 1
+                            delay = self.outage.failed(exc, failures, started)
+                            retry_at = time.monotonic() + delay
                 for future in futures:
                     future.result()
         finally:
@@ -181,7 +300,7 @@ class Worker:
         return self.processed - processed_before
 
     def run_maintenance(self) -> None:
-        """One reaper pass and one mover pass."""
+        """One reaper pass and one mover pass; `BackendUnavailable` goes to the caller."""
         reap(self.backend, claim_ttl=self.lease_ttl)
         promote(self.backend)
 
@@ -199,7 +318,15 @@ class Worker:
             self._quarantine(lease, f"task {record.task_path} is not registered with this worker")
             return
         if task.lease_ttl is not None and task.lease_ttl != self.lease_ttl:
-            renewed = self.backend.extend(lease, task.lease_ttl)
+            started = time.monotonic()
+            try:
+                renewed = self.backend.extend(lease, task.lease_ttl)
+                self.outage.reached(started)
+            except BackendUnavailable as exc:
+                # The claim's lease holds for now, and the first heartbeat
+                # (within a third of it) renews it for the task's own TTL.
+                self.outage.failed(exc, 1, started)
+                renewed = lease
             if renewed is None:
                 log.warning("task %s: lease lost before it started; not run", record.id)
                 return
@@ -208,22 +335,29 @@ class Worker:
         running = _Running(lease, context, task.lease_ttl or self.lease_ttl)
         with self._running_lock:
             self._running[record.id] = running
-        notify("threadmill_task_started", lease=lease)
-        log.info("task %s (%s) attempt %d started", record.id, record.task_path, record.attempts)
-        started = time.monotonic()
         try:
+            notify("threadmill_task_started", lease=lease)
+            log.info(
+                "task %s (%s) attempt %d started", record.id, record.task_path, record.attempts
+            )
+            started = time.monotonic()
             decision = self._call(task, lease, context)
+            duration = time.monotonic() - started
+            if context.lease_lost:
+                log.warning(
+                    "task %s (%s) attempt %d finished after its lease was lost; "
+                    "outcome not written",
+                    record.id, record.task_path, record.attempts,
+                )  # fmt: skip
+                return
+            # Still among the running tasks while the outcome is sent, so that
+            # heartbeats keep the lease alive if the backend is unavailable.
+            running.acknowledging = True
+            self._acknowledge(decision, duration)
         finally:
             with self._running_lock:
-                self._running.pop(record.id, None)
-        duration = time.monotonic() - started
-        if context.lease_lost:
-            log.warning(
-                "task %s (%s) attempt %d finished after its lease was lost; outcome not written",
-                record.id, record.task_path, record.attempts,
-            )  # fmt: skip
-            return
-        self._acknowledge(decision, duration)
+                if self._running.get(record.id) is running:
+                    del self._running[record.id]
 
     def _call(self, task: Task[Any, Any], lease: Lease, context: TaskContext) -> Decision:
         record = lease.record
@@ -243,10 +377,34 @@ class Worker:
         done = attrs.evolve(record, status=TaskResultStatus.SUCCESSFUL, return_value=value)
         return Decision(lease=lease, record=done)
 
+    def _deliver(self, decision: Decision) -> TaskResult | None:
+        """Send one decision until the backend answers: the stored record, or None if refused.
+
+        While the backend is unavailable the same decision (same lease token)
+        is sent again after a backoff. A send that was applied but whose reply
+        was lost is recognised by the backend and answered as the first time,
+        so a repeat never applies an outcome twice and never reads as a lost
+        lease. A lease that really was lost meanwhile is refused: that is the
+        only way an outcome is not written.
+        """
+        failures = 0
+        while True:
+            started = time.monotonic()
+            try:
+                # The heartbeat may have renewed the lease meanwhile: same token, so
+                # the decision made with the claim's lease is still the current holder's.
+                stored = self.backend.decide_many([decision])[0]
+            except BackendUnavailable as exc:
+                failures += 1
+                log.debug("task %s: outcome not delivered (%s); sending it again",
+                          decision.lease.task_id, exc)  # fmt: skip
+                time.sleep(self.outage.failed(exc, failures, started))
+                continue
+            self.outage.reached(started)
+            return stored
+
     def _acknowledge(self, decision: Decision, duration: float) -> None:
-        # The heartbeat may have renewed the lease meanwhile: same token, so the
-        # decision made with the claim's lease is still the current holder's.
-        stored = self.backend.decide_many([decision])[0]
+        stored = self._deliver(decision)
         record = decision.record
         if stored is None:
             log.warning(
@@ -276,7 +434,7 @@ class Worker:
             record, status=TaskResultStatus.FAILED, errors=(*record.errors, error)
         )
         log.error("task %s quarantined as FAILED: %s", record.id, why)
-        stored: TaskResult | None = self.backend.complete(lease, failed)
+        stored = self._deliver(Decision(lease=lease, record=failed))
         if stored is not None:
             self.processed += 1
             notify("threadmill_task_finished", record=stored)
@@ -286,8 +444,20 @@ class Worker:
     def _heartbeat_loop(self, done: threading.Event) -> None:
         # Runs until `run` has drained its tasks, not just until stop(): a
         # graceful shutdown must keep the leases of finishing tasks alive.
-        while not done.wait(self._heartbeat_interval()):
-            self.heartbeat()
+        failures = 0
+        pause = self._heartbeat_interval()
+        while not done.wait(pause):
+            pause = self._heartbeat_interval()
+            started = time.monotonic()
+            try:
+                self._beat()
+                failures = 0
+            except BackendUnavailable as exc:
+                failures += 1
+                # Try again before the next beat is due: the leases run out meanwhile.
+                pause = min(pause, self.outage.failed(exc, failures, started))
+            except Exception:
+                log.exception("heartbeat failed; retrying at the next beat")
 
     def _heartbeat_interval(self) -> float:
         with self._running_lock:
@@ -295,30 +465,41 @@ class Worker:
         return min([self.lease_ttl, *ttls]).total_seconds() / 3
 
     def heartbeat(self) -> None:
-        """Renew the leases of every running task, one `extend_many` call per lease TTL."""
+        """Renew the leases of every running task, one `extend_many` call per lease TTL.
+
+        A renewal that is refused means the lease was taken away: the task's
+        context says so and its outcome will not be written. An unavailable
+        backend is noted in `outage`; the heartbeat thread tries again soon.
+        """
+        started = time.monotonic()
+        try:
+            self._beat()
+        except BackendUnavailable as exc:
+            self.outage.failed(exc, 1, started)
+        except Exception:
+            log.exception("heartbeat failed; retrying at the next beat")
+
+    def _beat(self) -> None:
         with self._running_lock:
             running = list(self._running.values())
         by_ttl: dict[timedelta, list[_Running]] = {}
         for item in running:
             by_ttl.setdefault(item.lease_ttl, []).append(item)
         for ttl, items in by_ttl.items():
-            try:
-                renewed = self.backend.extend_many([i.lease for i in items], ttl)
-            except Exception:
-                log.exception("heartbeat failed; retrying at the next beat")
-                continue
+            started = time.monotonic()
+            renewed = self.backend.extend_many([i.lease for i in items], ttl)
+            self.outage.reached(started)
             with self._running_lock:
                 still_running = {id(r) for r in self._running.values()}
             for item, lease in zip(items, renewed, strict=True):
                 if id(item) not in still_running:
                     continue  # finished meanwhile: a refusal then means it was acknowledged
-                if lease is None:
-                    if not item.context.lease_lost:
-                        item.context.mark_lease_lost()
-                        log.warning(
-                            "task %s lost its lease (reaped or changed by an operator); "
-                            "its outcome will not be written",
-                            item.lease.task_id,
-                        )
-                else:
+                if lease is not None:
                     item.lease = lease
+                elif not item.acknowledging and not item.context.lease_lost:
+                    item.context.mark_lease_lost()
+                    log.warning(
+                        "task %s lost its lease (reaped or changed by an operator); "
+                        "its outcome will not be written",
+                        item.lease.task_id,
+                    )

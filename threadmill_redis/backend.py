@@ -2,17 +2,25 @@
 
 Each method runs the script of the same name in ``lua/`` (batches of many
 tasks cost one round trip), turns its status codes into core results in
-`replies`, and lets no driver exception through: `_call` is the one
-boundary where they become `RedisBackendError` / `RedisUnavailable`.
+`replies`, and lets no driver exception through: `connection.call` is the
+one boundary where they become `RedisBackendError` / `RedisUnavailable`
+(the core's `BackendUnavailable`, which workers ride out with a backoff).
 
-Lost replies. Calls whose repeat is answered as the first time (`complete`,
-`retry`, `decide_many`, `extend`, `enqueue`, and the reads) are sent again
-when the connection drops before the reply arrives; the scripts recognise a
-repeated decision by its token (see ``lib/complete_task.lua``). The others
-(`claim`, `claim_expired`, `promote_due`, `requeue`, `cancel`, `purge`)
-raise `RedisUnavailable` instead, since a repeat would act again. Clients
-the backend builds itself do not retry inside redis-py, so this policy is
-the only one.
+Lost replies. Calls whose repeat is answered as the first time are sent
+again when the connection drops before the reply arrives: `complete`,
+`retry`, `decide_many` (the scripts recognise a repeated decision by its
+token, see ``lib/complete_task.lua``), `claim` (each call leaves a receipt,
+and a repeat is answered with the same leases, see ``claim.lua``),
+`extend`, `enqueue` (idempotent on id), `promote_due` (a repeat promotes
+only what is due) and the reads. The others (`claim_expired`, `requeue`,
+`cancel`, `purge`) raise `RedisUnavailable` instead, since a repeat would
+act again; a reaper claim whose reply was lost lapses after its claim TTL
+and is taken up again. Clients the backend builds itself do not retry
+inside redis-py, so this policy is the only one.
+
+Redis Cluster. A `redis.RedisCluster` client works as well as a
+`redis.Redis`: every key of the namespace shares one hash tag, so every
+script runs on the namespace's shard, and `now()` reads that shard's clock.
 """
 
 from __future__ import annotations
@@ -20,14 +28,13 @@ from __future__ import annotations
 import functools
 import logging
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
+from typing import Any
+from urllib.parse import urlsplit
 
 import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
 from threadmill_core import codec
 from threadmill_core.backend import Backend, check_decision
@@ -41,31 +48,30 @@ from threadmill_core.models import (
     TaskResult,
     TaskResultStatus,
 )
-from threadmill_redis import arguments, scripts
-from threadmill_redis.errors import RedisBackendError, RedisUnavailable
+from threadmill_redis import arguments, connection, scripts
+from threadmill_redis.connection import Client
 from threadmill_redis.keys import Keys
 from threadmill_redis.options import RedisOptions, split_query
 from threadmill_redis.replies import Row, answer, encode_worker, extended, parse_state
 
 log = logging.getLogger("threadmill_redis")
 
-T = TypeVar("T")
-
-SCHEMES = ("redis", "rediss", "unix")
-#: Repeats of a call that may be repeated, after the connection dropped.
-REPEATS = 2
+SCHEMES = tuple(connection.SCHEMES)
 
 
 class RedisBackend(Backend):
     """Tasks stored in Redis under one namespace (see `threadmill_redis.keys`).
 
-    `client` must not decode responses (payloads are bytes). Options are
-    those of `RedisOptions`; `from_url` reads them from a URL as well.
+    `client` (a `redis.Redis` or `redis.RedisCluster`) must not decode
+    responses (payloads are bytes). Options are those of `RedisOptions`;
+    `from_url` reads them from a URL as well.
     """
 
-    def __init__(self, client: redis.Redis, **options: object) -> None:
-        if not isinstance(client, redis.Redis):
-            raise InvalidOption(f"client must be a redis.Redis, got {client!r}")
+    def __init__(self, client: Client, **options: object) -> None:
+        if not isinstance(client, redis.Redis | redis.RedisCluster):
+            raise InvalidOption(
+                f"client must be a redis.Redis or redis.RedisCluster, got {client!r}"
+            )
         if client.get_encoder().decode_responses:
             raise InvalidOption("the Redis client must not decode responses (decode_responses)")
         self.options = RedisOptions.from_mapping(options)
@@ -73,15 +79,18 @@ class RedisBackend(Backend):
         self.keys = Keys(self.options.namespace)
         self._ttl_ms = duration_ms(self.options.result_ttl)
         self._owns_client = False
-        self._warn_about_eviction()
+        self._check_server()
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> RedisBackend:
-        """Build from a ``redis://``, ``rediss://`` or ``unix://`` URL.
+        """Build from a ``redis://``, ``rediss://``, ``unix://`` or ``redis+cluster://`` URL.
 
         Our options come from the query string or keywords; other query
-        parameters go to redis-py. A ``client=`` keyword (a redis.Redis) is
-        used instead of connecting to the URL's host.
+        parameters go to redis-py (``ssl_ca_certs``, ``socket_timeout``,
+        ...); credentials go in the URL (``redis://user:password@host``). A
+        ``client=`` keyword (a redis.Redis) is used instead of connecting to
+        the URL's host. Refused credentials are an `InvalidOption` here, not
+        an outage; a cluster none of whose nodes answers is `RedisUnavailable`.
         """
         parts = urlsplit(url)
         if parts.scheme not in SCHEMES:
@@ -90,13 +99,8 @@ class RedisBackend(Backend):
         ours, driver_query = split_query(parts.query, options)
         if client is not None:
             return cls(client, **ours)
-        try:
-            # No retries inside redis-py: this backend decides what may be repeated.
-            client = redis.Redis.from_url(
-                urlunsplit(parts._replace(query=driver_query)), retry=Retry(NoBackoff(), 0)
-            )
-        except (ValueError, TypeError) as exc:
-            raise InvalidOption(f"invalid Redis URL {url!r}: {exc}") from exc
+        # No retries inside redis-py: this backend decides what may be repeated.
+        client = connection.client_from_url(url, driver_query)
         try:
             backend = cls(client, **ours)
         except BaseException:
@@ -110,21 +114,6 @@ class RedisBackend(Backend):
 
     # --- the driver boundary -----------------------------------------------------------
 
-    def _call(self, fn: Callable[[], T], *, repeatable: bool) -> T:
-        """Run `fn` against Redis; the one place driver exceptions are translated."""
-        for attempt in range(REPEATS + 1):
-            try:
-                return fn()
-            except (redis.ConnectionError, redis.TimeoutError) as exc:
-                if repeatable and attempt < REPEATS:
-                    log.info("Redis connection lost (%s); repeating the call", exc)
-                    time.sleep(0.05 * 2**attempt)
-                    continue
-                raise RedisUnavailable(f"Redis connection lost: {exc}") from exc
-            except redis.RedisError as exc:
-                raise RedisBackendError(f"Redis failed: {exc}") from exc
-        raise AssertionError("unreachable")  # pragma: no cover
-
     def _run(
         self,
         name: str,
@@ -136,8 +125,10 @@ class RedisBackend(Backend):
     ) -> Any:
         script = scripts.load(name)
         keys = self._script_keys(script, named_keys, extra_keys)
-        return self._call(
-            lambda: scripts.evalsha(self.client, script, keys, args), repeatable=repeatable
+        return connection.call(
+            lambda: scripts.evalsha(self.client, script, keys, args),
+            repeatable=repeatable,
+            what=name,
         )
 
     def _script_keys(
@@ -145,12 +136,40 @@ class RedisBackend(Backend):
     ) -> list[str]:
         return [named.get(name) or self.keys.store(name) for name in script.key_names] + list(extra)
 
-    def _warn_about_eviction(self) -> None:
+    def _check_server(self) -> None:
+        """Raise `InvalidOption` for what cannot work; warn unless ``noeviction``.
+
+        Refused credentials, a server certificate that does not verify and a
+        Redis user that may not use this namespace's keys will not go away by
+        waiting, so they fail here. A server that cannot be reached now is
+        not an error: workers start during an outage too, and ride it out.
+        """
         try:
-            policy = self.client.config_get("maxmemory-policy").get("maxmemory-policy")
-        except redis.RedisError as exc:  # CONFIG may be disabled (managed Redis, fakeredis)
+            # One read of a namespace key settles credentials, certificate and key permissions.
+            self.client.exists(self.keys.store("state"))
+        except redis.AuthenticationError as exc:
+            raise InvalidOption(f"Redis refused the credentials: {exc}") from exc
+        except redis.exceptions.NoPermissionError as exc:
+            raise InvalidOption(
+                f"the Redis user may not use the keys of namespace {self.keys.namespace!r} "
+                f"({self.keys.prefix}*): {exc}"
+            ) from exc
+        except (redis.RedisError, redis.exceptions.RedisClusterException) as exc:
+            if connection.certificate_refused(exc):
+                raise InvalidOption(f"Redis's TLS certificate does not verify: {exc}") from exc
+            log.debug("Redis is not reachable now (%s); calls will wait for it", exc)
+            return
+        self._warn_about_eviction()
+
+    def _warn_about_eviction(self) -> None:
+        here = connection.on_key_node(self.client, self.keys.store("state"))
+        try:
+            reply = self.client.config_get("maxmemory-policy", **here)
+        except (redis.RedisError, redis.exceptions.RedisClusterException) as exc:
+            # CONFIG may be disabled (managed Redis, an ACL user without it, fakeredis).
             log.debug("could not read maxmemory-policy: %s", exc)
             return
+        policy = reply.get("maxmemory-policy")
         if policy not in (None, "noeviction", b"noeviction"):
             log.warning(
                 "Redis maxmemory-policy is %r, not 'noeviction': when memory runs out Redis "
@@ -162,7 +181,10 @@ class RedisBackend(Backend):
     # --- clock -------------------------------------------------------------------------
 
     def now(self) -> datetime:
-        seconds, micros = self._call(self.client.time, repeatable=True)
+        here = connection.on_key_node(self.client, self.keys.store("state"))
+        seconds, micros = connection.call(
+            lambda: self.client.time(**here), repeatable=True, what="now"
+        )
         return from_ms(int(seconds) * 1000 + int(micros) // 1000)
 
     # --- producing ---------------------------------------------------------------------
@@ -183,7 +205,9 @@ class RedisBackend(Backend):
                 args.append(first + queues.index(record.queue))
             notify = [self.keys.notify(queue) for queue in queues]
             calls.append((script, self._script_keys(script, {}, notify), args))
-        replies = self._call(lambda: scripts.evalsha_many(self.client, calls), repeatable=True)
+        replies = connection.call(
+            lambda: scripts.evalsha_many(self.client, calls), repeatable=True, what="enqueue"
+        )
         rows = [Row.parse(row) for reply in replies for row in reply]
         return [
             row.record(base if row.payload is None else None)
@@ -200,9 +224,17 @@ class RedisBackend(Backend):
         arguments.limit(limit)
         if not names:
             return []
-        return self._filled(
-            limit, lambda want: self._run("claim", [*head, want, *names], repeatable=False)
-        )
+
+        def take(want: int) -> Sequence[Any]:
+            # A receipt per call (not per repeat): a repeat after a lost reply
+            # is answered with the leases the first send granted.
+            receipt = self.keys.claim_receipt(uuid.uuid4().hex)
+            rows: Sequence[Any] = self._run(
+                "claim", [*head, want, *names], repeatable=True, receipt=receipt
+            )
+            return rows
+
+        return self._filled(limit, take)
 
     def _filled(self, limit: int, take: Callable[[int], Sequence[Any]]) -> list[Lease]:
         """Leases from claim rows of `take(n)` calls, poison quarantined and not counted.
@@ -241,7 +273,7 @@ class RedisBackend(Backend):
                 errors = codec.decode_errors(row.errors) if row.errors else ()
             except PayloadError:
                 errors = ()
-            message = f"the stored task cannot be decoded, so it cannot run: {exc}"
+            message = f"the stored payload could not be decoded, so the task cannot run: {exc}"
             error = TaskError.from_exception(TaskQuarantined(message))
             stand_in = TaskResult(
                 id=row.id, task_path="", queue=state.queue, priority=state.priority
@@ -334,14 +366,16 @@ class RedisBackend(Backend):
             time.sleep(max(timeout.total_seconds(), 0.0))
             return
         deadline = time.monotonic() + timeout.total_seconds()
-        socket_timeout = self.client.connection_pool.connection_kwargs.get("socket_timeout")
-        longest = max(float(socket_timeout) - 1.0, 0.1) if socket_timeout else None
+        socket_timeout = connection.socket_timeout(self.client)
+        longest = max(socket_timeout - 1.0, 0.1) if socket_timeout else None
         while True:
             remaining = round(deadline - time.monotonic(), 3)
             if remaining <= 0:  # BLPOP 0 would block forever
                 return
             block = min(remaining, longest) if longest else remaining
-            woken = self._call(functools.partial(self.client.blpop, keys, block), repeatable=True)
+            woken = connection.call(
+                functools.partial(self.client.blpop, keys, block), repeatable=True, what="wait"
+            )
             if woken is not None:
                 return
 
@@ -361,7 +395,7 @@ class RedisBackend(Backend):
                     pipe.ltrim(self.keys.notify(queue), 0, self.options.notify_cap - 1)
                 pipe.execute()
 
-        self._call(push, repeatable=True)
+        connection.call(push, repeatable=True, what="notify")
 
     # --- maintenance -------------------------------------------------------------------
 
@@ -374,7 +408,7 @@ class RedisBackend(Backend):
 
     def promote_due(self, *, limit: int) -> int:
         args = [arguments.limit(limit), self._ttl_ms, self.options.prune_batch]
-        count, *queues = self._run("promote_due", args, repeatable=False)
+        count, *queues = self._run("promote_due", args, repeatable=True)
         self._notify([queue.decode() for queue in queues])
         return int(count)
 

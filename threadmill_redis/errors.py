@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-from threadmill_core.errors import ThreadmillError
+from threadmill_core.errors import BackendUnavailable, ThreadmillError
 
 
 class RedisBackendError(ThreadmillError):
     """Redis refused or failed a command (the driver's exception is the `__cause__`)."""
 
 
-class RedisUnavailable(RedisBackendError, ConnectionError):
+class RedisUnavailable(RedisBackendError, BackendUnavailable):
     """Redis could not be reached, or the connection dropped before the reply arrived.
 
-    For an operation that is not safe to repeat (a claim, say), the change may
-    or may not have been applied.
+    Also raised while a restarted server is still loading its data, and while
+    a cluster is down or resharding. For an operation that is not safe to
+    repeat (`cancel`, say), the change may or may not have been applied.
     """
 
 

@@ -48,9 +48,14 @@ Bookkeeping and wake-ups::
     {ns}:counters     HASH  seq -> last entered-READY sequence, token -> last fencing token
     {ns}:queues       HASH  queue -> number of tasks stored (queues listed by counts())
     {ns}:notify:<q>   LIST  wake-up tokens for workers idle on queue q, capped
+    {ns}:claim:<r>    LIST  receipt of claim call r: id, token, id, token, ...;
+                            expires with the leases it granted (PEXPIRE lease_ms)
 
-Nothing has a TTL: eviction could not tell a lease from a cache entry.
-Expired results are deleted by the scripts, oldest first, in bounded batches.
+Nothing else has a TTL: eviction could not tell a lease from a cache entry.
+A receipt only lets a claim repeated after a lost reply be answered with the
+same leases; were it evicted, the repeat would claim afresh and the leases
+first granted would lapse and be reaped, nothing worse. Expired results are
+deleted by the scripts, oldest first, in bounded batches.
 """
 
 from __future__ import annotations
@@ -104,6 +109,10 @@ class Keys:
     def notify(self, queue: str) -> str:
         """The list idle workers of `queue` block on."""
         return f"{self.prefix}notify:{queue}"
+
+    def claim_receipt(self, request: str) -> str:
+        """The receipt of one claim call, `request` being unique to that call."""
+        return f"{self.prefix}claim:{request}"
 
     def pattern(self) -> str:
         """A SCAN pattern matching every key of the namespace (tests and cleanup only)."""

@@ -13,6 +13,7 @@ _DESCRIPTIONS = {
     "redis": "Redis over TCP, one atomic Lua script per state change",
     "rediss": "Redis over TLS, one atomic Lua script per state change",
     "unix": "Redis over a Unix socket, one atomic Lua script per state change",
+    "redis+cluster": "Redis Cluster through any of its nodes; a namespace lives on one shard",
 }
 
 

@@ -24,6 +24,7 @@ from typing import Any
 import attrs
 import redis
 
+from threadmill_redis.connection import Client
 from threadmill_redis.errors import ScriptIncludeError
 
 INCLUDE = re.compile(r'^--@include\s+"([^"]+)"\s*$')
@@ -98,7 +99,7 @@ def load(name: str) -> Script:
     return Script.from_source(name, resolve(name, read_packaged))
 
 
-def evalsha(client: redis.Redis, script: Script, keys: Sequence[str], args: Sequence[Any]) -> Any:
+def evalsha(client: Client, script: Script, keys: Sequence[str], args: Sequence[Any]) -> Any:
     """Run `script` once, loading it first if the server does not know it."""
     try:
         return client.evalsha(script.sha, len(keys), *keys, *args)
@@ -107,12 +108,15 @@ def evalsha(client: redis.Redis, script: Script, keys: Sequence[str], args: Sequ
         return client.evalsha(script.sha, len(keys), *keys, *args)
 
 
-def evalsha_many(client: redis.Redis, calls: Sequence[Call]) -> list[Any]:
+def evalsha_many(client: Client, calls: Sequence[Call]) -> list[Any]:
     """Run several independent scripts in one round trip (one pipeline, no transaction).
 
     Each call is atomic on its own. Calls the server answered NOSCRIPT never
     ran; they are repeated after loading their scripts. Any other error raises.
+    A cluster client does not pipeline scripts, so there they run one by one.
     """
+    if isinstance(client, redis.RedisCluster):
+        return [evalsha(client, script, keys, args) for script, keys, args in calls]
     results: list[Any] = [None] * len(calls)
     pending = list(range(len(calls)))
     for attempt in range(2):

@@ -12,16 +12,15 @@ from __future__ import annotations
 import uuid
 from datetime import timedelta
 
-import redis
-
 from threadmill_core.clock import duration_ms
 from threadmill_core.testing import Harness
 from threadmill_redis import scripts
 from threadmill_redis.backend import RedisBackend
+from threadmill_redis.connection import Client
 
 
-def make_harness(client: redis.Redis, *, result_ttl: timedelta, **options: object) -> Harness:
-    """A harness on a new random namespace of `client` (redis.Redis or fakeredis.FakeRedis).
+def make_harness(client: Client, *, result_ttl: timedelta, **options: object) -> Harness:
+    """A harness on a new random namespace of `client` (redis.Redis, a cluster, or fakeredis).
 
     `close()` deletes every key of the namespace; the client stays open.
     """

@@ -105,12 +105,51 @@ def test_a_stale_token_is_still_refused_after_a_lost_reply(backend: RedisBackend
     assert backend.complete(reaped, done) is not None
 
 
-def test_a_claim_whose_reply_was_lost_is_not_repeated(backend: RedisBackend) -> None:
-    """A lost claim reply raises RedisUnavailable instead of claiming a second task."""
-    backend.enqueue(tasks(2))
+def test_a_claim_whose_reply_was_lost_is_answered_with_the_same_leases(
+    backend: RedisBackend,
+) -> None:
+    """A claim repeated after a lost reply returns the leases first granted and claims no more."""
+    backend.enqueue(tasks(3))
     DroppingConnection.drop(scripts.load("claim").sha)
+    leases = backend.claim(["default"], worker="w", lease_ttl=LEASE, limit=2)
+    assert DroppingConnection.armed[scripts.load("claim").sha.encode()] == 0
+    assert [lease.record.args for lease in leases] == [[0], [1]]
+    counts = backend.counts()["default"]
+    assert (counts.running, counts.ready) == (2, 1)
+    assert all(backend.get(lease.task_id).attempts == 1 for lease in leases)  # type: ignore[union-attr]
+    done = [
+        Decision(lease=lease, record=attrs.evolve(lease.record, status=TaskResultStatus.SUCCESSFUL))
+        for lease in leases
+    ]
+    assert all(backend.decide_many(done)), "the repeated leases are the current ones"
+
+
+def test_a_claim_that_loses_every_reply_raises_and_its_leases_lapse(backend: RedisBackend) -> None:
+    """When every repeat of a claim loses its reply, RedisUnavailable is raised, applied once."""
+    backend.enqueue(tasks(2))
+    DroppingConnection.drop(scripts.load("claim").sha, times=3)
     with pytest.raises(RedisUnavailable) as info:
         backend.claim(["default"], worker="w", lease_ttl=LEASE)
     assert isinstance(info.value.__cause__, redis.ConnectionError)
-    assert backend.counts()["default"].running == 1
-    assert backend.counts()["default"].ready == 1
+    counts = backend.counts()["default"]
+    assert (counts.running, counts.ready) == (1, 1), "applied once, not once per repeat"
+
+
+def test_a_receipt_expires_with_the_leases_it_granted(backend: RedisBackend) -> None:
+    """A claim's receipt lives no longer than its leases, and an empty claim leaves none."""
+    backend.enqueue(tasks(1))
+    backend.claim(["default"], worker="w", lease_ttl=timedelta(seconds=7))
+    backend.claim(["default"], worker="w", lease_ttl=timedelta(seconds=7))  # nothing left
+    receipts = list(backend.client.scan_iter(match=backend.keys.claim_receipt("*")))
+    assert len(receipts) == 1
+    assert 0 < backend.client.pttl(receipts[0]) <= 7000
+
+
+def test_a_heartbeat_whose_reply_was_lost_is_repeated(backend: RedisBackend) -> None:
+    """extend_many after a lost reply renews every lease, none reported lost."""
+    backend.enqueue(tasks(2))
+    leases = backend.claim(["default"], worker="w", lease_ttl=LEASE, limit=2)
+    DroppingConnection.drop(scripts.load("extend_many").sha)
+    renewed = backend.extend_many(leases, LEASE * 2)
+    assert all(lease is not None for lease in renewed)
+    assert [r.token for r in renewed if r] == [lease.token for lease in leases]

@@ -1,5 +1,8 @@
 -- Promote the due DEFERRED tasks of the given queues, then move up to `limit`
--- READY tasks to RUNNING, queues in the order given, each in READY order.
+-- READY tasks to RUNNING, queues in the order given, each in READY order,
+-- and leave a receipt of the leases granted. A call whose receipt exists is
+-- a repeat after a lost reply: it changes nothing and answers with the leases
+-- of the receipt still held under their tokens.
 --
 --   KEYS[1]  payload     HASH id -> the record as enqueued (codec bytes, opaque here)
 --   KEYS[2]  state       HASH id -> packed task state (see lib/load_task)
@@ -17,13 +20,15 @@
 --   KEYS[14] finished    ZSET terminal ids by finished_at ms
 --   KEYS[15] counters    HASH seq and token counters
 --   KEYS[16] queues      HASH queue -> number of tasks stored
+--   KEYS[17] receipt     LIST this call's receipt (unique per call, same on a repeat)
 --   ARGV[1]  worker_entry  the worker's id, encoded for the workers hash
 --   ARGV[2]  lease_ms      lease length in milliseconds
 --   ARGV[3]  limit         most tasks to claim
 --   ARGV[4..] queues       queue names, best first
 --
 -- Reply: one OK row per claimed task, best first, payload included
--- (lib/task_row); empty when nothing is ready.
+-- (lib/task_row); empty when nothing is ready. A repeat answers REPEAT rows
+-- in the same order.
 
 --@include "lib/claim_task"
 --@include "lib/code"
@@ -52,10 +57,23 @@ local K = {
   finished = KEYS[14],
   counters = KEYS[15],
   queues = KEYS[16],
+  receipt = KEYS[17],
 }
 local worker_entry = ARGV[1]
 local lease_ms = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
+
+if redis.call('EXISTS', K.receipt) == 1 then
+  local rows = {}
+  local held = redis.call('LRANGE', K.receipt, 0, -1)
+  for i = 1, #held, 2 do
+    local t = load_task(K, held[i])
+    if t ~= nil and t.status == 'RUNNING' and t.token == held[i + 1] then
+      rows[#rows + 1] = task_row(K, t, code('REPEAT'), true)
+    end
+  end
+  return rows
+end
 
 local now = now_ms()
 -- Every due task, as the protocol says (not a batch): the maintenance loop's
@@ -81,7 +99,11 @@ for i = 4, #ARGV do
   for _, member in ipairs(members) do
     local t = load_task(K, member_id(member))
     claim_task(K, t, now, lease_ms, worker_entry)
+    redis.call('RPUSH', K.receipt, t.id, t.token)
     rows[#rows + 1] = task_row(K, t, code('OK'), true)
   end
+end
+if #rows > 0 then
+  redis.call('PEXPIRE', K.receipt, lease_ms)
 end
 return rows

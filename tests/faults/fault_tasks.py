@@ -1,0 +1,62 @@
+"""Tasks for the fault tests; runs and acknowledgements are recorded on a separate server.
+
+A run pushes ``start:<n>:<pid>:<attempt>`` before its work and
+``end:<n>:<pid>:<attempt>`` after it; a plugin hook pushes ``acked:<n>:<pid>``
+once the worker's acknowledgement has landed. They go to the list
+``threadmill-test:<tag>`` on the server at ``log_url`` (never the server
+under test, which the tests kill), so the tests can tell whether a task ran
+again after it was acknowledged.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from datetime import timedelta
+
+import redis
+
+from threadmill_core import ExponentialBackoff, TaskContext, TaskResult, hookimpl, task
+from threadmill_core.plugins import plugin_manager
+
+#: Expired leases are retried quickly and forever: no fault may turn into a FAILED task.
+RETRY = ExponentialBackoff(base_delay=timedelta(milliseconds=50), max_retries=None, jitter=0)
+
+_clients: dict[str, redis.Redis] = {}
+
+
+def log_event(log_url: str, tag: str, event: str) -> None:
+    client = _clients.get(log_url)
+    if client is None:
+        client = _clients[log_url] = redis.Redis.from_url(log_url)
+    client.rpush(f"threadmill-test:{tag}", event)
+
+
+@task(retry=RETRY)
+def work(context: TaskContext, log_url: str, tag: str, n: int, max_ms: int) -> int:
+    """Sleep 0..max_ms milliseconds, recording start and end; returns `n`."""
+    log_event(log_url, tag, f"start:{n}:{os.getpid()}:{context.attempt}")
+    time.sleep(random.uniform(0, max_ms) / 1000)
+    log_event(log_url, tag, f"end:{n}:{os.getpid()}:{context.attempt}")
+    return n
+
+
+@task
+def echo(value: object) -> object:
+    """Return `value` unchanged."""
+    return value
+
+
+class AckRecorder:
+    """Records each acknowledgement of `work` that landed (the worker calls this hook after it)."""
+
+    @hookimpl
+    def threadmill_task_finished(self, record: TaskResult) -> None:
+        if record.task_path == work.path:
+            log_url, tag, n, _max_ms = record.args
+            log_event(log_url, tag, f"acked:{n}:{os.getpid()}")
+
+
+if plugin_manager().get_plugin("threadmill-fault-tests") is None:
+    plugin_manager().register(AckRecorder(), name="threadmill-fault-tests")

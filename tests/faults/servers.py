@@ -1,0 +1,248 @@
+"""Real servers for the fault tests: killable ones, TLS and password ones, and a cluster.
+
+Everything here starts processes on loopback ports and owns them; the
+fixtures in conftest.py stop them. Missing binaries skip locally and fail
+under ``CI=true``, as for the session's server (see tests/conftest.py).
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import attrs
+import pytest
+
+from tests.conftest import IN_CI, RedisServer, free_port
+
+
+def require(binary: str) -> str:
+    """The path of `binary`; skip the test without it (fail in CI)."""
+    path = shutil.which(binary)
+    if path is None:
+        message = f"{binary} is not installed (Debian: apt-get install redis-server)"
+        if IN_CI:
+            pytest.fail(f"{message}; CI must run the fault tests")
+        pytest.skip(message)
+    return path
+
+
+class Server(RedisServer):
+    """A `RedisServer` that can be SIGKILLed and restarted on its port, keeping its data dir.
+
+    Ready means the plain port answers PING, or answers that it wants a
+    password (a server started with ``--requirepass`` is ready too).
+    """
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            self.args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as sock:
+                    sock.sendall(b"PING\r\n")
+                    if sock.recv(64).startswith((b"+PONG", b"-NOAUTH")):
+                        return
+            except OSError:
+                pass
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.02)
+        self.stop()
+        pytest.fail(f"redis-server did not start on port {self.port}")
+
+    def kill(self) -> None:
+        """SIGKILL the server and wait until it is gone (nothing flushed, nothing said)."""
+        if self.process is not None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(timeout=10)
+            self.process = None
+
+
+def durable_server() -> Server:
+    """A server that keeps the at-least-once promise across SIGKILL: every write fsynced."""
+    return Server("--appendonly", "yes", "--appendfsync", "always")
+
+
+# --- TLS -----------------------------------------------------------------------------
+
+
+KEY_USAGES = (
+    "digital_signature", "content_commitment", "key_encipherment", "data_encipherment",
+    "key_agreement", "key_cert_sign", "crl_sign", "encipher_only", "decipher_only",
+)  # fmt: skip
+
+
+@attrs.frozen
+class TlsFiles:
+    """A throwaway CA, a server certificate for 127.0.0.1 and a client certificate."""
+
+    ca: Path
+    server_cert: Path
+    server_key: Path
+    client_cert: Path
+    client_key: Path
+
+
+def make_tls_files(directory: Path) -> TlsFiles:
+    """Write a fresh CA and certificates signed by it into `directory` (valid for a day)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+
+    def name(text: str) -> x509.Name:
+        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, text)])
+
+    def write_key(key: ec.EllipticCurvePrivateKey, path: Path) -> Path:
+        path.write_bytes(
+            key.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.PKCS8,
+                serialization.NoEncryption(),
+            )
+        )
+        return path
+
+    def write_cert(cert: x509.Certificate, path: Path) -> Path:
+        path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        return path
+
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_usage = dict.fromkeys(KEY_USAGES, False)
+    ca_usage.update(digital_signature=True, key_cert_sign=True, crl_sign=True)
+    ca_cert = (
+        x509.CertificateBuilder()
+        .subject_name(name("threadmill test CA"))
+        .issuer_name(name("threadmill test CA"))
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(x509.KeyUsage(**ca_usage), critical=True)
+        .add_extension(
+            x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+
+    def issue(
+        common_name: str, usage: x509.ObjectIdentifier, san: bool
+    ) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+        key = ec.generate_private_key(ec.SECP256R1())
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(name(common_name))
+            .issuer_name(ca_cert.subject)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+            .add_extension(
+                x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
+                critical=False,
+            )
+        )
+        if san:
+            builder = builder.add_extension(
+                x509.SubjectAlternativeName(
+                    [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
+                ),
+                critical=False,
+            )
+        return builder.sign(ca_key, hashes.SHA256()), key
+
+    server_cert, server_key = issue("127.0.0.1", ExtendedKeyUsageOID.SERVER_AUTH, san=True)
+    client_cert, client_key = issue("threadmill worker", ExtendedKeyUsageOID.CLIENT_AUTH, False)
+    return TlsFiles(
+        ca=write_cert(ca_cert, directory / "ca.crt"),
+        server_cert=write_cert(server_cert, directory / "server.crt"),
+        server_key=write_key(server_key, directory / "server.key"),
+        client_cert=write_cert(client_cert, directory / "client.crt"),
+        client_key=write_key(client_key, directory / "client.key"),
+    )
+
+
+class TlsServer(Server):
+    """A server whose `tls_port` speaks only TLS and asks clients for a certificate.
+
+    The plain `port` stays open on loopback for the readiness check only.
+    """
+
+    def __init__(self, files: TlsFiles) -> None:
+        self.tls_port = free_port()
+        self.files = files
+        super().__init__(
+            "--tls-port", str(self.tls_port),
+            "--tls-cert-file", str(files.server_cert),
+            "--tls-key-file", str(files.server_key),
+            "--tls-ca-cert-file", str(files.ca),
+            "--tls-auth-clients", "yes",
+        )  # fmt: skip
+
+    def tls_url(self, *, client_cert: bool = True) -> str:
+        query = f"ssl_ca_certs={self.files.ca}"
+        if client_cert:
+            query += f"&ssl_certfile={self.files.client_cert}&ssl_keyfile={self.files.client_key}"
+        return f"rediss://127.0.0.1:{self.tls_port}/0?{query}"
+
+
+# --- a cluster -----------------------------------------------------------------------
+
+
+class Cluster:
+    """Three masters on loopback ports, no replicas, every slot covered."""
+
+    def __init__(self) -> None:
+        cli = require("redis-cli")
+        self.nodes: list[Server] = []
+        try:
+            for _ in range(3):
+                # The bus port defaults to port + 10000, past 65535 for many free ports.
+                options = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]
+                self.nodes.append(Server(*options, "--cluster-port", str(free_port())))
+            subprocess.run(
+                [cli, "--cluster", "create",
+                 *(f"127.0.0.1:{node.port}" for node in self.nodes),
+                 "--cluster-replicas", "0", "--cluster-yes"],
+                check=True, capture_output=True, timeout=60,
+            )  # fmt: skip
+            self._wait_until_ok(cli)
+        except BaseException:
+            self.close()
+            raise
+
+    def _wait_until_ok(self, cli: str) -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            states = [self._info(cli, node) for node in self.nodes]
+            if all("cluster_state:ok" in state for state in states):
+                return
+            time.sleep(0.1)
+        pytest.fail("the cluster did not reach cluster_state:ok within 30 s")
+
+    @staticmethod
+    def _info(cli: str, node: Server) -> str:
+        command = [cli, "-p", str(node.port), "cluster", "info"]
+        return subprocess.run(command, capture_output=True, text=True, timeout=10).stdout
+
+    def url(self, namespace: str) -> str:
+        """A cluster URL through the first node; the client finds the others."""
+        return f"redis+cluster://127.0.0.1:{self.nodes[0].port}?namespace={namespace}"
+
+    def close(self) -> None:
+        for node in self.nodes:
+            node.close()

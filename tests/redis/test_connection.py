@@ -1,0 +1,116 @@
+"""The driver boundary: which Redis errors are outages, which are repeated, which are not."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import redis
+from redis.exceptions import (
+    BusyLoadingError,
+    ClusterDownError,
+    OutOfMemoryError,
+    ReadOnlyError,
+    RedisClusterException,
+    TryAgainError,
+)
+
+from threadmill_core.errors import BackendUnavailable, InvalidOption
+from threadmill_redis import RedisBackendError, RedisUnavailable, connection
+
+
+@pytest.fixture
+def pauses(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The pauses `connection.call` takes between repeats, recorded instead of slept."""
+    taken: list[float] = []
+    monkeypatch.setattr(connection.time, "sleep", taken.append)
+    return taken
+
+
+def failing(*errors: Exception) -> Callable[[], str]:
+    """A call that raises `errors` in turn, then answers "ok"."""
+    pending = list(errors)
+
+    def call() -> str:
+        if pending:
+            raise pending.pop(0)
+        return "ok"
+
+    return call
+
+
+def test_an_outage_is_a_backend_unavailable_and_a_connection_error() -> None:
+    """RedisUnavailable is the core's BackendUnavailable, so workers ride it out."""
+    assert issubclass(RedisUnavailable, BackendUnavailable)
+    assert issubclass(RedisUnavailable, ConnectionError)
+    assert issubclass(RedisUnavailable, RedisBackendError)
+
+
+def test_a_repeatable_call_is_repeated_after_a_dropped_connection(pauses: list[float]) -> None:
+    """Two dropped connections are repeated after 50 and 100 ms, and the third send answers."""
+    call = failing(redis.ConnectionError("reset"), redis.TimeoutError("timed out"))
+    assert connection.call(call, repeatable=True, what="test") == "ok"
+    assert pauses == [0.05, 0.1]
+
+
+def test_a_repeatable_call_gives_up_after_its_repeats(pauses: list[float]) -> None:
+    """A third dropped connection raises RedisUnavailable naming the operation."""
+    call = failing(*[redis.ConnectionError("reset")] * 3)
+    with pytest.raises(RedisUnavailable, match="during claim"):
+        connection.call(call, repeatable=True, what="claim")
+    assert len(pauses) == 2
+
+
+def test_a_call_that_may_not_be_repeated_raises_at_once(pauses: list[float]) -> None:
+    """A cancel whose connection dropped is not sent again."""
+    with pytest.raises(RedisUnavailable):
+        connection.call(failing(redis.ConnectionError("reset")), repeatable=False, what="cancel")
+    assert pauses == []
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        BusyLoadingError("LOADING Redis is loading the dataset in memory"),
+        ClusterDownError("CLUSTERDOWN The cluster is down"),
+        TryAgainError("TRYAGAIN Multiple keys request during rehashing of slot"),
+        RedisClusterException("Redis Cluster cannot be connected"),
+        OutOfMemoryError("command not allowed when used memory > 'maxmemory'"),
+        ReadOnlyError("You can't write against a read only replica."),
+    ],
+    ids=["loading", "cluster-down", "try-again", "no-node", "out-of-memory", "read-only"],
+)
+def test_a_server_not_ready_for_us_is_an_outage(error: Exception, pauses: list[float]) -> None:
+    """Loading after a restart, a cluster in trouble, full memory, a replica: all outages."""
+    with pytest.raises(RedisUnavailable):
+        connection.call(failing(error), repeatable=False, what="test")
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        redis.AuthenticationError("WRONGPASS invalid username-password pair"),
+        redis.ResponseError("ERR unknown command"),
+        redis.exceptions.NoPermissionError("NOPERM no permissions"),
+    ],
+    ids=["credentials", "error-reply", "no-permission"],
+)
+def test_what_waiting_cannot_fix_is_not_an_outage(error: Exception, pauses: list[float]) -> None:
+    """Refused credentials and error replies raise RedisBackendError, never an outage."""
+    with pytest.raises(RedisBackendError) as info:
+        connection.call(failing(error), repeatable=True, what="test")
+    assert not isinstance(info.value, BackendUnavailable)
+    assert pauses == []
+
+
+def test_a_cluster_url_naming_a_database_is_refused() -> None:
+    """A cluster has database 0 only: another is an InvalidOption before anything connects."""
+    with pytest.raises(InvalidOption, match="database 0 only"):
+        connection.client_from_url("redis+cluster://127.0.0.1:7000/2", "")
+
+
+def test_the_socket_timeout_is_read_from_the_client() -> None:
+    """The blocking wait reads the socket timeout a client was built with (None for none)."""
+    with redis.Redis(socket_timeout=7.5) as timed, redis.Redis(socket_timeout=None) as untimed:
+        assert connection.socket_timeout(timed) == 7.5
+        assert connection.socket_timeout(untimed) is None

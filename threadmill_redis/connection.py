@@ -1,0 +1,156 @@
+"""Redis clients: built from URLs, and the one boundary where driver errors are translated.
+
+Schemes: ``redis://`` and ``rediss://`` (TLS) and ``unix://`` reach one
+server; ``redis+cluster://host:port`` reaches a Redis Cluster through any of
+its nodes, with redis-py's cluster client. Every key of a namespace shares
+one hash tag (see `threadmill_redis.keys`), so each script runs on the one
+shard that holds the namespace, and a cluster scales by spreading namespaces
+over its shards.
+
+Clients built here do no retries of their own: `call` decides what may be
+repeated after a connection drops (see `threadmill_redis.backend`).
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, TypeAlias, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+import redis
+from redis.backoff import NoBackoff
+from redis.exceptions import (
+    ClusterDownError,
+    OutOfMemoryError,
+    ReadOnlyError,
+    RedisClusterException,
+    TryAgainError,
+)
+from redis.retry import Retry
+
+from threadmill_core.errors import InvalidOption
+from threadmill_redis.errors import RedisBackendError, RedisUnavailable
+
+log = logging.getLogger("threadmill_redis")
+
+T = TypeVar("T")
+
+#: What the backend talks to: one server, or a cluster.
+Client: TypeAlias = redis.Redis | redis.RedisCluster
+
+#: Our URL schemes, and the scheme redis-py is given for each.
+SCHEMES = {"redis": "redis", "rediss": "rediss", "unix": "unix", "redis+cluster": "redis"}
+CLUSTER_SCHEMES = frozenset({"redis+cluster"})
+
+#: Repeats of a call that may be repeated, after the connection dropped.
+REPEATS = 2
+
+#: Driver errors that mean "Redis is not there right now", not "Redis said no":
+#: no connection, a dropped one, a timeout, a server still loading its data
+#: after a restart (BusyLoadingError is a ConnectionError), a cluster that is
+#: down, resharding or has no node for the slot, and a server that cannot
+#: take writes (out of memory under noeviction, or a replica after a
+#: failover). Those last refusals come before a script has written anything.
+UNAVAILABLE: tuple[type[Exception], ...] = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+    ClusterDownError,
+    TryAgainError,
+    RedisClusterException,
+    OutOfMemoryError,
+    ReadOnlyError,
+)
+
+
+def client_from_url(url: str, query: str) -> Client:
+    """A client for `url` (one of `SCHEMES`) with `query` (redis-py's options only).
+
+    A cluster client learns the topology when it is built, so it raises
+    `RedisUnavailable` when no node answers; a single-server client connects
+    on first use.
+    """
+    parts = urlsplit(url)
+    if parts.scheme in CLUSTER_SCHEMES and parts.path.strip("/") not in ("", "0"):
+        raise InvalidOption(f"a Redis Cluster has database 0 only, not {parts.path!r}: {url!r}")
+    driver_url = urlunsplit(parts._replace(scheme=SCHEMES[parts.scheme], query=query))
+    no_retries = Retry(NoBackoff(), 0)
+    try:
+        if parts.scheme in CLUSTER_SCHEMES:
+            return redis.RedisCluster.from_url(driver_url, retry=no_retries)
+        return redis.Redis.from_url(driver_url, retry=no_retries)
+    except redis.AuthenticationError as exc:  # a ConnectionError, but not an outage
+        raise InvalidOption(f"Redis refused the credentials in {url!r}: {exc}") from exc
+    except UNAVAILABLE as exc:
+        if any(isinstance(e, redis.ResponseError) for e in _chain(exc)):
+            # A node answered, and said no: not a cluster, say. Waiting will not help.
+            raise InvalidOption(f"Redis refused the connection for {url!r}: {exc}") from exc
+        raise RedisUnavailable(f"Redis unavailable at {url!r}: {exc}") from exc
+    except redis.RedisError as exc:
+        raise InvalidOption(f"Redis refused the connection for {url!r}: {exc}") from exc
+    except (ValueError, TypeError) as exc:
+        raise InvalidOption(f"invalid Redis URL {url!r}: {exc}") from exc
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """`exc` and the exceptions it was raised from or while handling, innermost last."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        yield current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+
+
+def certificate_refused(exc: BaseException) -> bool:
+    """Whether `exc` comes from a server certificate that did not verify (a wrong CA, say)."""
+    return any(isinstance(e, ssl.SSLCertVerificationError) for e in _chain(exc))
+
+
+def socket_timeout(client: Client) -> float | None:
+    """The client's socket timeout in seconds, or None for none."""
+    if isinstance(client, redis.RedisCluster):
+        kwargs: dict[str, Any] = client.nodes_manager.connection_kwargs
+    else:
+        kwargs = client.connection_pool.connection_kwargs
+    value = kwargs.get("socket_timeout")
+    return float(value) if value else None
+
+
+def on_key_node(client: Client, key: str) -> dict[str, Any]:
+    """Keyword arguments that send a keyless command to the node holding `key`.
+
+    On a cluster, commands without keys (TIME, CONFIG GET) go to a random
+    node unless told otherwise; the namespace's own shard is the one whose
+    clock the scripts read.
+    """
+    if isinstance(client, redis.RedisCluster):
+        node = client.get_node_from_key(key)  # type: ignore[no-untyped-call]  # redis-py leaves it untyped
+        return {"target_nodes": node}
+    return {}
+
+
+def call(fn: Callable[[], T], *, repeatable: bool, what: str) -> T:
+    """Run `fn` against Redis; the one place driver exceptions are translated.
+
+    An outage (see `UNAVAILABLE`) repeats a `repeatable` call twice, after
+    50 and 100 ms, then raises `RedisUnavailable`; a call that is not
+    repeatable raises it at once. Refused credentials and every other driver
+    error raise `RedisBackendError`: they will not go away by waiting.
+    """
+    for attempt in range(REPEATS + 1):
+        try:
+            return fn()
+        except redis.AuthenticationError as exc:  # a ConnectionError, but not an outage
+            raise RedisBackendError(f"Redis refused the credentials ({what}): {exc}") from exc
+        except UNAVAILABLE as exc:
+            if repeatable and attempt < REPEATS:
+                log.debug("%s: Redis unavailable (%s); repeating the call", what, exc)
+                time.sleep(0.05 * 2**attempt)
+                continue
+            raise RedisUnavailable(f"Redis unavailable during {what}: {exc}") from exc
+        except redis.RedisError as exc:
+            raise RedisBackendError(f"Redis failed during {what}: {exc}") from exc
+    raise AssertionError("unreachable")  # pragma: no cover
