@@ -1,13 +1,18 @@
-"""The kit itself: it must not raise false alarms on a backend whose clock it does not control."""
+"""The kit itself: no false alarms on a clock it does not control, a named rule for a bug."""
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 import pytest
-from hypothesis import settings
+from hypothesis import Phase, settings
 
 from tests.conftest import RESULT_TTL
 from threadmill_core.clock import FakeClock
-from threadmill_core.testing import Harness, run_machine
+from threadmill_core.models import Lease, TaskResult
+from threadmill_core.testing import Harness, ProtocolViolation, on_fake_clock, run_machine
+from threadmill_memory import MemoryBackend
+
+pytestmark = pytest.mark.memory
 
 
 class CreepingClock(FakeClock):
@@ -19,8 +24,6 @@ class CreepingClock(FakeClock):
 
 
 def creeping_memory_harness() -> Harness:
-    from threadmill_memory import MemoryBackend
-
     clock = CreepingClock()
     backend = MemoryBackend(clock=clock, result_ttl=RESULT_TTL)
     return Harness(
@@ -32,8 +35,63 @@ def creeping_memory_harness() -> Harness:
     )
 
 
-@pytest.mark.memory
 def test_machine_tolerates_a_clock_that_creeps() -> None:
     """On a backend with exact_clock False, real time passing between calls is not a violation."""
     # A quarter of the profile's examples: this guards the kit, not a backend.
     run_machine(creeping_memory_harness, settings(max_examples=settings().max_examples // 4))
+
+
+class TokenBlindBackend(MemoryBackend):
+    """A broken backend: complete() ignores the lease's token, as if its check were left out.
+
+    It decides with the newest token it issued for the task instead, so a
+    stale lease (or a made-up one) finalizes the task like the current one.
+    """
+
+    def __init__(self, *, clock: FakeClock) -> None:
+        super().__init__(clock=clock, result_ttl=RESULT_TTL)
+        self.newest: dict[str, str] = {}
+
+    def claim(
+        self, queues: Sequence[str], *, worker: str, lease_ttl: timedelta, limit: int = 1
+    ) -> list[Lease]:
+        return self.remember(super().claim(queues, worker=worker, lease_ttl=lease_ttl, limit=limit))
+
+    def claim_expired(self, *, limit: int, claim_ttl: timedelta) -> list[Lease]:
+        return self.remember(super().claim_expired(limit=limit, claim_ttl=claim_ttl))
+
+    def remember(self, leases: list[Lease]) -> list[Lease]:
+        self.newest.update((lease.task_id, lease.token) for lease in leases)
+        return leases
+
+    def complete(self, lease: Lease, record: TaskResult) -> TaskResult | None:
+        token = self.newest.get(lease.task_id, lease.token)
+        return super().complete(
+            Lease(token=token, deadline=lease.deadline, record=lease.record), record
+        )
+
+
+def test_machine_names_the_rule_a_backend_breaks() -> None:
+    """A backend whose complete() ignores the token fails the machine with that rule named."""
+    quick = settings(
+        max_examples=50,
+        stateful_step_count=20,
+        phases=[Phase.generate],  # the first failure is enough; shrinking it takes long
+        derandomize=True,
+        database=None,
+    )
+    factory = on_fake_clock(lambda clock: TokenBlindBackend(clock=clock), result_ttl=RESULT_TTL)
+    with pytest.raises(ProtocolViolation) as failure:
+        run_machine(factory, quick)
+    rule, step = str(failure.value).splitlines()[:2]
+    # Which stale lease hypothesis tries first is its choice; each is named as such.
+    assert rule.startswith(
+        (
+            "complete() accepted a stale token",
+            "complete() accepted a token it never issued",
+            "complete() accepted a lease from before the task was purged",
+        )
+    ), rule
+    assert step.strip().startswith("during:"), step
+    steps = "\n".join(getattr(failure.value, "__notes__", []))
+    assert "state.claim(" in steps, steps

@@ -8,6 +8,10 @@ from datetime import timedelta
 import attrs
 
 from threadmill_core.backend import Backend
+from threadmill_core.clock import FakeClock
+
+#: The result retention `on_fake_clock` assumes unless told otherwise.
+DEFAULT_RESULT_TTL = timedelta(days=7)
 
 
 def _nothing() -> None:
@@ -18,29 +22,67 @@ def _nothing() -> None:
 class Harness:
     """A fresh, empty backend under test and the controls the kit needs.
 
-    `advance(delta)` must make the backend behave as if its clock moved
-    forward by `delta`: leases that were due to expire within `delta`
-    expire, deferred tasks become due. A backend on an injected clock just
-    advances it; one on a server clock (Redis's ``TIME``) may instead shift
-    its stored deadlines and due times back by `delta` from test-support
-    code.
+    `advance(delta)` must make the backend behave as if its clock had moved
+    forward by `delta`: every lease whose deadline falls within `delta`
+    expires, every deferred task due within it falls due, and finished
+    results age toward `result_ttl`. It moves scheduling, not history: the
+    timestamps already stored in records (`enqueued_at`, `started_at`,
+    `run_after`, `finished_at`, ...) must read the same afterwards. A backend
+    that takes an injected clock just advances a `FakeClock` (see
+    `on_fake_clock`). One on a clock the test cannot set (a database or
+    server clock) needs test-support code instead: a subclass whose one
+    clock-reading method adds an offset that `advance` grows, or a routine
+    that moves the stored deadlines, due times and expiry times back by
+    `delta` (what the Redis backend's test support does).
 
-    `exact_clock` says whether the backend's timestamps follow the kit's
-    model clock exactly (an injected fake clock starting at `start`). When
-    False the kit checks timestamps only for presence and order.
+    `exact_clock` says whether the backend's clock moves only through
+    `advance`, so that the kit can predict every timestamp to the
+    millisecond. When False (a real clock, which also creeps forward while
+    the test runs) the kit checks timestamps only for presence and order,
+    accepts either order for two tasks stamped at one model instant, and
+    keeps every time step at least a minute from any boundary.
 
-    `close()` releases the backend and anything it stored.
+    `close()` releases the backend and anything it stored; the kit calls it
+    once per harness, after the last call on the backend.
+
+    `result_ttl` must be the retention the backend was built with; the kit
+    never advances the clock past it, so terminal tasks stay visible.
     """
 
     backend: Backend
     advance: Callable[[timedelta], None]
     exact_clock: bool = False
     close: Callable[[], None] = _nothing
-
-    #: The result retention the backend was built with; the kit never advances
-    #: the clock past it, so terminal tasks stay visible.
-    result_ttl: timedelta = timedelta(days=7)
+    result_ttl: timedelta = DEFAULT_RESULT_TTL
 
 
-#: Builds a fresh Harness; the kit calls it once per test case.
+#: Builds a fresh Harness (an empty backend); the kit calls it once per test case.
 HarnessFactory = Callable[[], Harness]
+
+
+def on_fake_clock(
+    build: Callable[[FakeClock], Backend], *, result_ttl: timedelta = DEFAULT_RESULT_TTL
+) -> HarnessFactory:
+    """A `HarnessFactory` for a backend that takes an injected clock.
+
+    Each harness gets a new `FakeClock` and the backend `build(clock)` makes
+    on it, which must keep results for `result_ttl`; `advance` moves the
+    clock, `exact_clock` is True and `close` calls the backend's `close`::
+
+        on_fake_clock(lambda clock: MyBackend(clock=clock, result_ttl=TTL), result_ttl=TTL)
+    """
+
+    def factory() -> Harness:
+        clock = FakeClock()
+        backend = build(clock)
+        return Harness(
+            backend=backend,
+            advance=clock.advance,
+            exact_clock=True,
+            close=backend.close,
+            result_ttl=result_ttl,
+        )
+
+    # Named after `build`: the state machine's failure report names its class after this.
+    factory.__name__ = factory.__qualname__ = f"on_fake_clock({getattr(build, '__name__', '')})"
+    return factory

@@ -1,6 +1,7 @@
 """The conformance state machine: a backend under test, run step for step beside the model.
 
-Every backend, bundled or third-party, proves itself with::
+Every backend, bundled or third-party, runs it through `ConformanceSuite`;
+outside pytest, or to pass settings of its own::
 
     from threadmill_core.testing import run_machine
 
@@ -11,8 +12,9 @@ Every backend, bundled or third-party, proves itself with::
 test case starts from `factory()` (a fresh, empty backend) and closes it at
 the end. Each rule makes one call on the backend and the same call on
 `ProtocolModel`, and compares the answers; after every rule an invariant
-compares every segment of every queue (contents, order, records) and
-`counts()`. Leases that lost their token stay in the `leases` bundle, so later
+compares `counts()` and the segments the rule may have changed (contents,
+order, records), and every segment of every queue every few rules and at
+the end. Leases that lost their token stay in the `leases` bundle, so later
 rules use them and the backend must refuse them.
 
 A disagreement raises `ProtocolViolation` (an `AssertionError`) whose first
@@ -35,7 +37,6 @@ time or lease deadline, since both "due" and "expired" include that moment.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -66,6 +67,15 @@ from threadmill_core.models import (
     TaskResultStatus,
 )
 from threadmill_core.testing import strategies as ts
+from threadmill_core.testing._judge import (
+    CLAIM_ORDER,
+    EXPIRED_ORDER,
+    ORDERS,
+    order_problem,
+    record_diff,
+    show,
+    time_order_problem,
+)
 from threadmill_core.testing.harness import Harness, HarnessFactory
 from threadmill_core.testing.model import (
     APPLIED,
@@ -76,7 +86,6 @@ from threadmill_core.testing.model import (
     Outcome,
     ProtocolModel,
     ProtocolViolation,
-    same_value,
 )
 
 READY = TaskResultStatus.READY
@@ -91,6 +100,8 @@ HOUR = timedelta(hours=1)
 #: their sum's minutes below the hour (see the module doc).
 PHASE = MINUTE
 MAX_ADVANCES = 50
+#: Every segment is read at least once in this many steps (see the invariant).
+FULL_CHECK_EVERY = 5
 #: Kept between the total advance and `Harness.result_ttl`.
 RESULT_TTL_MARGIN = HOUR
 
@@ -105,20 +116,6 @@ ADVANCES = (PHASE, HOUR + PHASE, 2 * HOUR + PHASE, 3 * HOUR + PHASE)
 Verdict = TaskResultStatus | timedelta
 VERDICTS: st.SearchStrategy[Verdict] = st.sampled_from((SUCCESSFUL, FAILED, *RETRY_DELAYS))
 
-#: How a segment is ordered: the name of each part of its group key, then the tie-break.
-ORDERS: Mapping[TaskResultStatus, tuple[str, ...]] = {
-    READY: ("priority (higher first)", "FIFO (the order tasks entered READY)", "id"),
-    DEFERRED: ("run_after", "id"),
-    RUNNING: ("lease deadline", "id"),
-    SUCCESSFUL: ("finished_at", "id"),
-    FAILED: ("finished_at", "id"),
-    TaskResultStatus.CANCELLED: ("finished_at", "id"),
-}
-CLAIM_ORDER = ("queue order (queues are taken in the order given)", *ORDERS[READY])
-EXPIRED_ORDER = ("oldest lease deadline first", "id")
-
-TIME_FIELDS = ("enqueued_at", "run_after", "started_at", "last_attempted_at", "finished_at")
-PAYLOAD_FIELDS = ("args", "kwargs", "return_value")
 #: Fields of an enqueued record that the backend sets itself, whatever the caller sent.
 BACKEND_FIELDS = (
     "status",
@@ -203,119 +200,6 @@ def task_specs() -> st.SearchStrategy[TaskSpec]:
     )
 
 
-# --- judging -------------------------------------------------------------------------
-
-
-def _show(value: object) -> str:
-    if isinstance(value, TaskResult):
-        return f"TaskResult(id={value.id!r}, status={value.status.value}, ...)"
-    return repr(value)
-
-
-def record_diff(expected: TaskResult, got: TaskResult, *, exact: bool) -> list[str]:
-    """The names of the fields in which `got` is not `expected`.
-
-    Payload fields are compared value for value (`same_value`); timestamps
-    exactly if `exact`, otherwise only for presence.
-    """
-    if (
-        exact
-        and expected == got
-        and all(same_value(getattr(expected, f), getattr(got, f)) for f in PAYLOAD_FIELDS)
-    ):
-        return []  # the common case, decided fast; `==` alone lets 1 pass for True
-    fields = []
-    for attribute in attrs.fields(TaskResult):
-        name = attribute.name
-        want, have = getattr(expected, name), getattr(got, name)
-        if name in TIME_FIELDS and not exact:
-            same = (want is None) == (have is None)
-        elif name in PAYLOAD_FIELDS:
-            same = same_value(want, have)
-        elif name == "retry" and want is not None and have is not None:
-            same = want.path == have.path and same_value(want.options, have.options)
-        else:
-            same = bool(want == have)
-        if not same:
-            fields.append(name)
-    return fields
-
-
-def time_order_problem(record: TaskResult) -> str | None:
-    """Which pair of a record's own timestamps is out of order, if any."""
-    pairs = (
-        ("enqueued_at", "started_at"),
-        ("started_at", "last_attempted_at"),
-        ("enqueued_at", "finished_at"),
-        ("last_attempted_at", "finished_at"),
-    )
-    for earlier, later in pairs:
-        first, second = getattr(record, earlier), getattr(record, later)
-        if first is not None and second is not None and first > second:
-            return f"{earlier} ({first.isoformat()}) is after {later} ({second.isoformat()})"
-    return None
-
-
-def order_problem(
-    op: str,
-    parts: Sequence[str],
-    candidates: Sequence[Candidate],
-    limit: int,
-    got_ids: Sequence[str],
-    *,
-    exact: bool,
-    stranger: str,
-) -> str | None:
-    """Why `got_ids` is not the first `limit` of `candidates` (in exact order), or None.
-
-    With `exact` False, tasks whose group keys are equal may come in any
-    order and a limit may cut such a group anywhere. `parts` names the parts
-    of the order (group key parts, then the id tie-break) and `stranger`
-    completes "{op} ..." for a task that is no candidate at all.
-    """
-    expected = list(candidates[:limit])
-    want = [task_id for _, task_id in expected]
-    got = list(got_ids)
-    if got == want:
-        return None
-    key_of = {task_id: key for key, task_id in candidates}
-    if len(set(got)) != len(got):
-        return f"{op} returned the same task twice: {got}"
-    strangers = [task_id for task_id in got if task_id not in key_of]
-    if strangers:
-        return f"{op} {stranger}: {strangers}"
-    if len(got) != len(want):
-        return (
-            f"{op} returned {len(got)} tasks where {len(want)} were expected "
-            f"(limit {limit}, {len(candidates)} available)"
-        )
-    if not exact and [key_of[i] for i in got] == [key for key, _ in expected]:
-        return None
-
-    def full(task_id: str) -> tuple[Any, ...]:
-        return (*key_of[task_id], task_id) if exact else key_of[task_id]
-
-    def why(better: str, worse: str) -> str:
-        pairs = enumerate(zip(full(better), full(worse), strict=True))
-        return parts[next(index for index, (a, b) in pairs if a != b)]
-
-    left = [task_id for _, task_id in candidates if task_id not in got]
-    if left:
-        best_left, worst_taken = min(left, key=full), max(got, key=full)
-        if full(best_left) < full(worst_taken):
-            return (
-                f"{op} took {worst_taken!r} while {best_left!r} was available and comes "
-                f"first by {why(best_left, worst_taken)}"
-            )
-    for first, second in itertools.pairwise(got):
-        if full(first) > full(second):
-            return (
-                f"{op} returned tasks out of order: {second!r} must come before {first!r} "
-                f"by {why(second, first)}"
-            )
-    return f"{op} did not return what the model expects"
-
-
 # --- the machine ---------------------------------------------------------------------
 
 
@@ -341,9 +225,25 @@ class BackendMachine(RuleBasedStateMachine):
         self.tokens_seen: dict[str, set[str]] = {}
         self.step = "the start (an empty backend)"
         self.last_refusal: str | None = None
+        #: Task ids the current step named (see `every_segment_matches_the_model`).
+        self.named: set[str] = set()
+        #: Invariant checks so far; the check that last read every segment; the
+        #: check that last read each segment; the model's segments as last compared.
+        self.checks = 0
+        self.full_check_at = 0
+        self.read_at: dict[tuple[str, TaskResultStatus], int] = {}
+        self.last_seen: dict[tuple[str, TaskResultStatus], list[tuple[GroupKey, TaskResult]]] = {}
+        #: False from the start of a step until the invariant has passed after it.
+        self.settled = True
 
     def teardown(self) -> None:
-        self.harness.close()
+        try:
+            if self.settled:  # not after a failure, which must be reported as it is
+                self.full_check_at = -FULL_CHECK_EVERY
+                self.step = f"the end of the test case (last step: {self.step})"
+                self.every_segment_matches_the_model()
+        finally:
+            self.harness.close()
 
     def has(self, status: TaskResultStatus) -> bool:
         """Whether the model holds a task with `status` (rules that need one wait for it)."""
@@ -359,31 +259,41 @@ class BackendMachine(RuleBasedStateMachine):
         lines += [f"  {note}" for note in notes]
         raise ProtocolViolation("\n".join(lines))
 
-    def begin(self, step: str) -> None:
-        """Start a step: name it for failure messages; forget the last refusal."""
+    def begin(self, step: str, *task_ids: str) -> None:
+        """Start a step: name it and the tasks it acts on; forget the last refusal."""
         self.step = step
+        self.named = set(task_ids)
         self.last_refusal = None
+        self.settled = False
 
     def check_record(
-        self, op: str, expected: TaskResult, got: object, hints: Mapping[str, str] | None = None
+        self,
+        op: str,
+        expected: TaskResult,
+        got: object,
+        hints: Mapping[str, str] | None = None,
+        notes: Sequence[str] = (),
     ) -> None:
-        """Fail unless `got` is the record `expected`; `hints` name the rule per field."""
+        """Fail unless `got` is the record `expected`; `hints` name the rule per field.
+
+        `notes` are added to the failure message.
+        """
         if not isinstance(got, TaskResult):
-            self.fail(f"{op} must return a TaskResult", _show(expected), got)
+            self.fail(f"{op} must return a TaskResult", show(expected), got)
         hints = hints or {}
         diff = record_diff(expected, got, exact=self.exact)
         if diff:
             field = diff[0]
             rule = hints.get(field) or hints.get("*") or f"{op} stored the wrong {field}"
-            notes = [
+            fields = [
                 f"{name}: expected {getattr(expected, name)!r}, got {getattr(got, name)!r}"
                 for name in diff
             ]
-            self.fail(f"{rule} (task {expected.id!r})", None, None, *notes)
+            self.fail(f"{rule} (task {expected.id!r})", None, None, *fields, *notes)
         if not self.exact:
             problem = time_order_problem(got)
             if problem:
-                self.fail(f"{op} stored timestamps out of order: {problem}", None, got)
+                self.fail(f"{op} stored timestamps out of order: {problem}", None, got, *notes)
 
     def check_outcome(
         self,
@@ -396,13 +306,13 @@ class BackendMachine(RuleBasedStateMachine):
         expected = outcome.record
         if expected is None:
             if got is not None:
-                self.fail(f"{op} accepted {outcome.verdict}", None, _show(got))
+                self.fail(f"{op} accepted {outcome.verdict}", None, show(got))
             self.last_refusal = f"{op} refused {outcome.verdict} (correctly)"
             return
         repeat = outcome.verdict != APPLIED
         if got is None:
             must = "; it must answer as the first time" if repeat else ""
-            self.fail(f"{op} refused {outcome.verdict}{must}", _show(expected), None)
+            self.fail(f"{op} refused {outcome.verdict}{must}", show(expected), None)
         if repeat:
             hints = {"*": f"a repeated {op} must change nothing and return the stored record"}
         self.check_record(op, expected, got, hints)
@@ -545,7 +455,7 @@ class BackendMachine(RuleBasedStateMachine):
         pairs = [self.build(task_id, spec) for task_id, spec in zip(ids, specs, strict=True)]
         if twice:
             pairs.append(self.build(ids[0], attrs.evolve(specs[-1], args=["second"])))
-        self.begin(f"enqueue({ids}{' with the first id twice' if twice else ''})")
+        self.begin(f"enqueue({ids}{' with the first id twice' if twice else ''})", *ids)
         self.do_enqueue(pairs, {i for i, s in zip(ids, specs, strict=True) if s.tamper})
         return multiple(*ids)
 
@@ -553,7 +463,7 @@ class BackendMachine(RuleBasedStateMachine):
     @rule(ids=st.lists(task_ids, min_size=1, max_size=3), spec=task_specs())
     def enqueue_again(self, ids: list[str], spec: TaskSpec) -> None:
         """Enqueue ids that may be stored already, with other contents: idempotent on id."""
-        self.begin(f"enqueue({ids}) again with other contents")
+        self.begin(f"enqueue({ids}) again with other contents", *ids)
         self.do_enqueue([self.build(task_id, spec) for task_id in ids], set())
 
     # --- working ---------------------------------------------------------------------
@@ -628,7 +538,7 @@ class BackendMachine(RuleBasedStateMachine):
     @rule(target=leases, lease=leases, lease_ttl=st.sampled_from(LEASE_TTLS))
     def extend(self, lease: LeaseRef, lease_ttl: timedelta) -> Any:
         """Renew one lease, current or stale."""
-        self.begin(f"extend({lease!r}, {lease_ttl})")
+        self.begin(f"extend({lease!r}, {lease_ttl})", lease.task_id)
         return self.do_extend([lease], lease_ttl, many=False)
 
     @precondition(lambda self: bool(self.bundle("leases")))
@@ -639,7 +549,7 @@ class BackendMachine(RuleBasedStateMachine):
     )
     def extend_many(self, batch: list[LeaseRef], lease_ttl: timedelta) -> Any:
         """Renew several leases at once (a heartbeat)."""
-        self.begin(f"extend_many({batch}, {lease_ttl})")
+        self.begin(f"extend_many({batch}, {lease_ttl})", *(ref.task_id for ref in batch))
         return self.do_extend(batch, lease_ttl, many=True)
 
     def decision(
@@ -740,7 +650,7 @@ class BackendMachine(RuleBasedStateMachine):
     ) -> SentDecision:
         """Finalize with a lease, current or stale."""
         decision = self.decision(lease, status, return_value, error, tamper)
-        self.begin(f"complete({lease!r}, {status.value})")
+        self.begin(f"complete({lease!r}, {status.value})", lease.task_id)
         self.send([decision], many=False)
         return decision
 
@@ -756,7 +666,7 @@ class BackendMachine(RuleBasedStateMachine):
     ) -> SentDecision:
         """Send a task back with a lease, with a zero or positive delay."""
         decision = self.decision(lease, delay, None, error, tamper)
-        self.begin(f"retry({lease!r}, delay={decision.delay})")
+        self.begin(f"retry({lease!r}, delay={decision.delay})", lease.task_id)
         self.send([decision], many=False)
         return decision
 
@@ -774,14 +684,17 @@ class BackendMachine(RuleBasedStateMachine):
         sent = [
             self.decision(ref, verdict, value, err, False) for ref, verdict, value, err in batch
         ]
-        self.begin(f"decide_many({sent})")
+        self.begin(f"decide_many({sent})", *(d.ref.task_id for d in sent))
         self.send(sent, many=True)
         return multiple(*sent)
 
     @rule(decision=decisions, many=st.booleans())
     def repeat_decision(self, decision: SentDecision, many: bool) -> None:
         """Send a decision again, as a client does after a lost reply."""
-        self.begin(f"the same decision again ({decision!r}){' in decide_many()' if many else ''}")
+        self.begin(
+            f"the same decision again ({decision!r}){' in decide_many()' if many else ''}",
+            decision.ref.task_id,
+        )
         self.send([decision], many=many)
 
     # --- maintenance -----------------------------------------------------------------
@@ -821,14 +734,19 @@ class BackendMachine(RuleBasedStateMachine):
     @rule(
         target=leases,
         lease=leases,
-        action=st.sampled_from(("complete", "retry", "extend", "decide_many")),
+        actions=st.permutations(("complete", "retry", "extend", "decide_many")),
         claim_ttl=st.sampled_from(CLAIM_TTLS),
         error=ts.task_errors(),
     )
     def use_lease_after_reap(
-        self, lease: LeaseRef, action: str, claim_ttl: timedelta, error: TaskError
+        self, lease: LeaseRef, actions: list[str], claim_ttl: timedelta, error: TaskError
     ) -> Any:
-        """Let a current lease expire, reap it, then act with it: the backend must refuse."""
+        """Let a current lease expire and reap it, then try every fenced operation with it.
+
+        Each must be refused and change nothing. All four are tried (in a
+        drawn order) because this is the race fencing exists for, and a
+        missing token check in any one of them is the commonest bug.
+        """
         task = self.model.tasks.get(lease.task_id)
         if (
             self.model.refusal(lease.serial) is not None
@@ -845,14 +763,15 @@ class BackendMachine(RuleBasedStateMachine):
                 return multiple()
         self.begin(f"claim_expired() after {lease!r} expired")
         reaped = self.do_claim_expired(len(self.model.expired()), claim_ttl)
-        self.begin(f"{action} with {lease!r} after a reaper claimed its task")
-        if action == "extend":
-            self.do_extend([lease], LEASE_TTLS[0], many=False)
-        else:
-            verdicts: dict[str, Verdict] = {"complete": SUCCESSFUL, "retry": timedelta(0)}
-            verdict = verdicts.get(action, FAILED)
-            decision = self.decision(lease, verdict, 1, error, False)
-            self.send([decision], many=action == "decide_many")
+        verdicts: dict[str, Verdict] = {"complete": SUCCESSFUL, "retry": timedelta(0)}
+        for action in actions:
+            self.every_segment_matches_the_model()
+            self.begin(f"{action} with {lease!r} after a reaper claimed its task", lease.task_id)
+            if action == "extend":
+                self.do_extend([lease], LEASE_TTLS[0], many=False)
+            else:
+                decision = self.decision(lease, verdicts.get(action, FAILED), 1, error, False)
+                self.send([decision], many=action == "decide_many")
         return multiple(*reaped)
 
     @precondition(lambda self: self.has(DEFERRED))
@@ -911,16 +830,14 @@ class BackendMachine(RuleBasedStateMachine):
     @rule(task_id=task_ids)
     def get(self, task_id: str) -> None:
         """Read one record."""
-        self.begin(f"get({task_id!r})")
+        self.begin(f"get({task_id!r})", task_id)
         got = self.backend.get(task_id)
         expected = self.model.get(task_id)
         if expected is None:
             if got is not None:
-                self.fail(
-                    "get() returned a record for a task that does not exist", None, _show(got)
-                )
+                self.fail("get() returned a record for a task that does not exist", None, show(got))
         elif got is None:
-            self.fail("get() lost a stored task", _show(expected), None)
+            self.fail("get() lost a stored task", show(expected), None)
         else:
             self.check_record("get()", expected, got)
 
@@ -959,6 +876,7 @@ class BackendMachine(RuleBasedStateMachine):
         status: TaskResultStatus,
         segment: list[tuple[GroupKey, TaskResult]],
         got: list[TaskResult],
+        notes: Sequence[str] = (),
     ) -> None:
         """Check a whole segment as listed: the model's tasks in segment order, its records."""
         problem = order_problem(
@@ -971,22 +889,22 @@ class BackendMachine(RuleBasedStateMachine):
             stranger=f"listed tasks that are not {status.value} in this queue",
         )
         if problem:
-            self.fail(problem, [r.id for _, r in segment], [r.id for r in got])
+            self.fail(problem, [r.id for _, r in segment], [r.id for r in got], *notes)
         by_id = {record.id: record for _, record in segment}
         for record in got:
-            self.check_record(op, by_id[record.id], record)
+            self.check_record(op, by_id[record.id], record, notes=notes)
 
     @rule(task_id=task_ids)
     def requeue(self, task_id: str) -> None:
         """Operator requeue: only FAILED or CANCELLED tasks go back to READY."""
-        self.begin(f"requeue({task_id!r})")
+        self.begin(f"requeue({task_id!r})", task_id)
         outcome = self.model.requeue(task_id)
         self.check_outcome("requeue()", outcome, self.backend.requeue(task_id))
 
     @rule(task_id=task_ids)
     def cancel(self, task_id: str) -> None:
         """Operator cancel: only READY or DEFERRED tasks become CANCELLED."""
-        self.begin(f"cancel({task_id!r})")
+        self.begin(f"cancel({task_id!r})", task_id)
         outcome = self.model.cancel(task_id)
         self.check_outcome("cancel()", outcome, self.backend.cancel(task_id))
 
@@ -1022,38 +940,95 @@ class BackendMachine(RuleBasedStateMachine):
 
     @invariant()
     def every_segment_matches_the_model(self) -> None:
-        """Every segment of every queue holds the model's tasks, in order, with its records.
+        """Every segment the step may have changed holds the model's tasks, in order, as records.
 
-        Segments that both `counts()` and the model say are empty are not read
-        (for speed); the `peek` rule reads those too.
+        `counts()` is compared after every step, and a segment is read where
+        the model's copy changed in the step or holds a task the step acted
+        on (a refused call must leave it alone). Every non-empty segment is
+        read when `counts()` disagrees, at least every `FULL_CHECK_EVERY`
+        steps, and at the end of each test case, so a change nothing asked
+        for is still found. Reading every segment after every step would
+        double what the kit costs on a backend with round trips.
         """
-        prefix = (
-            f"{self.last_refusal}, but it changed the stored state: " if self.last_refusal else ""
-        )
+        self.checks += 1
         counts = dict(self.backend.counts())
         expected = self.model.counts()
-        for queue in ts.QUEUE_NAMES:
+        segments = {
+            (queue, status): self.model.segment(queue, status)
+            for queue, tally in expected.items()
+            for status in TaskResultStatus
+            if tally.of(status)
+        }
+        touched = {
+            key
+            for key in segments.keys() | self.last_seen.keys()
+            if not same_segment(segments.get(key, []), self.last_seen.get(key, []))
+        }
+        touched |= {
+            (task.queue, task.status)
+            for task_id in self.named
+            if (task := self.model.tasks.get(task_id)) is not None
+        }
+        to_read = set(touched)
+        if counts != expected or self.checks - self.full_check_at >= FULL_CHECK_EVERY:
+            self.full_check_at = self.checks
+            to_read |= {
+                (queue, status)
+                for tallies in (counts, expected)
+                for queue, tally in tallies.items()
+                for status in TaskResultStatus
+                if tally.of(status)
+            }
+        for queue in sorted({queue for queue, _ in to_read}):
             for status in TaskResultStatus:
-                tallies = (counts.get(queue), expected.get(queue))
-                if not any(tally is not None and tally.of(status) for tally in tallies):
-                    continue
-                segment = self.model.segment(queue, status)
-                got = self.backend.peek(queue, status, offset=0, limit=10_000)
-                self.check_records_listed("peek()", got)
-                want_ids = {record.id for _, record in segment}
-                got_ids = {record.id for record in got}
-                if want_ids != got_ids:
-                    notes = [self.whereabouts(i) for i in sorted(want_ids ^ got_ids)]
-                    self.fail(
-                        f"{prefix}the {status.value} segment of queue {queue!r} holds the "
-                        "wrong tasks",
-                        sorted(want_ids),
-                        sorted(got_ids),
-                        *notes,
-                    )
-                self.check_listing(f"{prefix}peek() of {status.value}", status, segment, got)
+                key = (queue, status)
+                if key in to_read:
+                    since = None if key in touched else self.checks - self.read_at.get(key, 0)
+                    self.check_segment(queue, status, segments.get(key, []), since)
+                    self.read_at[key] = self.checks
         if counts != expected:
             self.fail("counts() disagrees with the model", expected, counts)
+        self.last_seen = segments
+        self.settled = True
+
+    def check_segment(
+        self,
+        queue: str,
+        status: TaskResultStatus,
+        segment: list[tuple[GroupKey, TaskResult]],
+        since: int | None,
+    ) -> None:
+        """Read one whole segment and fail unless it is the model's, in order, record for record.
+
+        `since` is None for a segment the step acted on; otherwise how many
+        steps ago it was last read, any of which may have changed it.
+        """
+        if since is None:
+            prefix = (
+                f"{self.last_refusal}, but it changed the stored state: "
+                if self.last_refusal
+                else ""
+            )
+            notes: list[str] = []
+        else:
+            prefix = "a step changed a segment it had no business with: "
+            notes = [
+                f"this step should not have changed this segment; it was last read {since} "
+                "step(s) before, so one of the steps since did (the steps are listed below)"
+            ]
+        got = self.backend.peek(queue, status, offset=0, limit=10_000)
+        self.check_records_listed("peek()", got)
+        want_ids = {record.id for _, record in segment}
+        got_ids = {record.id for record in got}
+        if want_ids != got_ids:
+            self.fail(
+                f"{prefix}the {status.value} segment of queue {queue!r} holds the wrong tasks",
+                sorted(want_ids),
+                sorted(got_ids),
+                *notes,
+                *(self.whereabouts(i) for i in sorted(want_ids ^ got_ids)),
+            )
+        self.check_listing(f"{prefix}peek() of {status.value}", status, segment, got, notes)
 
     def whereabouts(self, task_id: str) -> str:
         """Where the model and the backend each have a task, for a failure message."""
@@ -1064,6 +1039,16 @@ class BackendMachine(RuleBasedStateMachine):
             f"{'nowhere' if want is None else f'{want.status.value} in {want.queue!r}'}, the "
             f"backend {'nowhere' if have is None else f'{have.status.value} in {have.queue!r}'}"
         )
+
+
+def same_segment(
+    first: list[tuple[GroupKey, TaskResult]], second: list[tuple[GroupKey, TaskResult]]
+) -> bool:
+    """Whether two copies of a model segment are the same, value for value (``nan`` included)."""
+    return len(first) == len(second) and all(
+        key == other_key and not record_diff(record, other, exact=True)
+        for (key, record), (other_key, other) in zip(first, second, strict=True)
+    )
 
 
 def make_machine(factory: HarnessFactory) -> type[BackendMachine]:

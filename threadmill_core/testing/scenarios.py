@@ -1,7 +1,7 @@
 """Named scenarios every backend must pass: races, payload fidelity, bad input.
 
-Each scenario is a plain function of a fresh `Harness`, so a third-party
-backend runs the same ones::
+Each scenario is a plain function of a fresh `Harness`. `ConformanceSuite`
+runs every one on every backend; outside it, a backend runs them as::
 
     @pytest.mark.parametrize("name", sorted(SCENARIOS))
     def test_scenario(name):

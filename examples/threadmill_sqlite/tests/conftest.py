@@ -1,9 +1,11 @@
-"""Fixtures for the SQLite backend's tests: Hypothesis profiles and harness factories.
+"""Fixtures for the SQLite backend's tests: Hypothesis profiles and the kit's harness factory.
 
-The conformance kit runs twice: on `FakeClockBackend` (the kit's exact mode:
-every timestamp compared) and on `ShiftedClockBackend` (SQLite's own clock,
-shifted forward by `advance`; timestamps checked for presence and order).
-Both share every line of `SQLiteBackend` except the clock read.
+The conformance kit (threadmill's ``threadmill`` pytest plugin) takes the
+`threadmill_harness_factory` fixture below and runs twice: on
+`FakeClockBackend` (the kit's exact mode: every timestamp compared) and on
+`ShiftedClockBackend` (SQLite's own clock, shifted forward by `advance`;
+timestamps checked for presence and order). Both share every line of
+`SQLiteBackend` except the clock read.
 """
 
 from __future__ import annotations
@@ -61,19 +63,9 @@ HARNESSES: dict[str, HarnessFactory] = {
 
 
 @pytest.fixture(params=sorted(HARNESSES))
-def harness_factory(request: pytest.FixtureRequest) -> HarnessFactory:
-    """A factory of fresh harnesses, once per clock."""
+def threadmill_harness_factory(request: pytest.FixtureRequest) -> HarnessFactory:
+    """The conformance kit's backend under test: a fresh database file, once per clock."""
     return HARNESSES[request.param]
-
-
-@pytest.fixture
-def harness(harness_factory: HarnessFactory) -> Iterator[Harness]:
-    """One fresh, empty backend under test, closed (and its file deleted) afterwards."""
-    built = harness_factory()
-    try:
-        yield built
-    finally:
-        built.close()
 
 
 @pytest.fixture
