@@ -1,0 +1,423 @@
+"""Medians, ratios and floors of a run, rendered as Markdown and JSON."""
+
+from __future__ import annotations
+
+import datetime
+import importlib.metadata
+import json
+import os
+import platform
+import statistics
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+import redis
+
+import threadmill_core
+from benchmarks.peers import Unsupported
+from benchmarks.server import REPO_ROOT
+
+if TYPE_CHECKING:
+    from benchmarks.run import Run
+
+#: The figures of the main table: key, column heading, which way is better.
+METRICS: list[tuple[str, str, str]] = [
+    ("enqueue_us", "enqueue µs/task", "lower"),
+    ("enqueue_batch_us", "batch enqueue µs/task", "lower"),
+    ("drain_1x1", "drain 1px1t tasks/s", "higher"),
+    ("drain_1xN", "drain 1px{threads}t tasks/s", "higher"),
+    ("latency_p50_ms", "start p50 ms", "lower"),
+    ("latency_p99_ms", "start p99 ms", "lower"),
+    ("idle_cmds_per_s", "idle cmds/s", "lower"),
+    ("idle_requests_per_s", "idle requests/s", "lower"),
+    ("memory_bytes_per_task", "Redis B/task", "lower"),
+]
+
+
+# --- the machine ---------------------------------------------------------------------
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _memory_total() -> str:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return f"{int(line.split()[1]) / 1024 / 1024:.1f} GiB"
+    except OSError:
+        pass
+    return "unknown"
+
+
+def _version(distribution: str) -> str:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _git_commit() -> str:
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=REPO_ROOT, capture_output=True, text=True, check=True,
+        ).stdout.strip()  # fmt: skip
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=REPO_ROOT, capture_output=True, text=True, check=True,
+        ).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return f"{commit} (with uncommitted changes)" if dirty else commit
+
+
+def machine_info(admin: redis.Redis) -> dict[str, Any]:
+    server = cast("dict[str, Any]", admin.info("server"))
+    return {
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "cpu": _cpu_model(),
+        "cores": os.cpu_count(),
+        "memory": _memory_total(),
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "redis_server": str(server.get("redis_version")),
+        "redis_py": _version("redis"),
+        "hiredis": _version("hiredis"),
+        "threadmill_commit": _git_commit(),
+        "threadmill_from": str(Path(threadmill_core.__file__).resolve().parent.parent),
+        "load_start": round(os.getloadavg()[0], 2),
+    }
+
+
+def machine_line(machine: dict[str, Any]) -> str:
+    return (
+        f"{machine['date']}: {machine['cpu']}, {machine['cores']} cores, {machine['memory']}; "
+        f"Redis {machine['redis_server']} on loopback; Python {machine['python']}, "
+        f"redis-py {machine['redis_py']}, hiredis {machine['hiredis']}; "
+        f"threadmill at {machine['threadmill_commit']} from {machine['threadmill_from']}; "
+        f"load average {machine['load_start']}"
+    )
+
+
+# --- medians, ratios, floors ---------------------------------------------------------
+
+
+def median(values: Sequence[Any]) -> float | None:
+    present = [v for v in values if isinstance(v, int | float)]
+    return statistics.median(present) if present else None
+
+
+def _median_rates(runs: Sequence[Any]) -> dict[str, float]:
+    present = [r for r in runs if isinstance(r, dict)]
+    names = sorted({name for r in present for name in r})
+    return {name: round(statistics.median([r.get(name, 0.0) for r in present]), 3)
+            for name in names}  # fmt: skip
+
+
+def _floor(name: str, measured: str, target: str, passed: bool | None) -> dict[str, Any]:
+    return {"floor": name, "measured": measured, "target": target, "passed": passed}
+
+
+def floors(medians: dict[str, dict[str, Any]], settings: dict[str, Any]) -> list[dict[str, Any]]:
+    """The floors of issue 7, each with what was measured and PASS/FAIL (None: not measured)."""
+    tm = medians["threadmill"]
+    peers = {name: m for name, m in medians.items() if name != "threadmill"}
+    out = []
+
+    def best(key: str, pick: Any) -> tuple[str, float] | None:
+        values = [(name, m[key]) for name, m in peers.items() if m.get(key) is not None]
+        return pick(values, key=lambda item: item[1]) if values else None
+
+    drain, top = tm.get("drain_1x1"), best("drain_1x1", max)
+    if drain is not None and top is not None:
+        out.append(_floor(
+            "drain, 1 process x 1 thread: ≥ 2x the best peer",
+            f"{drain:,.0f}/s = {drain / top[1]:.2f}x {top[0]} ({top[1]:,.0f}/s)",
+            "≥ 2.00x", drain >= 2 * top[1]))  # fmt: skip
+    else:
+        out.append(_floor("drain, 1 process x 1 thread: ≥ 2x the best peer", "not measured",
+                          "≥ 2.00x", None))  # fmt: skip
+    single, fastest = tm.get("enqueue_us"), best("enqueue_us", min)
+    if single is not None and fastest is not None:
+        out.append(_floor(
+            "enqueue of one task: no slower than the fastest peer",
+            f"{single:,.1f} µs vs {fastest[0]} {fastest[1]:,.1f} µs",
+            f"≤ {fastest[1]:,.1f} µs", single <= fastest[1]))  # fmt: skip
+    else:
+        out.append(_floor("enqueue of one task: no slower than the fastest peer", "not measured",
+                          "", None))  # fmt: skip
+    batch = tm.get("enqueue_batch_us")
+    if single is not None and batch:
+        out.append(_floor(
+            "enqueue_many: ≥ 20x faster per task than single enqueues",
+            f"{batch:,.2f} µs/task = {single / batch:.1f}x faster", "≥ 20x",
+            single / batch >= 20))  # fmt: skip
+    else:
+        out.append(_floor("enqueue_many: ≥ 20x faster per task than single enqueues",
+                          "not measured", "≥ 20x", None))  # fmt: skip
+    for key, label, limit in (("latency_p50_ms", "p50", 5.0), ("latency_p99_ms", "p99", 20.0)):
+        value = tm.get(key)
+        out.append(_floor(
+            f"enqueue-to-start, idle worker: {label} < {limit:g} ms",
+            "not measured" if value is None else f"{value:.2f} ms",
+            f"< {limit:g} ms", None if value is None else value < limit))  # fmt: skip
+    idle, requests = tm.get("idle_cmds_per_s"), tm.get("idle_requests_per_s")
+    sent = "" if requests is None else f" ({requests:.2f} of them requests sent)"
+    out.append(_floor(
+        "idle worker: ≤ 2 server commands/s per thread",
+        "not measured" if idle is None else f"{idle:.2f} commands/s{sent} with 1 thread",
+        "≤ 2.00/s", None if idle is None else idle <= 2.0))  # fmt: skip
+    shallow, deep = tm.get("depth_1000"), tm.get("depth_100000")
+    if shallow and deep is not None:
+        out.append(_floor(
+            "drain at a 100k backlog within 20% of the rate at 1k",
+            f"{deep:,.0f}/s vs {shallow:,.0f}/s = {deep / shallow:.2f}", "≥ 0.80",
+            deep >= 0.8 * shallow))  # fmt: skip
+    else:
+        out.append(_floor("drain at a 100k backlog within 20% of the rate at 1k",
+                          "not measured", "≥ 0.80", None))  # fmt: skip
+    return out
+
+
+def build(
+    run: Run,
+    settings: dict[str, Any],
+    machine: dict[str, Any],
+    skipped: dict[str, str],
+    depth_names: Sequence[str],
+) -> dict[str, Any]:
+    threads = settings["threads"]
+    systems: dict[str, Any] = {}
+    for name, peer in run.peers.items():
+        try:
+            many = peer.describe(threads)
+            peer.worker_command(threads)
+        except Unsupported as exc:
+            many = f"n/a: {exc}"
+        systems[name] = {
+            "version": peer.version,
+            "one_thread": peer.describe(1),
+            "n_threads": many,
+            "batch_enqueue": peer.has_batch,
+            "notes": sorted(run.notes[name]),
+        }
+    medians: dict[str, dict[str, Any]] = {}
+    for name, figures in run.figures.items():
+        medians[name] = {
+            key: median(values)
+            for key, values in figures.items()
+            if key not in ("latency_samples_ms", "idle_commands", "idle_monitor")
+        }
+        medians[name]["idle_commands"] = _median_rates(figures.get("idle_commands", []))
+        medians[name]["idle_monitor"] = _median_rates(figures.get("idle_monitor", []))
+    keys = [key for key, _, _ in METRICS] + [f"depth_{d}" for d in settings["depths"]]
+    tm = medians["threadmill"]
+    ratios = {
+        name: {
+            key: (tm[key] / m[key] if tm.get(key) is not None and m.get(key) else None)
+            for key in keys
+        }
+        for name, m in medians.items()
+        if name != "threadmill"
+    }
+    return {
+        "title": "threadmill benchmark (issue 7)",
+        "machine": machine,
+        "settings": settings,
+        "systems": systems,
+        "skipped": skipped,
+        "depth_systems": [name for name in run.peers if name in depth_names],
+        "runs": run.figures,
+        "medians": medians,
+        "ratios": ratios,
+        "floors": floors(medians, settings),
+        "errors": run.errors,
+        "load_averages": run.loads,
+    }
+
+
+# --- rendering -----------------------------------------------------------------------
+
+
+def fmt(key: str, value: float | None) -> str:
+    if value is None:
+        return "-"
+    if key.startswith(("drain", "depth")) or key == "memory_bytes_per_task":
+        return f"{value:,.0f}"
+    if key.startswith("enqueue"):
+        return f"{value:,.1f}" if value < 1000 else f"{value:,.0f}"
+    if key.startswith("latency"):
+        return f"{value:,.2f}" if value < 100 else f"{value:,.0f}"
+    return f"{value:,.2f}" if value < 100 else f"{value:,.0f}"
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]], align: str = "r") -> list[str]:
+    lines = ["| " + " | ".join(header) + " |"]
+    rule = "---:" if align == "r" else "---"
+    lines.append("| " + " | ".join(["---"] + [rule] * (len(header) - 1)) + " |")
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return lines
+
+
+def _rates(rates: dict[str, float]) -> str:
+    ordered = sorted(rates.items(), key=lambda item: (-item[1], item[0]))
+    return ", ".join(f"{cmd} {rate:.2g}" for cmd, rate in ordered) or "-"
+
+
+def markdown(result: dict[str, Any]) -> str:
+    settings, machine = result["settings"], result["machine"]
+    medians, systems = result["medians"], result["systems"]
+    threads = settings["threads"]
+    names = list(systems)
+    lines = [f"# {result['title']}", ""]
+    lines.append(
+        f"{machine['date']}. {machine['cpu']}, {machine['cores']} cores, {machine['memory']}, "
+        f"{machine['os']}. Redis {machine['redis_server']} on loopback (started by the "
+        f"benchmark, no persistence). Python {machine['python']}, redis-py "
+        f"{machine['redis_py']}, hiredis {machine['hiredis']}. threadmill at "
+        f"{machine['threadmill_commit']}, imported from `{machine['threadmill_from']}`."
+    )
+    loads = result.get("load_averages") or []
+    lines.append("")
+    lines.append(
+        f"Load average (1 min) {machine['load_start']} before the run; as measurements began, "
+        + (
+            f"{min(loads):.2f} to {max(loads):.2f}, median {statistics.median(loads):.2f} "
+            "(the benchmark's own processes count in it). Other work "
+            "on the machine skews every figure."
+            if loads
+            else "not recorded."
+        )
+    )
+    lines.append("")
+    mode = "quick smoke run" if settings["quick"] else "full run"
+    lines.append(
+        f"A {mode}: median of {settings['repeat']} interleaved repeat(s); drains of "
+        f"{settings['tasks']:,} tasks, {settings['latency_samples']} latency samples, idle "
+        f"window {settings['idle_seconds']:g} s, memory for {settings['memory_tasks']:,} queued "
+        f"tasks; {settings['elapsed_s']:,.0f} s in all."
+    )
+    lines += ["", "## Figures", ""]
+    header = ["system", "version"] + [label.format(threads=threads) for _, label, _ in METRICS]
+    rows = []
+    for name in names:
+        rows.append([f"**{name}**" if name == "threadmill" else name, systems[name]["version"]]
+                    + [fmt(key, medians[name].get(key)) for key, _, _ in METRICS])  # fmt: skip
+    lines += _table(header, rows)
+    lines += ["", "Lower is better for µs, ms, commands and bytes; higher for tasks/s.", ""]
+    lines += ["## threadmill ÷ peer", ""]
+    lines.append(
+        "Each cell is threadmill's figure divided by the peer's: above 1 favours threadmill "
+        "for tasks/s, below 1 favours it for µs, ms, commands and bytes."
+    )
+    lines.append("")
+    header = ["peer"] + [label.format(threads=threads) for _, label, _ in METRICS]
+    rows = []
+    for name, ratio in result["ratios"].items():
+        rows.append([name] + [("-" if ratio.get(key) is None else f"{ratio[key]:.2f}x")
+                              for key, _, _ in METRICS])  # fmt: skip
+    lines += _table(header, rows)
+    depths = settings["depths"]
+    if depths and "depth" not in settings["skip"]:
+        lines += ["", "## Drain rate by backlog depth (1 process x 1 thread)", ""]
+        window = settings["depth_window"]
+        lines.append(
+            f"Tasks/s over the first {window:,} tasks drained (all of them when the backlog is "
+            "smaller) from a backlog of the given depth."
+        )
+        lines.append("")
+        header = ["system"] + [f"{d:,}" for d in depths]
+        if 1000 in depths and 100_000 in depths:
+            header.append("100k ÷ 1k")
+        rows = []
+        for name in result["depth_systems"]:
+            m = medians[name]
+            row = [name] + [fmt("depth", m.get(f"depth_{d}")) for d in depths]
+            if 1000 in depths and 100_000 in depths:
+                shallow, deep = m.get("depth_1000"), m.get("depth_100000")
+                row.append(f"{deep / shallow:.2f}" if shallow and deep is not None else "-")
+            rows.append(row)
+        lines += _table(header, rows)
+    lines += ["", "## Floors (issue 7), threadmill in this run", ""]
+    rows = []
+    for floor in result["floors"]:
+        verdict = {True: "PASS", False: "**FAIL**", None: "not measured"}[floor["passed"]]
+        rows.append([floor["floor"], floor["measured"], floor["target"], verdict])
+    lines += _table(["floor", "measured", "target", "result"], rows, align="l")
+    lines += ["", "## An idle worker's commands per second, one thread", ""]
+    lines.append(
+        "All: every command the server ran (`INFO commandstats`), those run inside Lua "
+        "scripts included. Sent: the requests clients sent (`MONITOR`). In scripts: what the "
+        "scripts ran (`MONITOR`)."
+    )
+    lines.append("")
+    rows = []
+    for name in names:
+        monitor = medians[name].get("idle_monitor") or {}
+        sent = {k.partition(":")[2]: v for k, v in monitor.items() if k.startswith("client:")}
+        run = {k.partition(":")[2]: v for k, v in monitor.items() if k.startswith("lua:")}
+        rows.append(
+            [name, _rates(medians[name].get("idle_commands") or {}), _rates(sent), _rates(run)]
+        )
+    lines += _table(["system", "all", "sent", "in scripts"], rows, align="l")
+    lines += ["", "## Configurations", ""]
+    rows = []
+    for name in names:
+        s = systems[name]
+        rows.append([name, s["version"], s["one_thread"], s["n_threads"],
+                     "yes" if s["batch_enqueue"] else "no"])  # fmt: skip
+    lines += _table(["system", "version", "1 thread", f"{threads} threads", "batch enqueue"],
+                    rows, align="l")  # fmt: skip
+    lines.append("")
+    lines.append(
+        "Every worker is its project's own CLI in a process of its own, with its default "
+        "logging (threadmill, Huey, arq and RQ log every task; Dramatiq, SAQ and Celery do "
+        "not by default), output to a file. Each task INCRs a counter with redis-py (the "
+        "asyncio peers with their own async client)."
+    )
+    if result["skipped"]:
+        lines += ["", "## Skipped", ""]
+        lines += [f"- {name}: {reason}" for name, reason in result["skipped"].items()]
+    if result["errors"]:
+        lines += ["", "## Failed measurements", ""]
+        for error in result["errors"]:
+            first = error["error"].splitlines()[0]
+            lines.append(f"- {error['system']}, {error['measurement']}, repeat "
+                         f"{error['repeat'] + 1}: {first}")  # fmt: skip
+    lines += ["", "## How it was measured", ""]
+    lines += [
+        "- One redis-server started by the run; FLUSHALL before every measurement.",
+        "- Interleaved: each measurement runs for every system in turn, the order rotated each "
+        "repeat; figures are medians over repeats.",
+        "- Enqueue: a loop of single enqueue calls, timed around the loop; batch enqueue: the "
+        "peer's batch API (threadmill `enqueue_many`, RQ `enqueue_many`).",
+        "- Drain: the backlog is in place before the worker starts; the counter is polled every "
+        "2 ms and the rate taken from the first look that sees a task done to the look that "
+        "sees the last.",
+        "- Start latency: an idle worker; a task carrying `time.time()` read just before the "
+        "enqueue call reports `time.time() - sent` when it starts; samples 5-45 ms apart.",
+        "- Idle commands: the same worker, producer closed, after settling; the change in "
+        "`INFO commandstats` over the window, our own INFO call left out.",
+        "- Memory: `used_memory` after minus before a backlog (no worker), less any change in "
+        "the script cache, per task.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def write(result: dict[str, Any], text: str, directory: Path, name: str) -> list[Path]:
+    md_path = directory / f"{name}.md"
+    json_path = directory / f"{name}.json"
+    md_path.write_text(text, encoding="utf-8")
+    json_path.write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n",
+                         encoding="utf-8")  # fmt: skip
+    return [md_path, json_path]

@@ -1,0 +1,342 @@
+"""``python -m benchmarks``: measure threadmill and its peers on a redis-server of our own.
+
+One run starts a redis-server on a free loopback port, then takes every
+measurement of `benchmarks.measure` for every system, round-robin: one
+measurement for all systems (in an order rotated each repeat), then the
+next, and the whole schedule `--repeat` times. The report gives the median
+of the repeats, the ratio of threadmill to each peer, and the issue's
+floors; it is printed and written to ``benchmarks/results/NAME.{md,json,png}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks import measure, report
+from benchmarks.peers import REGISTRY, Peer, load
+from benchmarks.peers._common import URL_VARIABLE
+from benchmarks.server import RedisServer, WorkerDied
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+
+def _int_list(text: str) -> list[int]:
+    return [int(part.replace("_", "").replace("k", "000")) for part in text.split(",") if part]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks",
+        description="Measure threadmill against Dramatiq, Huey, SAQ, Celery, arq and RQ on a "
+        "redis-server this command starts, and report medians, ratios and the floors of "
+        "issue 7.",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a smoke run (about two minutes): 1,000 tasks, one repeat, fewer samples",
+    )
+    parser.add_argument(
+        "--peers",
+        default=",".join(name for name in REGISTRY if name != "threadmill"),
+        help="peers to measure besides threadmill, comma-separated (default: %(default)s)",
+    )
+    parser.add_argument("--tasks", type=int, help="backlog drained per run (default 5000)")
+    parser.add_argument("--repeat", type=int, help="repeats of the schedule (default 3)")
+    parser.add_argument(
+        "--threads", type=int, default=4, help="threads of the multi-thread drain (default 4)"
+    )
+    parser.add_argument(
+        "--latency-samples", type=int, help="enqueue-to-start samples per run (default 200)"
+    )
+    parser.add_argument(
+        "--idle-seconds", type=float, help="window of the idle command count (default 5)"
+    )
+    parser.add_argument(
+        "--memory-tasks", type=int, help="backlog of the memory measurement (default 10000)"
+    )
+    parser.add_argument(
+        "--depths",
+        type=_int_list,
+        default=[1_000, 10_000, 100_000],
+        help="backlogs of the depth scan (default 1k,10k,100k)",
+    )
+    parser.add_argument(
+        "--depth-window",
+        type=int,
+        help="tasks drained per depth run, from the front of the backlog (default: the "
+        "smallest depth, so every depth is timed over the same number of tasks)",
+    )
+    parser.add_argument(
+        "--depth-peers",
+        default="",
+        help="peers that also run the depth scan, comma-separated, or 'all' (default: none, "
+        "threadmill only: a 100k backlog of single enqueues takes a peer 10-35 s per repeat)",
+    )
+    parser.add_argument(
+        "--skip",
+        default="",
+        help="measurements to leave out: drain,threads,latency,memory,depth",
+    )
+    parser.add_argument("--redis-server", default="redis-server", help="the server executable")
+    parser.add_argument(
+        "--output-dir", type=Path, default=RESULTS_DIR, help="where results go (%(default)s)"
+    )
+    parser.add_argument(
+        "--name", help="file name of the results (default: latest, or quick with --quick)"
+    )
+    parser.add_argument(
+        "--wait-quiet",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="first wait up to this long for the 1-minute load average to drop below "
+        "--quiet-load (other work on the machine skews every figure)",
+    )
+    parser.add_argument(
+        "--quiet-load", type=float, default=0.5, help="what --wait-quiet waits for (%(default)s)"
+    )
+    parser.add_argument("--no-chart", action="store_true", help="skip the PNG")
+    parser.add_argument(
+        "--keep-logs", action="store_true", help="keep the workers' logs (kept anyway on errors)"
+    )
+    return parser
+
+
+def settings_from(args: argparse.Namespace) -> dict[str, Any]:
+    quick = args.quick
+
+    def pick(value: Any, full: Any, smoke: Any) -> Any:
+        return value if value is not None else (smoke if quick else full)
+
+    return {
+        "quick": quick,
+        "tasks": pick(args.tasks, 5_000, 1_000),
+        "repeat": pick(args.repeat, 3, 1),
+        "threads": args.threads,
+        "latency_samples": pick(args.latency_samples, 200, 50),
+        "idle_seconds": pick(args.idle_seconds, 5.0, 2.0),
+        "settle_seconds": 1.0 if quick else 2.0,
+        "memory_tasks": pick(args.memory_tasks, 10_000, 2_000),
+        "depths": args.depths,
+        "depth_window": args.depth_window or min(args.depths, default=1_000),
+        "skip": sorted({s.strip() for s in args.skip.split(",") if s.strip()}),
+    }
+
+
+class Run:
+    """Collects every figure of every repeat, and every failure, as the schedule goes."""
+
+    def __init__(self, peers: dict[str, Peer], bench: measure.Bench) -> None:
+        self.peers = peers
+        self.bench = bench
+        self.figures: dict[str, dict[str, list[Any]]] = {name: {} for name in peers}
+        self.errors: list[dict[str, Any]] = []
+        self.notes: dict[str, set[str]] = {name: set() for name in peers}
+        #: The 1-minute load average as each measurement began (ours included).
+        self.loads: list[float] = []
+
+    def record(self, name: str, key: str, value: Any) -> None:
+        self.figures[name].setdefault(key, []).append(value)
+
+    def attempt(
+        self,
+        name: str,
+        what: str,
+        repeat: int,
+        action: Callable[[], measure.Figures],
+        keys: dict[str, str],
+    ) -> None:
+        """Run one measurement; record its figures under `keys` (figure -> recorded name)."""
+        begin = time.monotonic()
+        self.loads.append(round(os.getloadavg()[0], 2))
+        try:
+            figures = action()
+        except Exception as exc:
+            message = f"{type(exc).__name__}: {exc}"
+            if not isinstance(exc, measure.MeasurementFailed | WorkerDied):
+                message += "\n" + traceback.format_exc(limit=-3)
+            self.errors.append({"system": name, "measurement": what, "repeat": repeat,
+                                "error": message})  # fmt: skip
+            for recorded in keys.values():
+                self.record(name, recorded, None)
+            print(f"  {name:<11} {what:<22} FAILED: {message.splitlines()[0][:160]}", flush=True)
+            return
+        if figures.get("notes"):
+            self.notes[name].add(str(figures["notes"]))
+        shown = []
+        for figure, recorded in keys.items():
+            value = figures.get(figure)
+            self.record(name, recorded, value)
+            if isinstance(value, float | int):
+                shown.append(f"{recorded}={value:,.1f}")
+        took = time.monotonic() - begin
+        print(f"  {name:<11} {what:<22} {'  '.join(shown) or 'n/a'}  ({took:.1f} s)", flush=True)
+
+
+def rotated(names: Sequence[str], by: int) -> list[str]:
+    by %= len(names)
+    return [*names[by:], *names[:by]]
+
+
+def schedule(run: Run, settings: dict[str, Any], depth_names: Sequence[str]) -> None:
+    bench = run.bench
+    n = settings["tasks"]
+    threads = settings["threads"]
+    skip = set(settings["skip"])
+    names = list(run.peers)
+    for repeat in range(settings["repeat"]):
+        order = rotated(names, repeat)
+        print(f"repeat {repeat + 1} of {settings['repeat']} (order: {', '.join(order)})")
+        steps: list[tuple[str, str, Callable[[str, str], Callable[[], Any]], dict[str, str]]] = []
+        if "drain" not in skip:
+            steps.append(("drain", f"enqueue, drain 1x1 {n}",
+                          lambda name, label: lambda: measure.enqueue_and_drain(
+                              bench, run.peers[name], n, label),
+                          {"enqueue_us": "enqueue_us", "drain_1x1": "drain_1x1"}))  # fmt: skip
+        if "threads" not in skip:
+            steps.append(("threads", f"batch, drain 1x{threads} {n}",
+                          lambda name, label: lambda: measure.batch_and_drain(
+                              bench, run.peers[name], n, threads, label),
+                          {"enqueue_batch_us": "enqueue_batch_us",
+                           "drain_1xN": "drain_1xN"}))  # fmt: skip
+        if "latency" not in skip:
+            steps.append(("latency", "latency, idle",
+                          lambda name, label: lambda: measure.latency_and_idle(
+                              bench, run.peers[name], settings["latency_samples"],
+                              settings["idle_seconds"], settings["settle_seconds"], label),
+                          {"latency_p50_ms": "latency_p50_ms", "latency_p99_ms": "latency_p99_ms",
+                           "latency_samples_ms": "latency_samples_ms",
+                           "idle_cmds_per_s": "idle_cmds_per_s",
+                           "idle_requests_per_s": "idle_requests_per_s",
+                           "idle_commands": "idle_commands",
+                           "idle_monitor": "idle_monitor"}))  # fmt: skip
+        if "memory" not in skip:
+            steps.append(("memory", f"memory {settings['memory_tasks']}",
+                          lambda name, label: lambda: measure.memory_per_task(
+                              bench, run.peers[name], settings["memory_tasks"]),
+                          {"memory_bytes_per_task": "memory_bytes_per_task"}))  # fmt: skip
+        for step, what, make, keys in steps:
+            for name in order:
+                label = f"r{repeat + 1}-{step}"
+                run.attempt(name, what, repeat, make(name, label), keys)
+        if "depth" in skip:
+            continue
+        window = settings["depth_window"]
+        for depth in settings["depths"]:
+            for name in [name for name in order if name in depth_names]:
+                label = f"r{repeat + 1}-depth{depth}"
+                run.attempt(
+                    name,
+                    f"depth {depth:,} (first {min(window, depth):,})",
+                    repeat,
+                    functools.partial(
+                        measure.depth_rate, bench, run.peers[name], depth, window, label
+                    ),
+                    {"depth_rate": f"depth_{depth}"},
+                )
+
+
+def wait_for_quiet(longest: float, load: float) -> None:
+    deadline = time.monotonic() + longest
+    while (now := os.getloadavg()[0]) >= load and time.monotonic() < deadline:
+        print(f"waiting for a quiet machine: load average {now:.2f}", flush=True)
+        time.sleep(15)
+
+
+def load_peers(wanted: Sequence[str], redis_url: str) -> tuple[dict[str, Peer], dict[str, str]]:
+    """The systems that import and set up here, and a reason for each that does not."""
+    peers: dict[str, Peer] = {}
+    skipped: dict[str, str] = {}
+    for name in wanted:
+        try:
+            peer = load(name, redis_url)
+            peer.setup()
+            peer.teardown()
+        except ImportError as exc:
+            skipped[name] = f"not installed ({exc}); pip install -r benchmarks/requirements.txt"
+        except Exception as exc:
+            skipped[name] = f"cannot set up: {type(exc).__name__}: {exc}"
+        else:
+            peers[name] = peer
+    return peers, skipped
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    settings = settings_from(args)
+    wanted = ["threadmill"]
+    for name in (p.strip() for p in args.peers.split(",")):
+        if not name or name == "threadmill":
+            continue
+        if name not in REGISTRY:
+            print(f"unknown peer {name!r}; known: {', '.join(REGISTRY)}", file=sys.stderr)
+            return 2
+        wanted.append(name)
+    name = args.name or ("quick" if args.quick else "latest")
+    if args.wait_quiet > 0:
+        wait_for_quiet(args.wait_quiet, args.quiet_load)
+    log_dir = Path(tempfile.mkdtemp(prefix="threadmill-bench-logs-"))
+    started = time.time()
+    with RedisServer(args.redis_server) as server:
+        # Peer modules read the URL when they are imported, as their workers do.
+        os.environ[URL_VARIABLE] = server.url
+        peers, skipped = load_peers(wanted, server.url)
+        for peer_name, reason in skipped.items():
+            print(f"skipping {peer_name}: {reason}", flush=True)
+        if "threadmill" not in peers:
+            print(f"threadmill itself cannot run: {skipped['threadmill']}", file=sys.stderr)
+            return 1
+        if args.depth_peers.strip() == "all":
+            depth_names = list(peers)
+        else:
+            depth_names = ["threadmill", *[p.strip() for p in args.depth_peers.split(",")]]
+        bench = measure.Bench(server.url, log_dir)
+        try:
+            machine = report.machine_info(bench.admin)
+            print(report.machine_line(machine), flush=True)
+            if machine["load_start"] > 0.5:
+                print(
+                    f"warning: the load average is {machine['load_start']}: other work on "
+                    "this machine will skew the figures (see --wait-quiet)",
+                    flush=True,
+                )
+            run = Run(peers, bench)
+            schedule(run, settings, depth_names)
+        finally:
+            bench.close()
+    settings["elapsed_s"] = round(time.time() - started, 1)
+    machine["load_end"] = round(os.getloadavg()[0], 2)
+    result = report.build(run, settings, machine, skipped, depth_names)
+    markdown = report.markdown(result)
+    print()
+    print(markdown)
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    written = report.write(result, markdown, args.output_dir, name)
+    if not args.no_chart:
+        try:
+            from benchmarks import chart
+        except ImportError as exc:
+            print(f"no chart: {exc} (pip install matplotlib)")
+        else:
+            written.append(chart.draw(result, args.output_dir / f"{name}.png"))
+    print("written: " + ", ".join(str(path) for path in written))
+    if run.errors or args.keep_logs:
+        print(f"worker logs kept in {log_dir}")
+    else:
+        shutil.rmtree(log_dir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
