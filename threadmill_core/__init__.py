@@ -6,6 +6,7 @@ from threadmill_core.clock import Clock, FakeClock, SystemClock
 from threadmill_core.errors import (
     AcknowledgementTimeout,
     BackendConflict,
+    BackendUnavailable,
     InvalidOption,
     InvalidTaskDefinition,
     PayloadError,
@@ -20,6 +21,7 @@ from threadmill_core.hookspecs import BackendScheme, hookimpl
 from threadmill_core.models import (
     Lease,
     QueueCounts,
+    QueueRates,
     RetryPolicySpec,
     TaskContext,
     TaskError,
@@ -35,6 +37,7 @@ __all__ = [
     "Backend",
     "BackendConflict",
     "BackendScheme",
+    "BackendUnavailable",
     "Broker",
     "Clock",
     "ExponentialBackoff",
@@ -44,6 +47,7 @@ __all__ = [
     "Lease",
     "PayloadError",
     "QueueCounts",
+    "QueueRates",
     "RetryPolicySpec",
     "SystemClock",
     "Task",
