@@ -276,7 +276,7 @@ def _rates(rates: dict[str, float]) -> str:
 
 def markdown(result: dict[str, Any]) -> str:
     settings, machine = result["settings"], result["machine"]
-    medians, systems = result["medians"], result["systems"]
+    medians, systems, runs = result["medians"], result["systems"], result["runs"]
     threads = settings["threads"]
     names = list(systems)
     lines = [f"# {result['title']}", ""]
@@ -315,6 +315,18 @@ def markdown(result: dict[str, Any]) -> str:
                     + [fmt(key, medians[name].get(key)) for key, _, _ in METRICS])  # fmt: skip
     lines += _table(header, rows)
     lines += ["", "Lower is better for µs, ms, commands and bytes; higher for tasks/s.", ""]
+    if settings["repeat"] > 1:
+        lines += ["Spread over the repeats (lowest to highest), to judge the noise:", ""]
+        rows = []
+        for name in names:
+            cells = []
+            for key, _, _ in METRICS:
+                present = [v for v in runs.get(name, {}).get(key, []) if v is not None]
+                low, high = (min(present), max(present)) if present else (None, None)
+                cells.append("-" if low is None else f"{fmt(key, low)}-{fmt(key, high)}")
+            rows.append([name, *cells])
+        lines += _table(["system", *header[2:]], rows)
+        lines.append("")
     lines += ["## threadmill ÷ peer", ""]
     lines.append(
         "Each cell is threadmill's figure divided by the peer's: above 1 favours threadmill "
@@ -332,8 +344,8 @@ def markdown(result: dict[str, Any]) -> str:
         lines += ["", "## Drain rate by backlog depth (1 process x 1 thread)", ""]
         window = settings["depth_window"]
         lines.append(
-            f"Tasks/s over the first {window:,} tasks drained (all of them when the backlog is "
-            "smaller) from a backlog of the given depth."
+            f"Tasks/s over the first {window:,} tasks drained from a backlog of the given depth "
+            "(the same number at every depth, so only the depth changes)."
         )
         lines.append("")
         header = ["system"] + [f"{d:,}" for d in depths]

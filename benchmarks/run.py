@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import os
 import shutil
 import sys
@@ -81,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--depth-peers",
         default="",
         help="peers that also run the depth scan, comma-separated, or 'all' (default: none, "
-        "threadmill only: a 100k backlog of single enqueues takes a peer 10-35 s per repeat)",
+        "threadmill only: a 100k backlog of single enqueues takes a peer 20-100 s per repeat)",
     )
     parser.add_argument(
         "--skip",
@@ -107,6 +108,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--quiet-load", type=float, default=0.5, help="what --wait-quiet waits for (%(default)s)"
     )
     parser.add_argument("--no-chart", action="store_true", help="skip the PNG")
+    parser.add_argument(
+        "--render",
+        type=Path,
+        metavar="JSON",
+        help="measure nothing: write the Markdown and PNG again from a results JSON",
+    )
     parser.add_argument(
         "--keep-logs", action="store_true", help="keep the workers' logs (kept anyway on errors)"
     )
@@ -272,8 +279,32 @@ def load_peers(wanted: Sequence[str], redis_url: str) -> tuple[dict[str, Peer], 
     return peers, skipped
 
 
+def draw_chart(result: dict[str, Any], path: Path) -> list[Path]:
+    try:
+        from benchmarks import chart
+    except ImportError as exc:
+        print(f"no chart: {exc} (pip install matplotlib)")
+        return []
+    return [chart.draw(result, path)]
+
+
+def render(path: Path, *, chart: bool) -> int:
+    """Write NAME.md (and NAME.png) again beside NAME.json."""
+    result = json.loads(path.read_text(encoding="utf-8"))
+    text = report.markdown(result)
+    markdown_path = path.with_suffix(".md")
+    markdown_path.write_text(text, encoding="utf-8")
+    written = [markdown_path]
+    if chart:
+        written += draw_chart(result, path.with_suffix(".png"))
+    print("written: " + ", ".join(str(p) for p in written))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.render is not None:
+        return render(args.render, chart=not args.no_chart)
     settings = settings_from(args)
     wanted = ["threadmill"]
     for name in (p.strip() for p in args.peers.split(",")):
@@ -324,12 +355,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.output_dir.mkdir(parents=True, exist_ok=True)
     written = report.write(result, markdown, args.output_dir, name)
     if not args.no_chart:
-        try:
-            from benchmarks import chart
-        except ImportError as exc:
-            print(f"no chart: {exc} (pip install matplotlib)")
-        else:
-            written.append(chart.draw(result, args.output_dir / f"{name}.png"))
+        written += draw_chart(result, args.output_dir / f"{name}.png")
     print("written: " + ", ".join(str(path) for path in written))
     if run.errors or args.keep_logs:
         print(f"worker logs kept in {log_dir}")
