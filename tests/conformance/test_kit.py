@@ -6,6 +6,7 @@ from datetime import datetime, timedelta
 import pytest
 from hypothesis import Phase, settings
 
+import threadmill_core.testing
 from tests.conftest import RESULT_TTL
 from threadmill_core.clock import FakeClock
 from threadmill_core.models import Lease, TaskResult
@@ -95,3 +96,11 @@ def test_machine_names_the_rule_a_backend_breaks() -> None:
     assert step.strip().startswith("during:"), step
     steps = "\n".join(getattr(failure.value, "__notes__", []))
     assert "state.claim(" in steps, steps
+
+
+def test_every_public_name_of_the_kit_imports() -> None:
+    """Each name in threadmill_core.testing.__all__ resolves, though the package imports lazily."""
+    kit = threadmill_core.testing
+    assert sorted(kit.__all__) == sorted(kit._HOMES)
+    for name in kit.__all__:
+        assert getattr(kit, name) is not None, name

@@ -107,7 +107,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if model is None or not excinfo.errisinstance(model.ProtocolViolation):
         return
     traceback = excinfo.traceback
-    roots = [str(KIT)]
+    roots = [str(KIT), str(Path(__file__).parent)]
     if (hypothesis := sys.modules.get("hypothesis")) and hypothesis.__file__:
         roots.append(str(Path(hypothesis.__file__).parent))
     in_kit = [str(entry.path).startswith(tuple(roots)) for entry in traceback]
