@@ -47,6 +47,12 @@ _registry_lock = threading.Lock()
 _registry: dict[str, Task[Any, Any]] = {}
 
 
+def registered_task(path: str) -> Task[Any, Any] | None:
+    """The task registered under `path` in this process, or None; no copy of the registry."""
+    with _registry_lock:
+        return _registry.get(path)
+
+
 def registered_tasks() -> dict[str, Task[Any, Any]]:
     """A snapshot of every task registered in this process, by path."""
     with _registry_lock:

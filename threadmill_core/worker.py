@@ -62,7 +62,7 @@ from threadmill_core.models import (
 )
 from threadmill_core.plugins import notify
 from threadmill_core.retry import ExponentialBackoff, decide
-from threadmill_core.task import Task, registered_tasks, validate_queue
+from threadmill_core.task import Task, registered_task, registered_tasks, validate_queue
 
 log = logging.getLogger("threadmill.worker")
 
@@ -313,7 +313,12 @@ class Worker:
 
     def _execute(self, lease: Lease) -> None:
         record = lease.record
-        task = self.tasks().get(record.task_path)
+        # One lookup per task: copying the whole registry here would sit on the hot path.
+        task = (
+            self._tasks.get(record.task_path)
+            if self._tasks is not None
+            else registered_task(record.task_path)
+        )
         if task is None:
             self._quarantine(lease, f"task {record.task_path} is not registered with this worker")
             return
