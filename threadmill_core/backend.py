@@ -206,6 +206,26 @@ class Backend(abc.ABC):
             for d in decisions
         ]
 
+    @abc.abstractmethod
+    def release(self, leases: Sequence[Lease]) -> list[TaskResult | None]:
+        """Give back claimed tasks that never started; answers in the order given.
+
+        A worker claims ahead of its free threads (prefetch) and, when it
+        shuts down gracefully, releases the leases it never ran. Each task
+        whose token is still the lease's and which is still RUNNING goes back
+        to the tail of READY (as a zero-delay `retry` would, in the order
+        given) and its claim is undone: `attempts` - 1 and the last entry of
+        `worker_ids` dropped; when that leaves `attempts` at 0, `started_at`
+        and `last_attempted_at` are cleared too (no attempt ever started).
+        `errors`, `run_after` and the arguments are kept. The token is
+        cleared, as by `requeue`, so any later use of the lease is refused.
+
+        Refused (None) when the token is no longer current or the task is not
+        RUNNING; one refusal does not stop the others. Only leases from
+        `claim` may be released: a reaper's lease (`claim_expired`) is decided,
+        never released. Atomic per task.
+        """
+
     def wait_for_tasks(self, queues: Sequence[str], timeout: timedelta) -> None:
         """Block until a task may have become READY in `queues`, or `timeout` passed.
 

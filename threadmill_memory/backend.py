@@ -246,6 +246,28 @@ class MemoryBackend(Backend):
         later = attrs.evolve(current, status=DEFERRED, errors=errors, run_after=from_ms(due_ms))
         return self._put(later, (due_ms,), entry.token)
 
+    def release(self, leases: Sequence[Lease]) -> list[TaskResult | None]:
+        leases = list(leases)
+        with self._lock:
+            self._begin()
+            return [self._release(lease) for lease in leases]
+
+    def _release(self, lease: Lease) -> TaskResult | None:
+        entry = self._store.get(lease.task_id)
+        if entry is None or entry.token != lease.token or entry.status is not RUNNING:
+            return None
+        current = self._decode(entry)
+        attempts = max(current.attempts - 1, 0)
+        unclaimed = attrs.evolve(
+            current,
+            status=READY,
+            attempts=attempts,
+            worker_ids=current.worker_ids[:-1],
+            started_at=current.started_at if attempts else None,
+            last_attempted_at=current.last_attempted_at if attempts else None,
+        )
+        return self._put_ready(unclaimed, token=None)
+
     def wait_for_tasks(self, queues: Sequence[str], timeout: timedelta) -> None:
         """Block until `queues` have a READY (or due DEFERRED) task, `timeout` passed, or `close`.
 

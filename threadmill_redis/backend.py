@@ -353,6 +353,18 @@ class RedisBackend(Backend):
         head = [self._ttl_ms, self.options.prune_batch, self.options.notify_cap]
         return self._run("decide_many", head + decisions, repeatable=True, extra_keys=notify)
 
+    def release(self, leases: Sequence[Lease]) -> list[TaskResult | None]:
+        if not leases:
+            return []
+        args: list[Any] = []
+        for lease in leases:
+            args += [lease.task_id, lease.token]
+        # Repeatable: the first send clears the tokens, so a repeat is refused, changing nothing.
+        reply = self._run("release", args, repeatable=True)
+        released = [answer(row, lease.record) for row, lease in zip(reply, leases, strict=True)]
+        self._notify(list(dict.fromkeys(r.queue for r in released if r is not None)))
+        return released
+
     def wait_for_tasks(self, queues: Sequence[str], timeout: timedelta) -> None:
         """Block on the queues' notify lists (BLPOP) until a task may be ready, or `timeout`.
 

@@ -85,6 +85,9 @@ class FlakyBackend(Backend):
             lambda: self.inner.claim(queues, worker=worker, lease_ttl=lease_ttl, limit=limit),
         )
 
+    def release(self, leases: Sequence[Lease]) -> list[TaskResult | None]:
+        return self._through("release", lambda: self.inner.release(leases))
+
     def extend(self, lease: Lease, lease_ttl: timedelta) -> Lease | None:
         return self._through("extend", lambda: self.inner.extend(lease, lease_ttl))
 

@@ -439,6 +439,25 @@ class ProtocolModel:
             task.run_after = self.now_ms + delay_ms
         return Outcome(self.record(task), APPLIED)
 
+    def release(self, serial: int) -> Outcome:
+        """Give back a claimed task: READY tail, the claim's attempt undone, token cleared."""
+        refusal = self.refusal(serial)
+        if refusal is not None:
+            return Outcome(None, refusal)
+        task = self.tasks[self.leases[serial].task_id]
+        if task.status is not RUNNING:
+            return Outcome(None, f"a lease on a task that is {task.status.value}, not RUNNING")
+        task.status = READY
+        task.ready_seq = next(self._ready_seq)
+        task.deadline = None
+        task.attempts = max(task.attempts - 1, 0)
+        task.worker_ids = task.worker_ids[:-1]
+        if task.attempts == 0:
+            task.started_at = None
+            task.last_attempted_at = None
+        self._clear_token(task, "release()")
+        return Outcome(self.record(task), APPLIED)
+
     # --- maintenance -----------------------------------------------------------------
 
     def expired(self) -> list[Candidate]:

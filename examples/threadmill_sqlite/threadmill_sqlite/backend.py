@@ -408,6 +408,40 @@ class SQLiteBackend(Backend):
         ).fetchall()
         return _rows.decode(stored)
 
+    def release(self, leases: Sequence[Lease]) -> list[TaskResult | None]:
+        """Every release in one transaction, each fenced on its own; answers in order."""
+        leases = list(leases)
+        if not leases:
+            return []
+        answers: list[TaskResult | None] = []
+        with self._write("release") as (conn, _now_ms):
+            for lease in leases:
+                row = self._row(conn, lease.task_id)
+                if row is None or row["token"] != lease.token or row["status"] != RUNNING.value:
+                    answers.append(None)
+                    continue
+                record = _rows.decode(row)
+                attempts = max(record.attempts - 1, 0)
+                (stored,) = conn.execute(
+                    "UPDATE threadmill_tasks SET status = 'READY', ready_seq = ?, token = NULL, "
+                    "deadline = NULL, attempts = ?, worker_ids = ?, "
+                    "started_at = CASE WHEN ? THEN started_at END, "
+                    "last_attempted_at = CASE WHEN ? THEN last_attempted_at END "
+                    f"WHERE id = ? RETURNING {_rows.COLUMNS}",
+                    (
+                        self._next_ready_seq(conn),
+                        attempts,
+                        _rows.encode_worker_ids(record.worker_ids[:-1]),
+                        attempts > 0,
+                        attempts > 0,
+                        record.id,
+                    ),
+                ).fetchall()
+                answers.append(_rows.decode(stored))
+        if any(answer is not None for answer in answers):
+            self._notify()
+        return answers
+
     def wait_for_tasks(self, queues: Sequence[str], timeout: timedelta) -> None:
         """Block until `queues` have a READY (or due DEFERRED) task, `timeout` passed, or `close`.
 
