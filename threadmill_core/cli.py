@@ -68,6 +68,7 @@ def _worker(args: argparse.Namespace) -> int:
         queues=tuple(q.strip() for q in args.queues.split(",") if q.strip()),
         processes=args.processes,
         threads=args.threads,
+        prefetch=args.prefetch,
         lease_ttl=timedelta(seconds=args.lease_ttl),
         poll_interval=timedelta(seconds=args.poll_interval),
         max_tasks=args.max_tasks,
@@ -376,6 +377,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="task threads per process (default: %(default)s)",
     )
     worker.add_argument(
+        "--prefetch",
+        type=_non_negative_int,
+        default=None,
+        metavar="N",
+        help="tasks each process claims ahead of its free threads, so a thread that finishes "
+        "starts the next without a round trip; a graceful stop gives back those not started "
+        "(default: as many as --threads)",
+    )
+    worker.add_argument(
         "--lease-ttl",
         type=_positive_float,
         default=30.0,
@@ -409,7 +419,8 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument(
         "--burst",
         action="store_true",
-        help="exit once nothing is ready, due or running in the queues",
+        help="exit once nothing is ready or running in the queues, and no deferred task "
+        "falls due within the polling interval",
     )
     worker.add_argument(
         "--shutdown-timeout",

@@ -64,6 +64,8 @@ class WorkerSettings:
     queues: tuple[str, ...] = ("default",)
     processes: int = 1
     threads: int = 4
+    #: Tasks claimed ahead of the free threads (see `Worker`); None: as many as `threads`.
+    prefetch: int | None = None
     lease_ttl: timedelta = timedelta(seconds=30)
     poll_interval: timedelta = timedelta(seconds=1)
     max_tasks: int | None = None
@@ -83,6 +85,8 @@ class WorkerSettings:
         for name, value in (("processes", self.processes), ("threads", self.threads)):
             if value < 1:
                 raise InvalidOption(f"{name} must be 1 or more, got {value}")
+        if self.prefetch is not None and self.prefetch < 0:
+            raise InvalidOption(f"prefetch must be 0 or more, got {self.prefetch}")
         if self.max_tasks is not None and self.max_tasks < 1:
             raise InvalidOption(f"max_tasks must be 1 or more, got {self.max_tasks}")
         if self.max_tasks_jitter < 0:
@@ -135,6 +139,7 @@ def _child_main(settings: WorkerSettings, index: int) -> None:
         broker,
         queues=settings.queues,
         threads=settings.threads,
+        prefetch=settings.prefetch,
         lease_ttl=settings.lease_ttl,
         poll_interval=settings.poll_interval,
         maintenance=False,
@@ -303,19 +308,38 @@ class Supervisor:
         return 0
 
     def _left(self, backend: Backend) -> dict[TaskResultStatus, int] | None:
-        """READY and RUNNING tasks in our queues; None while the backend is unavailable."""
+        """READY and RUNNING tasks in our queues; None while the backend is unavailable.
+
+        A DEFERRED task due within the polling interval counts as RUNNING: a
+        burst waits for it.
+        """
         started = time.monotonic()
         try:
             counts = backend.counts()
         except BackendUnavailable as exc:
             self._backing_off(exc, started)
             return None
-        self.outage.reached(started)
         mine = [counts[q] for q in self.settings.queues if q in counts]
-        return {
+        left = {
             status: sum(c.of(status) for c in mine)
             for status in (TaskResultStatus.READY, TaskResultStatus.RUNNING)
         }
+        # A retry falling due within the polling interval (the reaper's, say)
+        # is work about to be ready, not work for another day.
+        deferred = [c.queue for c in mine if c.of(TaskResultStatus.DEFERRED)]
+        try:
+            if deferred:
+                soon = backend.now() + self.settings.poll_interval
+                for name in deferred:
+                    first = backend.peek(name, TaskResultStatus.DEFERRED, limit=1)
+                    if first and first[0].run_after is not None and first[0].run_after <= soon:
+                        left[TaskResultStatus.RUNNING] += 1
+                        break
+        except BackendUnavailable as exc:
+            self._backing_off(exc, started)
+            return None
+        self.outage.reached(started)
+        return left
 
     def _drain(self) -> int:
         """Wait up to the shutdown timeout for children, then kill the rest."""

@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import queue
 import random
 import socket
 import threading
@@ -41,7 +42,6 @@ import time
 import traceback
 import uuid
 from collections.abc import Mapping, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from datetime import timedelta
 from typing import Any
 
@@ -147,18 +147,47 @@ class Outage:
             self._failures = 0
 
 
-@attrs.define
-class _Running:
+@attrs.define(eq=False)
+class _Held:
+    """A lease this worker holds: waiting for a thread, running, or being acknowledged."""
+
     lease: Lease
-    context: TaskContext
     lease_ttl: timedelta
+    #: Set when a thread starts the task; None while it waits in the prefetch.
+    context: TaskContext | None = None
+    #: A renewal was refused while the task waited: it must not start.
+    lost: bool = False
     #: Set once the outcome is being sent: a refused renewal then means the
     #: outcome landed (or will be refused itself), not that the lease is lost.
     acknowledging: bool = False
+    #: Seconds the task ran, for the acknowledgement's log line.
+    duration: float = 0.0
+
+
+@attrs.frozen
+class _Done:
+    """What a task thread hands back: the decision to send, or None when there is none."""
+
+    held: _Held
+    decision: Decision | None
+    #: Not started because the worker is stopping: to be released, not acknowledged.
+    unstarted: bool = False
 
 
 class Worker:
     """Claims tasks from `queues` (in that order of preference) and runs them on `threads` threads.
+
+    `prefetch` is how many tasks the worker may hold beyond its threads,
+    claimed ahead so a thread that finishes starts the next task without a
+    round trip (default: as many as `threads`). Prefetched tasks are claimed
+    (their leases renewed by the heartbeat); a graceful stop gives back the
+    ones not started (`Backend.release`), while a killed worker's lapse and
+    are retried like any lost lease, each having counted an attempt. Claims
+    and acknowledgements go in batches: one `claim` refills the prefetch
+    once it is half empty, and the outcomes of tasks that finished while the
+    previous batch was in flight are sent in one `decide_many`. A task is
+    held, and its lease renewed, until its outcome is acknowledged, so
+    batching never weakens at-least-once.
 
     `lease_ttl` is how long a claim lives without a heartbeat (a task's own
     ``lease_ttl`` option overrides it). `poll_interval` bounds how long an
@@ -176,6 +205,7 @@ class Worker:
         *,
         queues: Sequence[str] = ("default",),
         threads: int = 1,
+        prefetch: int | None = None,
         lease_ttl: timedelta | float = timedelta(seconds=30),
         poll_interval: timedelta | float = timedelta(seconds=1),
         maintenance: bool = True,
@@ -190,16 +220,28 @@ class Worker:
         self.queues = [validate_queue(q) for q in queues]
         if type(threads) is not int or threads < 1:
             raise ValueError(f"threads must be an int >= 1, got {threads!r}")
+        if prefetch is None:
+            prefetch = threads
+        if type(prefetch) is not int or prefetch < 0:
+            raise ValueError(f"prefetch must be an int >= 0, got {prefetch!r}")
         self.broker = broker
         self.backend = broker.backend
         self.threads = threads
+        self.prefetch = prefetch
         self.lease_ttl = validate_timedelta("lease_ttl", lease_ttl)
         self.poll_interval = validate_timedelta("poll_interval", poll_interval)
         self.maintenance = maintenance
         self.worker_id = worker_id or default_worker_id()
         self._tasks = dict(tasks) if tasks is not None else None
-        self._running: dict[str, _Running] = {}
-        self._running_lock = threading.Lock()
+        #: Every lease held, by token: prefetched, running or being acknowledged.
+        self._held: dict[str, _Held] = {}
+        self._held_lock = threading.Lock()
+        #: Prefetched leases waiting for a thread; None tells a thread to exit.
+        self._inbox: queue.SimpleQueue[_Held | None] = queue.SimpleQueue()
+        #: What task threads handed back since the loop last looked, and its wake-up.
+        self._done: list[_Done] = []
+        self._done_lock = threading.Lock()
+        self._wake = threading.Event()
         self._stop = threading.Event()
         self.processed = 0
         #: Shared by every loop of this worker, so an outage is logged once.
@@ -216,20 +258,22 @@ class Worker:
         return self._stop.is_set()
 
     def stop(self) -> None:
-        """Stop claiming; `run` returns once the running tasks are acknowledged."""
+        """Stop claiming; `run` gives back the prefetch and returns once the running
+        tasks are acknowledged."""
         self._stop.set()
+        self._wake.set()
 
     def run(self, *, burst: bool = False, max_tasks: int | None = None) -> int:
         """Work until `stop()`; returns how many tasks this call ran to an outcome.
 
-        With `burst`, return once nothing is ready, due or running. With
+        With `burst`, return once nothing is ready, due or held. With
         `max_tasks`, stop claiming after that many claims (a supervisor then
         recycles the process). Either way, tasks already running are finished
-        and acknowledged before `run` returns, with their heartbeats going on.
+        and acknowledged before `run` returns, with their heartbeats going on,
+        and prefetched tasks not started are given back.
         """
         self._stop.clear()
         processed_before = self.processed
-        claimed = 0
         beating = threading.Event()
         heartbeat = threading.Thread(
             target=self._heartbeat_loop,
@@ -237,67 +281,103 @@ class Worker:
             name=f"threadmill-heartbeat-{self.worker_id}",
             daemon=True,
         )
+        runners = [
+            threading.Thread(target=self._task_thread, name=f"threadmill-task-{n}", daemon=True)
+            for n in range(self.threads)
+        ]
         heartbeat.start()
-        futures: set[Future[None]] = set()
-        next_maintenance = 0.0
-        failures = 0  # consecutive passes that found the backend unavailable
-        retry_at = 0.0  # during an outage: when to try the backend again
-        poll = self.poll_interval.total_seconds()
+        for runner in runners:
+            runner.start()
         try:
-            with ThreadPoolExecutor(self.threads, thread_name_prefix="threadmill-task") as pool:
-                while not self._stop.is_set():
-                    leases: list[Lease] = []
-                    unavailable = time.monotonic() < retry_at
-                    if not unavailable:
-                        free = self.threads - len(futures)
-                        if max_tasks is not None:
-                            free = min(free, max_tasks - claimed)
-                        started = time.monotonic()
-                        try:
-                            if self.maintenance and started >= next_maintenance:
-                                self.run_maintenance()
-                                next_maintenance = time.monotonic() + poll
-                                self.outage.reached(started)
-                            if free > 0:
-                                leases = self._claim(free)
-                                self.outage.reached(started)
-                            failures = 0
-                        except BackendUnavailable as exc:
-                            unavailable = True
-                            failures += 1
-                            delay = self.outage.failed(exc, failures, started)
-                            retry_at = time.monotonic() + delay
-                    claimed += len(leases)
-                    for lease in leases:
-                        futures.add(pool.submit(self._execute, lease))
-                    backing_off = retry_at - time.monotonic()
-                    if futures:
-                        done, futures = wait(
-                            futures,
-                            timeout=min(poll, backing_off) if backing_off > 0 else poll,
-                            return_when=FIRST_COMPLETED,
-                        )
-                        for future in done:
-                            future.result()  # _execute handles task errors; re-raise our own bugs
-                    elif unavailable:  # not "nothing ready": back off and look again
-                        self._stop.wait(max(backing_off, 0.0))
-                    elif burst or (max_tasks is not None and claimed >= max_tasks):
-                        break
-                    elif not leases:
-                        started = time.monotonic()
-                        try:
-                            self.backend.wait_for_tasks(self.queues, self.poll_interval)
-                            self.outage.reached(started)
-                        except BackendUnavailable as exc:
-                            failures += 1
-                            delay = self.outage.failed(exc, failures, started)
-                            retry_at = time.monotonic() + delay
-                for future in futures:
-                    future.result()
+            self._loop(burst, max_tasks)
         finally:
+            for _ in runners:
+                self._inbox.put(None)
+            for runner in runners:
+                runner.join()
             beating.set()
             heartbeat.join()
         return self.processed - processed_before
+
+    def _loop(self, burst: bool, max_tasks: int | None) -> None:
+        capacity = self.threads + self.prefetch
+        # Refill once the prefetch is half empty, so each claim brings a batch.
+        refill = max(1, (self.prefetch + 1) // 2)
+        poll = self.poll_interval.total_seconds()
+        claimed = 0
+        failures = 0  # consecutive backend calls of this loop that found it unavailable
+        retry_at = 0.0  # during an outage: when to call the backend again
+        next_maintenance = 0.0
+        unsent: list[_Done] = []  # outcomes whose acknowledgement has not landed yet
+        give_back: list[_Held] = []  # prefetched leases to release on the way out
+        while True:
+            for item in self._take_done():
+                if item.unstarted:
+                    give_back.append(item.held)
+                else:
+                    unsent.append(item)
+            if self._stop.is_set():
+                give_back += self._drain_inbox()
+            # Stopped, or claimed all it may: finish what is held, claim nothing more.
+            stopping = self._stop.is_set() or (max_tasks is not None and claimed >= max_tasks)
+            leases: list[Lease] = []
+            found_nothing = False  # this pass asked for tasks and got none
+            started = time.monotonic()
+            if started >= retry_at and (unsent or give_back or not stopping):
+                try:
+                    if unsent:
+                        self._acknowledge(unsent)
+                        unsent = []
+                    if give_back:
+                        self._release(give_back)
+                        give_back = []
+                    if not stopping:
+                        if self.maintenance and started >= next_maintenance:
+                            self.run_maintenance()
+                            next_maintenance = time.monotonic() + poll
+                        room = capacity - len(self._held)
+                        if max_tasks is not None:
+                            room = min(room, max_tasks - claimed)
+                        if room > 0 and (room >= refill or self._inbox.empty()):
+                            leases = self._claim(room)
+                            found_nothing = not leases
+                    self.outage.reached(started)
+                    failures = 0
+                except BackendUnavailable as exc:
+                    failures += 1
+                    retry_at = time.monotonic() + self.outage.failed(exc, failures, started)
+            claimed += len(leases)
+            for lease in leases:
+                held = _Held(lease, self.lease_ttl)
+                with self._held_lock:
+                    self._held[lease.token] = held
+                self._inbox.put(held)
+            if not self._held and not unsent and not give_back:
+                if stopping:
+                    return
+                if found_nothing:
+                    if burst:
+                        return
+                    self._idle_wait()
+                    continue
+            backing_off = retry_at - time.monotonic()
+            if backing_off > 0:
+                pause = backing_off
+            elif leases or unsent or give_back:
+                continue  # more to do at once
+            else:
+                pause = poll  # until a task finishes, or maintenance is due
+            self._wake.wait(min(pause, poll))
+            self._wake.clear()
+
+    def _idle_wait(self) -> None:
+        """Nothing held, nothing ready: block until a task may be ready (or `stop()`)."""
+        started = time.monotonic()
+        try:
+            self.backend.wait_for_tasks(self.queues, self.poll_interval)
+            self.outage.reached(started)
+        except BackendUnavailable as exc:
+            self._stop.wait(self.outage.failed(exc, 1, started))
 
     def run_maintenance(self) -> None:
         """One reaper pass and one mover pass; `BackendUnavailable` goes to the caller."""
@@ -309,9 +389,133 @@ class Worker:
             self.queues, worker=self.worker_id, lease_ttl=self.lease_ttl, limit=limit
         )
 
+    def _take_done(self) -> list[_Done]:
+        with self._done_lock:
+            done, self._done = self._done, []
+        return done
+
+    def _drain_inbox(self) -> list[_Held]:
+        """Take back the prefetched leases no thread has started."""
+        waiting: list[_Held] = []
+        while True:
+            try:
+                held = self._inbox.get_nowait()
+            except queue.Empty:
+                return waiting
+            if held is None:  # not ours to take: a thread's exit signal
+                self._inbox.put(None)
+                return waiting
+            waiting.append(held)
+
+    def _forget(self, held: _Held) -> None:
+        with self._held_lock:
+            if self._held.get(held.lease.token) is held:
+                del self._held[held.lease.token]
+
+    def _release(self, waiting: list[_Held]) -> None:
+        """Give back prefetched leases, in one call; `BackendUnavailable` goes to the caller."""
+        live = [held for held in waiting if not held.lost]
+        if live:
+            released = self.backend.release([held.lease for held in live])
+            given = sum(record is not None for record in released)
+            log.info("gave back %d prefetched task(s) not started", given)
+        for held in waiting:
+            self._forget(held)
+
+    def _acknowledge(self, done: list[_Done]) -> None:
+        """Send the outcomes in `done` in one `decide_many`; `BackendUnavailable` to the caller.
+
+        A send that was applied but whose reply was lost is recognised by the
+        backend when the same decisions are sent again, and answered as the
+        first time; a lease that really was lost meanwhile is refused, the
+        only way an outcome is not written.
+        """
+        sending = [item for item in done if item.decision is not None]
+        if sending:
+            # The heartbeat may have renewed a lease meanwhile: same token, so a
+            # decision made with the claim's lease is still the current holder's.
+            decisions = [item.decision for item in sending if item.decision is not None]
+            try:
+                stored = self.backend.decide_many(decisions)
+            except BackendUnavailable:
+                raise
+            except Exception:
+                # A decision the backend refused to take (our bug, not the task's):
+                # send the others one by one; that one's lease lapses and is reaped.
+                log.exception("acknowledging %d tasks failed; sending them one by one",
+                              len(decisions))  # fmt: skip
+                stored = [self._decide_one(decision) for decision in decisions]
+            for item, record in zip(sending, stored, strict=True):
+                self._acknowledged(item, record)
+        for item in done:
+            self._forget(item.held)
+
+    def _decide_one(self, decision: Decision) -> TaskResult | None:
+        try:
+            return self.backend.decide_many([decision])[0]
+        except BackendUnavailable:
+            raise
+        except Exception:
+            log.exception("task %s: acknowledgement failed; its lease will lapse and be reaped",
+                          decision.lease.task_id)  # fmt: skip
+            return None
+
+    def _acknowledged(self, item: _Done, stored: TaskResult | None) -> None:
+        decision = item.decision
+        assert decision is not None
+        record = decision.record
+        if stored is None:
+            log.warning(
+                "task %s (%s) attempt %d: acknowledgement refused, the lease was lost",
+                record.id, record.task_path, record.attempts,
+            )  # fmt: skip
+            return
+        self.processed += 1
+        if item.held.context is None:  # quarantined without running
+            notify("threadmill_task_finished", record=stored)
+            return
+        if decision.retry_delay is not None:
+            log.warning(
+                "task %s (%s) attempt %d failed after %.3f s (%s); retry in %.3f s",
+                record.id, record.task_path, record.attempts, item.held.duration,
+                record.errors[-1].exception_class_path, decision.retry_delay.total_seconds(),
+            )  # fmt: skip
+            notify("threadmill_task_retried", record=stored, delay=decision.retry_delay)
+            return
+        if log.isEnabledFor(logging.INFO):
+            log.info(
+                "task %s (%s) attempt %d %s in %.3f s",
+                record.id, record.task_path, record.attempts, stored.status.value,
+                item.held.duration,
+            )  # fmt: skip
+        notify("threadmill_task_finished", record=stored)
+
     # --- one task ------------------------------------------------------------------------
 
-    def _execute(self, lease: Lease) -> None:
+    def _task_thread(self) -> None:
+        while (held := self._inbox.get()) is not None:
+            if self._stop.is_set():  # stopping: what is not started goes back
+                with self._done_lock:
+                    self._done.append(_Done(held, None, unstarted=True))
+                self._wake.set()
+                continue
+            decision = None
+            try:
+                decision = self._execute(held)
+            except BaseException:
+                # Our own bug, not the task's (task errors become decisions): the
+                # lease lapses and the reaper decides; the thread goes on.
+                log.exception("task %s: the worker failed running it", held.lease.task_id)
+            with self._done_lock:
+                self._done.append(_Done(held, decision))
+            self._wake.set()
+
+    def _execute(self, held: _Held) -> Decision | None:
+        """Run one held task; return the decision to acknowledge, or None to send nothing."""
+        if held.lost:
+            log.warning("task %s: lease lost before it started; not run", held.lease.task_id)
+            return None
+        lease = held.lease
         record = lease.record
         # One lookup per task: copying the whole registry here would sit on the hot path.
         task = (
@@ -320,8 +524,7 @@ class Worker:
             else registered_task(record.task_path)
         )
         if task is None:
-            self._quarantine(lease, f"task {record.task_path} is not registered with this worker")
-            return
+            return self._quarantine(lease, f"task {record.task_path} is not registered")
         if task.lease_ttl is not None and task.lease_ttl != self.lease_ttl:
             started = time.monotonic()
             try:
@@ -334,35 +537,30 @@ class Worker:
                 renewed = lease
             if renewed is None:
                 log.warning("task %s: lease lost before it started; not run", record.id)
-                return
-            lease = renewed
+                return None
+            held.lease = lease = renewed
+            held.lease_ttl = task.lease_ttl
         context = TaskContext(record=record, attempt=record.attempts, token=lease.token)
-        running = _Running(lease, context, task.lease_ttl or self.lease_ttl)
-        with self._running_lock:
-            self._running[record.id] = running
-        try:
-            notify("threadmill_task_started", lease=lease)
-            log.info(
+        held.context = context
+        notify("threadmill_task_started", lease=lease)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
                 "task %s (%s) attempt %d started", record.id, record.task_path, record.attempts
             )
-            started = time.monotonic()
-            decision = self._call(task, lease, context)
-            duration = time.monotonic() - started
-            if context.lease_lost:
-                log.warning(
-                    "task %s (%s) attempt %d finished after its lease was lost; "
-                    "outcome not written",
-                    record.id, record.task_path, record.attempts,
-                )  # fmt: skip
-                return
-            # Still among the running tasks while the outcome is sent, so that
-            # heartbeats keep the lease alive if the backend is unavailable.
-            running.acknowledging = True
-            self._acknowledge(decision, duration)
-        finally:
-            with self._running_lock:
-                if self._running.get(record.id) is running:
-                    del self._running[record.id]
+        started = time.monotonic()
+        decision = self._call(task, lease, context)
+        held.duration = time.monotonic() - started
+        if context.lease_lost:
+            log.warning(
+                "task %s (%s) attempt %d finished after its lease was lost; "
+                "outcome not written",
+                record.id, record.task_path, record.attempts,
+            )  # fmt: skip
+            return None
+        # Still held while the outcome is sent, so that heartbeats keep the
+        # lease alive if the backend is unavailable.
+        held.acknowledging = True
+        return decision
 
     def _call(self, task: Task[Any, Any], lease: Lease, context: TaskContext) -> Decision:
         record = lease.record
@@ -382,67 +580,14 @@ class Worker:
         done = attrs.evolve(record, status=TaskResultStatus.SUCCESSFUL, return_value=value)
         return Decision(lease=lease, record=done)
 
-    def _deliver(self, decision: Decision) -> TaskResult | None:
-        """Send one decision until the backend answers: the stored record, or None if refused.
-
-        While the backend is unavailable the same decision (same lease token)
-        is sent again after a backoff. A send that was applied but whose reply
-        was lost is recognised by the backend and answered as the first time,
-        so a repeat never applies an outcome twice and never reads as a lost
-        lease. A lease that really was lost meanwhile is refused: that is the
-        only way an outcome is not written.
-        """
-        failures = 0
-        while True:
-            started = time.monotonic()
-            try:
-                # The heartbeat may have renewed the lease meanwhile: same token, so
-                # the decision made with the claim's lease is still the current holder's.
-                stored = self.backend.decide_many([decision])[0]
-            except BackendUnavailable as exc:
-                failures += 1
-                log.debug("task %s: outcome not delivered (%s); sending it again",
-                          decision.lease.task_id, exc)  # fmt: skip
-                time.sleep(self.outage.failed(exc, failures, started))
-                continue
-            self.outage.reached(started)
-            return stored
-
-    def _acknowledge(self, decision: Decision, duration: float) -> None:
-        stored = self._deliver(decision)
-        record = decision.record
-        if stored is None:
-            log.warning(
-                "task %s (%s) attempt %d: acknowledgement refused, the lease was lost",
-                record.id, record.task_path, record.attempts,
-            )  # fmt: skip
-            return
-        self.processed += 1
-        if decision.retry_delay is not None:
-            log.warning(
-                "task %s (%s) attempt %d failed after %.3f s (%s); retry in %.3f s",
-                record.id, record.task_path, record.attempts, duration,
-                record.errors[-1].exception_class_path, decision.retry_delay.total_seconds(),
-            )  # fmt: skip
-            notify("threadmill_task_retried", record=stored, delay=decision.retry_delay)
-            return
-        log.info(
-            "task %s (%s) attempt %d %s in %.3f s",
-            record.id, record.task_path, record.attempts, stored.status.value, duration,
-        )  # fmt: skip
-        notify("threadmill_task_finished", record=stored)
-
-    def _quarantine(self, lease: Lease, why: str) -> None:
+    def _quarantine(self, lease: Lease, why: str) -> Decision:
         record = lease.record
         error = TaskError(exception_class_path=QUARANTINE_PATH, message=why)
         failed = attrs.evolve(
             record, status=TaskResultStatus.FAILED, errors=(*record.errors, error)
         )
         log.error("task %s quarantined as FAILED: %s", record.id, why)
-        stored = self._deliver(Decision(lease=lease, record=failed))
-        if stored is not None:
-            self.processed += 1
-            notify("threadmill_task_finished", record=stored)
+        return Decision(lease=lease, record=failed)
 
     # --- heartbeats ----------------------------------------------------------------------
 
@@ -465,16 +610,17 @@ class Worker:
                 log.exception("heartbeat failed; retrying at the next beat")
 
     def _heartbeat_interval(self) -> float:
-        with self._running_lock:
-            ttls = [r.lease_ttl for r in self._running.values()]
+        with self._held_lock:
+            ttls = {held.lease_ttl for held in self._held.values()}
         return min([self.lease_ttl, *ttls]).total_seconds() / 3
 
     def heartbeat(self) -> None:
-        """Renew the leases of every running task, one `extend_many` call per lease TTL.
+        """Renew the leases of every held task, one `extend_many` call per lease TTL.
 
-        A renewal that is refused means the lease was taken away: the task's
-        context says so and its outcome will not be written. An unavailable
-        backend is noted in `outage`; the heartbeat thread tries again soon.
+        A renewal that is refused means the lease was taken away: a running
+        task's context says so and its outcome will not be written; a
+        prefetched one will not start. An unavailable backend is noted in
+        `outage`; the heartbeat thread tries again soon.
         """
         started = time.monotonic()
         try:
@@ -485,26 +631,28 @@ class Worker:
             log.exception("heartbeat failed; retrying at the next beat")
 
     def _beat(self) -> None:
-        with self._running_lock:
-            running = list(self._running.values())
-        by_ttl: dict[timedelta, list[_Running]] = {}
-        for item in running:
-            by_ttl.setdefault(item.lease_ttl, []).append(item)
+        with self._held_lock:
+            holding = list(self._held.values())
+        by_ttl: dict[timedelta, list[_Held]] = {}
+        for held in holding:
+            by_ttl.setdefault(held.lease_ttl, []).append(held)
         for ttl, items in by_ttl.items():
             started = time.monotonic()
-            renewed = self.backend.extend_many([i.lease for i in items], ttl)
+            renewed = self.backend.extend_many([held.lease for held in items], ttl)
             self.outage.reached(started)
-            with self._running_lock:
-                still_running = {id(r) for r in self._running.values()}
-            for item, lease in zip(items, renewed, strict=True):
-                if id(item) not in still_running:
+            with self._held_lock:
+                still_held = {id(held) for held in self._held.values()}
+            for held, lease in zip(items, renewed, strict=True):
+                if id(held) not in still_held:
                     continue  # finished meanwhile: a refusal then means it was acknowledged
                 if lease is not None:
-                    item.lease = lease
-                elif not item.acknowledging and not item.context.lease_lost:
-                    item.context.mark_lease_lost()
+                    held.lease = lease
+                elif held.context is None:
+                    held.lost = True
+                elif not held.acknowledging and not held.context.lease_lost:
+                    held.context.mark_lease_lost()
                     log.warning(
                         "task %s lost its lease (reaped or changed by an operator); "
                         "its outcome will not be written",
-                        item.lease.task_id,
+                        held.lease.task_id,
                     )

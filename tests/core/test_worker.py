@@ -198,3 +198,148 @@ def test_bad_thread_count_is_refused(broker: Broker, threads: object) -> None:
     """A worker needs a positive whole number of threads."""
     with pytest.raises(ValueError, match="threads"):
         Worker(broker, threads=threads)  # type: ignore[arg-type]
+
+
+class CountingBackend:
+    """Wraps a backend and records the batch size of every claim and decide_many."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.inner = broker.backend
+        self.claims: list[int] = []
+        self.decisions: list[int] = []
+        self.released: list[int] = []
+
+    def install(self, w: Worker) -> None:
+        inner = self.inner
+
+        def claim(*args: object, **kwargs: object) -> list[object]:
+            leases = inner.claim(*args, **kwargs)  # type: ignore[arg-type]
+            self.claims.append(len(leases))
+            return leases  # type: ignore[return-value]
+
+        def decide_many(decisions: list[object]) -> list[object]:
+            self.decisions.append(len(decisions))
+            return inner.decide_many(decisions)  # type: ignore[arg-type,return-value]
+
+        def release(leases: list[object]) -> list[object]:
+            self.released.append(len(leases))
+            return inner.release(leases)  # type: ignore[arg-type,return-value]
+
+        w.backend = type("Counted", (), {})()  # only what the worker calls, no fallbacks
+        for name in ("now", "extend", "extend_many", "wait_for_tasks", "claim_expired",
+                     "promote_due", "get"):  # fmt: skip
+            setattr(w.backend, name, getattr(inner, name))
+        w.backend.claim = claim  # type: ignore[attr-defined]
+        w.backend.decide_many = decide_many  # type: ignore[attr-defined]
+        w.backend.release = release  # type: ignore[attr-defined]
+
+
+def test_prefetch_claims_in_batches_and_every_task_is_acknowledged_once(broker: Broker) -> None:
+    """One thread with a prefetch of 8: claims bring several tasks; every outcome lands."""
+    records = broker.enqueue_many(tasks.echo, [((i,), {}) for i in range(40)])
+    w = worker(broker, threads=1, prefetch=8, maintenance=False)
+    counted = CountingBackend(broker)
+    counted.install(w)
+    assert w.run(burst=True) == 40
+    finals = [broker.get_result(r.id) for r in records]
+    assert [(f.status, f.return_value, f.attempts) for f in finals] == [
+        (SUCCESSFUL, i, 1) for i in range(40)
+    ]
+    assert counted.claims[0] == 9  # the thread's task and the prefetch, in one claim
+    assert len(counted.claims) < 40 / 4, counted.claims
+    assert sum(counted.decisions) == 40
+    assert counted.released == []
+
+
+def test_prefetch_zero_claims_only_for_free_threads(broker: Broker) -> None:
+    """prefetch=0 holds no task beyond the threads: each claim asks for what is free."""
+    broker.enqueue_many(tasks.echo, [((i,), {}) for i in range(6)])
+    w = worker(broker, threads=2, prefetch=0, maintenance=False)
+    counted = CountingBackend(broker)
+    counted.install(w)
+    assert w.run(burst=True) == 6
+    assert max(counted.claims) <= 2
+
+
+@pytest.mark.parametrize("prefetch", [-1, 1.5, "2"])
+def test_bad_prefetch_is_refused(broker: Broker, prefetch: object) -> None:
+    """prefetch is a whole number of tasks, 0 or more."""
+    with pytest.raises(ValueError, match="prefetch"):
+        Worker(broker, prefetch=prefetch)  # type: ignore[arg-type]
+
+
+def test_a_graceful_stop_gives_back_the_prefetch_without_counting_attempts(
+    broker: Broker,
+) -> None:
+    """stop() while a task runs: the prefetched tasks go back READY, their claim undone."""
+    first = tasks.wait_for_release.using(broker=broker).enqueue()
+    rest = broker.enqueue_many(tasks.echo, [((i,), {}) for i in range(5)])
+    w = worker(broker, threads=1, prefetch=5, maintenance=False)
+    counted = CountingBackend(broker)
+    counted.install(w)
+    runner = threading.Thread(target=w.run)
+    runner.start()
+    try:
+        assert tasks.started.wait(timeout=30)
+        assert [broker.get_result(r.id).status for r in rest] == [TaskResultStatus.RUNNING] * 5
+        w.stop()
+    finally:
+        tasks.release.set()
+        runner.join(timeout=30)
+    assert not runner.is_alive()
+    assert sum(counted.released) == 5  # one call, or two if the thread handed one back
+    assert broker.get_result(first.id).status is SUCCESSFUL
+    for record in rest:
+        back = broker.get_result(record.id)
+        assert (back.status, back.attempts, back.worker_ids, back.started_at) == (
+            READY,
+            0,
+            (),
+            None,
+        )
+
+
+def test_heartbeats_renew_prefetched_leases_too(broker: Broker, clock: FakeClock) -> None:
+    """A prefetched task waiting behind a long one keeps its lease and runs once."""
+    long = tasks.wait_for_release.using(broker=broker).enqueue()
+    waiting = tasks.echo.using(broker=broker).enqueue("later")
+    w = worker(broker, threads=1, prefetch=1, lease_ttl=timedelta(seconds=30))
+    runner = threading.Thread(target=w.run, kwargs={"burst": True})
+    runner.start()
+    try:
+        assert tasks.started.wait(timeout=30)
+        assert broker.get_result(waiting.id).status is TaskResultStatus.RUNNING
+        for _ in range(3):
+            clock.advance(timedelta(seconds=20))
+            w.heartbeat()
+            assert reap(broker.backend) == 0
+    finally:
+        tasks.release.set()
+        runner.join(timeout=30)
+    assert broker.get_result(long.id).status is SUCCESSFUL
+    final = broker.get_result(waiting.id)
+    assert (final.status, final.return_value, final.attempts) == (SUCCESSFUL, "later", 1)
+
+
+def test_a_prefetched_task_whose_lease_was_lost_is_not_run(
+    broker: Broker, clock: FakeClock
+) -> None:
+    """If the reaper takes a waiting task over, the worker drops it instead of running it."""
+    long = tasks.wait_for_release.using(broker=broker).enqueue()
+    waiting = tasks.echo.using(broker=broker).enqueue("twice?")
+    w = worker(broker, threads=1, prefetch=1, lease_ttl=timedelta(seconds=30), maintenance=False)
+    runner = threading.Thread(target=w.run, kwargs={"burst": True})
+    runner.start()
+    try:
+        assert tasks.started.wait(timeout=30)
+        clock.advance(timedelta(seconds=31))
+        assert reap(broker.backend) == 2  # both leases lapsed: echo has no retry policy
+        w.heartbeat()  # refused for both: the running task learns it, the waiting one is dropped
+    finally:
+        tasks.release.set()
+        runner.join(timeout=30)
+    final = broker.get_result(waiting.id)
+    assert (final.status, final.attempts) == (FAILED, 1)
+    assert final.errors[-1].exception_class_path.endswith("AcknowledgementTimeout")
+    assert final.return_value is None
+    assert broker.get_result(long.id).status is FAILED
