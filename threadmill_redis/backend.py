@@ -37,13 +37,14 @@ from urllib.parse import urlsplit
 import redis
 
 from threadmill_core import codec
-from threadmill_core.backend import Backend, check_decision
+from threadmill_core.backend import RATE_HISTORY, Backend, check_decision
 from threadmill_core.clock import duration_ms, from_ms, to_ms
 from threadmill_core.errors import InvalidOption, PayloadError, TaskQuarantined
 from threadmill_core.models import (
     Decision,
     Lease,
     QueueCounts,
+    QueueRates,
     TaskError,
     TaskResult,
     TaskResultStatus,
@@ -459,6 +460,25 @@ class RedisBackend(Backend):
                 cancelled=cancelled,
             )
         return dict(sorted(counts.items()))
+
+    def rates(self, window: timedelta) -> Mapping[str, QueueRates] | None:
+        """Counted in one-second buckets of the server clock over the last hour (`RATE_HISTORY`).
+
+        The scripts that store, requeue and finish tasks count them as they
+        change them (see `threadmill_redis.keys`); this reads the buckets of
+        the window, and only those, in one round trip.
+        """
+        super().rates(window)  # the argument check
+        flat = self._run("rates", [duration_ms(window)], repeatable=True)
+        covered = min(window, RATE_HISTORY)
+        rates = {}
+        for at in range(0, len(flat), 3):
+            queue, entered, finished = flat[at].decode(), int(flat[at + 1]), int(flat[at + 2])
+            if entered or finished:
+                rates[queue] = QueueRates(
+                    queue=queue, window=covered, entered=entered, finished=finished
+                )
+        return dict(sorted(rates.items()))
 
     # --- operator actions --------------------------------------------------------------
 

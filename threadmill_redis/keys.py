@@ -51,6 +51,28 @@ Bookkeeping and wake-ups::
     {ns}:claim:<r>    LIST  receipt of claim call r: id, token, id, token, ...;
                             expires with the leases it granted (PEXPIRE lease_ms)
 
+Telemetry (`RedisBackend.rates`): tasks that entered each queue (new ids
+stored by enqueue, requeues) and finished (reached SUCCESSFUL, FAILED or
+CANCELLED), counted by the script that makes the change, in one-second
+buckets of the server clock. ``<second>`` is milliseconds // 1000 in
+decimal, and a pair is ``<second>|<queue>`` (the queue is everything after
+the first ``|``, so it may hold ``|`` itself)::
+
+    {ns}:rates        HASH  "<pair>|e" -> tasks that entered the queue in that second,
+                            "<pair>|f" -> tasks that finished in it
+    {ns}:rate_index   ZSET  pair -> its second, one member per pair counted
+
+A script aggregates its counts per queue first, so it sends one HINCRBY per
+queue and kind, never one per task. Only a script that starts a new pair
+writes the index, and only then does it delete pairs older than
+``RATE_HISTORY`` (an hour) with their fields: oldest first, at most 100 more
+than it started, so no call does unbounded work and deletion keeps pace with
+creation. The history is bounded by what an hour (two, while deletion
+catches up after a busier hour) of traffic leaves; pairs that age out while
+nothing is counted wait for the next count, unread. `rates` reads the
+pairs of its window from the index and their fields with HMGET, nothing
+outside the window.
+
 Nothing else has a TTL: eviction could not tell a lease from a cache entry.
 A receipt only lets a claim repeated after a lost reply be answered with the
 same leases; were it evicted, the repeat would claim afresh and the leases
@@ -83,6 +105,10 @@ STORE = (
     "queues",
 )
 
+#: The telemetry keys, which the scripts that count declare after the store
+#: (KEYS[17] and KEYS[18]) and `rates.lua` declares alone.
+TELEMETRY = ("rates", "rate_index")
+
 
 def check_namespace(namespace: object) -> str:
     """Return `namespace` if it can be a hash tag, else raise `InvalidOption`."""
@@ -100,10 +126,10 @@ class Keys:
     def __init__(self, namespace: str) -> None:
         self.namespace = check_namespace(namespace)
         self.prefix = f"{{{namespace}}}:"
-        self._store = {name: self.prefix + name for name in STORE}
+        self._store = {name: self.prefix + name for name in STORE + TELEMETRY}
 
     def store(self, name: str) -> str:
-        """The namespace-wide key called `name` in the schema (one of `STORE`)."""
+        """The namespace-wide key called `name` in the schema (one of `STORE`, `TELEMETRY`)."""
         return self._store[name]
 
     def notify(self, queue: str) -> str:

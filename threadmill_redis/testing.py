@@ -2,8 +2,9 @@
 
 `advance` makes the namespace behave as if the server clock (``TIME``) moved
 forward: ``lua/harness_advance.lua`` moves every scheduling key (due times,
-lease deadlines, finished times; see keys.py) back, leaving the timestamps
-records show as they were. The shipped operation scripts have no such
+lease deadlines, finished times; see keys.py) and every telemetry bucket
+(by whole seconds, rounded up) back, leaving the timestamps records show as
+they were. The shipped operation scripts have no such
 switch; this is the only script that moves time, and only tests run it.
 """
 

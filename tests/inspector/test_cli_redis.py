@@ -8,7 +8,6 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Callable, Iterator
-from datetime import timedelta
 
 import pytest
 
@@ -56,18 +55,26 @@ def threadmill(url: str) -> Run:
     return run
 
 
-def test_stats_and_ls_show_what_redis_holds(fleet: Fleet, threadmill: Run, broker: Broker) -> None:
-    """stats counts every segment (rates as known to the backend); ls lists one segment."""
+def row(out: str, queue: str) -> list[str]:
+    return next(line.split() for line in out.splitlines() if line.startswith(queue))
+
+
+def test_stats_and_ls_show_what_redis_holds(fleet: Fleet, threadmill: Run) -> None:
+    """stats counts every segment, with the rates Redis counted; ls lists one segment."""
     ran = threadmill("stats")
     assert ran.returncode == 0, ran.stderr
-    emails = next(line.split() for line in ran.stdout.splitlines() if line.startswith("emails"))
-    assert emails[:7] == ["emails", "1", "1", "1", "3", "0", "0"]
-    if broker.backend.rates(timedelta(minutes=1)) is None:
-        assert emails[7:] == ["-", "-"]
-        assert "rates: n/a (this backend keeps no telemetry)" in ran.stdout
+    # emails: 6 entered, 3 finished; reports: 2 entered, 2 finished, over the last minute.
+    assert row(ran.stdout, "emails") == ["emails", "1", "1", "1", "3", "0", "0", "0.10", "0.05"]
+    assert row(ran.stdout, "reports") == ["reports", "0", "0", "0", "0", "2", "0", "0.03", "0.03"]
+    assert row(ran.stdout, "total")[-2:] == ["0.13", "0.08"]
+    assert "in/s, out/s: tasks entering and finishing per second over the last 1 min" in ran.stdout
 
-    data = json.loads(threadmill("stats", "--json").stdout)
-    assert {q["queue"]: q["failed"] for q in data["queues"]} == {"emails": 0, "reports": 2}
+    data = json.loads(threadmill("stats", "--json", "--window", "600").stdout)
+    assert data["rates_known"] is True
+    assert {q["queue"]: (q["failed"], q["entered"], q["finished"]) for q in data["queues"]} == {
+        "emails": (0, 6, 3),
+        "reports": (2, 2, 2),
+    }
 
     ran = threadmill("ls", "reports", "--status", "FAILED")
     assert ran.returncode == 0, ran.stderr

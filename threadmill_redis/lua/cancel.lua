@@ -1,5 +1,6 @@
--- Move a READY or DEFERRED task to CANCELLED (finished now), clearing its
--- token so no repeat of an earlier lease's retry is answered any more.
+-- Move a READY or DEFERRED task to CANCELLED (finished now, and counted as
+-- finished), clearing its token so no repeat of an earlier lease's retry is
+-- answered any more.
 --
 --   KEYS[1]  payload     HASH id -> the record as enqueued (codec bytes, opaque here)
 --   KEYS[2]  state       HASH id -> packed task state (see lib/load_task)
@@ -17,6 +18,8 @@
 --   KEYS[14] finished    ZSET terminal ids by finished_at ms
 --   KEYS[15] counters    HASH seq and token counters
 --   KEYS[16] queues      HASH queue -> number of tasks stored
+--   KEYS[17] rates       HASH telemetry: "<second>|<queue>|e" (or "|f") -> tasks entered (finished)
+--   KEYS[18] rate_index  ZSET telemetry: "<second>|<queue>" -> second
 --   ARGV[1]  id  the task
 --
 -- Reply: an OK row with payload (lib/task_row); REFUSED (only code and id)
@@ -26,7 +29,9 @@
 --@include "lib/index_task"
 --@include "lib/load_task"
 --@include "lib/now_ms"
+--@include "lib/record_rates"
 --@include "lib/save_task"
+--@include "lib/tally"
 --@include "lib/task_row"
 --@include "lib/unindex_task"
 
@@ -47,6 +52,8 @@ local K = {
   finished = KEYS[14],
   counters = KEYS[15],
   queues = KEYS[16],
+  rates = KEYS[17],
+  rate_index = KEYS[18],
 }
 local id = ARGV[1]
 
@@ -59,9 +66,13 @@ if t.status ~= 'READY' and t.status ~= 'DEFERRED' then
 end
 unindex_task(K, t)
 t.status = 'CANCELLED'
-t.finished_at = now_ms()
+local now = now_ms()
+t.finished_at = now
 t.sort = t.finished_at
 t.token = nil
 save_task(K, t)
 index_task(K, t)
+local counts = {}
+tally(counts, t.queue, 'f')
+record_rates(K, now, counts)
 return task_row(K, t, code('OK'), true)

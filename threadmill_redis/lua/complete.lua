@@ -1,5 +1,5 @@
--- Finalize a RUNNING task as SUCCESSFUL or FAILED under its lease's token,
--- then delete a bounded batch of expired results.
+-- Finalize a RUNNING task as SUCCESSFUL or FAILED under its lease's token
+-- (counted as finished), then delete a bounded batch of expired results.
 --
 --   KEYS[1]  payload     HASH id -> the record as enqueued (codec bytes, opaque here)
 --   KEYS[2]  state       HASH id -> packed task state (see lib/load_task)
@@ -17,6 +17,8 @@
 --   KEYS[14] finished    ZSET terminal ids by finished_at ms
 --   KEYS[15] counters    HASH seq and token counters
 --   KEYS[16] queues      HASH queue -> number of tasks stored
+--   KEYS[17] rates       HASH telemetry: "<second>|<queue>|e" (or "|f") -> tasks entered (finished)
+--   KEYS[18] rate_index  ZSET telemetry: "<second>|<queue>" -> second
 --   ARGV[1]  id            the task
 --   ARGV[2]  token         the lease's token
 --   ARGV[3]  status        SUCCESSFUL or FAILED
@@ -33,6 +35,8 @@
 --@include "lib/load_task"
 --@include "lib/now_ms"
 --@include "lib/prune_expired"
+--@include "lib/record_rates"
+--@include "lib/tally"
 --@include "lib/task_row"
 
 local K = {
@@ -52,6 +56,8 @@ local K = {
   finished = KEYS[14],
   counters = KEYS[15],
   queues = KEYS[16],
+  rates = KEYS[17],
+  rate_index = KEYS[18],
 }
 local id = ARGV[1]
 local token = ARGV[2]
@@ -64,6 +70,11 @@ local prune_batch = tonumber(ARGV[7])
 local now = now_ms()
 local t = load_task(K, id)
 local status_code = complete_task(K, t, token, status, errors, result, now)
+if status_code == code('OK') then
+  local counts = {}
+  tally(counts, t.queue, 'f')
+  record_rates(K, now, counts)
+end
 prune_expired(K, now, result_ttl_ms, prune_batch)
 if status_code == code('REFUSED') then
   return { status_code, id }

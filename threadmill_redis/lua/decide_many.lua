@@ -1,6 +1,6 @@
 -- Apply a batch of complete and retry decisions, each fenced and atomic on
--- its own exactly as complete.lua and retry.lua, then delete a bounded batch
--- of expired results.
+-- its own exactly as complete.lua and retry.lua (tasks finalized are counted
+-- as finished), then delete a bounded batch of expired results.
 --
 -- Keys: the task store, then one notify list per queue of the batch.
 --   KEYS[1]  payload     HASH id -> the record as enqueued (codec bytes, opaque here)
@@ -19,7 +19,9 @@
 --   KEYS[14] finished    ZSET terminal ids by finished_at ms
 --   KEYS[15] counters    HASH seq and token counters
 --   KEYS[16] queues      HASH queue -> number of tasks stored
---   KEYS[17..] notify lists, indexed from ARGV
+--   KEYS[17] rates       HASH telemetry: "<second>|<queue>|e" (or "|f") -> tasks entered (finished)
+--   KEYS[18] rate_index  ZSET telemetry: "<second>|<queue>" -> second
+--   KEYS[19..] notify lists, indexed from ARGV
 -- Arguments:
 --   ARGV[1]  result_ttl_ms  result retention in milliseconds
 --   ARGV[2]  prune_batch    most expired results to delete
@@ -36,7 +38,9 @@
 --@include "lib/notify"
 --@include "lib/now_ms"
 --@include "lib/prune_expired"
+--@include "lib/record_rates"
 --@include "lib/retry_task"
+--@include "lib/tally"
 --@include "lib/task_row"
 
 local K = {
@@ -56,6 +60,8 @@ local K = {
   finished = KEYS[14],
   counters = KEYS[15],
   queues = KEYS[16],
+  rates = KEYS[17],
+  rate_index = KEYS[18],
 }
 local result_ttl_ms = tonumber(ARGV[1])
 local prune_batch = tonumber(ARGV[2])
@@ -63,12 +69,16 @@ local notify_cap = tonumber(ARGV[3])
 
 local now = now_ms()
 local rows = {}
+local counts = {}
 for i = 4, #ARGV, 7 do
   local id, token = ARGV[i + 1], ARGV[i + 2]
   local t = load_task(K, id)
   local status_code
   if ARGV[i] == 'complete' then
     status_code = complete_task(K, t, token, ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], now)
+    if status_code == code('OK') then
+      tally(counts, t.queue, 'f')
+    end
   else
     status_code = retry_task(K, t, token, tonumber(ARGV[i + 3]), ARGV[i + 4], now)
     if status_code == code('OK') and t.status == 'READY' then
@@ -81,5 +91,6 @@ for i = 4, #ARGV, 7 do
     rows[#rows + 1] = task_row(K, t, status_code, false)
   end
 end
+record_rates(K, now, counts)
 prune_expired(K, now, result_ttl_ms, prune_batch)
 return rows

@@ -1,4 +1,5 @@
--- Store new tasks in READY or DEFERRED, idempotent on id, and wake idle workers.
+-- Store new tasks in READY or DEFERRED, idempotent on id, count them as
+-- entered (repeats of a stored id are not), and wake idle workers.
 --
 -- Keys: the task store, then one notify list per queue of the batch.
 --   KEYS[1]  payload     HASH id -> the record as enqueued (codec bytes, opaque here)
@@ -17,7 +18,9 @@
 --   KEYS[14] finished    ZSET terminal ids by finished_at ms
 --   KEYS[15] counters    HASH seq and token counters
 --   KEYS[16] queues      HASH queue -> number of tasks stored
---   KEYS[17..] notify lists, indexed from ARGV
+--   KEYS[17] rates       HASH telemetry: "<second>|<queue>|e" (or "|f") -> tasks entered (finished)
+--   KEYS[18] rate_index  ZSET telemetry: "<second>|<queue>" -> second
+--   KEYS[19..] notify lists, indexed from ARGV
 -- Arguments:
 --   ARGV[1]  notify_cap   most wake-up tokens a notify list keeps
 --   ARGV[2..] six per record: id, queue, priority, run_after ms ('' for
@@ -33,7 +36,9 @@
 --@include "lib/load_task"
 --@include "lib/notify"
 --@include "lib/now_ms"
+--@include "lib/record_rates"
 --@include "lib/save_task"
+--@include "lib/tally"
 --@include "lib/task_row"
 
 local K = {
@@ -53,11 +58,14 @@ local K = {
   finished = KEYS[14],
   counters = KEYS[15],
   queues = KEYS[16],
+  rates = KEYS[17],
+  rate_index = KEYS[18],
 }
 local notify_cap = tonumber(ARGV[1])
 
 local now = now_ms()
 local woken = {}
+local counts = {}
 local rows = {}
 for i = 2, #ARGV, 6 do
   local id = ARGV[i]
@@ -82,9 +90,11 @@ for i = 2, #ARGV, 6 do
     redis.call('HINCRBY', K.queues, t.queue, 1)
     save_task(K, t)
     index_task(K, t)
+    tally(counts, t.queue, 'e')
     rows[#rows + 1] = task_row(K, t, code('OK'), false)
   end
 end
+record_rates(K, now, counts)
 for key, count in pairs(woken) do
   notify(key, count, notify_cap)
 end

@@ -3,8 +3,10 @@
 -- key (due times, lease deadlines, finished times: t.sort, see lib/load_task)
 -- back by delta_ms and re-indexing each task with the same functions the
 -- operations use. Relative orders are kept; the timestamps a record shows are
--- not touched, just as a moving clock would not change them. Used by
--- threadmill_redis.testing.make_harness; O(tasks).
+-- not touched, just as a moving clock would not change them. Telemetry ages
+-- too: every bucket moves back by delta_ms rounded up to whole seconds (a
+-- bucket keeps no finer time), so whole seconds are exact. Used by
+-- threadmill_redis.testing.make_harness; O(tasks + telemetry pairs).
 --
 --   KEYS[1]  payload     HASH id -> the record as enqueued (codec bytes, opaque here)
 --   KEYS[2]  state       HASH id -> packed task state (see lib/load_task)
@@ -22,10 +24,13 @@
 --   KEYS[14] finished    ZSET terminal ids by finished_at ms
 --   KEYS[15] counters    HASH seq and token counters
 --   KEYS[16] queues      HASH queue -> number of tasks stored
+--   KEYS[17] rates       HASH telemetry: "<second>|<queue>|e" (or "|f") -> tasks entered (finished)
+--   KEYS[18] rate_index  ZSET telemetry: "<second>|<queue>" -> second
 --   ARGV[1]  delta_ms  how far the clock moves, in milliseconds
 --
 -- Reply: the number of tasks shifted (those not READY).
 
+--@include "lib/call_in_slices"
 --@include "lib/index_task"
 --@include "lib/load_task"
 --@include "lib/save_task"
@@ -48,6 +53,8 @@ local K = {
   finished = KEYS[14],
   counters = KEYS[15],
   queues = KEYS[16],
+  rates = KEYS[17],
+  rate_index = KEYS[18],
 }
 local delta_ms = tonumber(ARGV[1])
 
@@ -62,5 +69,28 @@ for _, id in ipairs(redis.call('HKEYS', K.state)) do
     index_task(K, t)
     shifted = shifted + 1
   end
+end
+-- Rebuilt rather than renamed in place, so a moved pair never meets one not yet moved.
+local seconds = math.ceil(delta_ms / 1000)
+local function moved(name) -- "<second>|..." with the second moved back
+  local sep = string.find(name, '|', 1, true)
+  return string.format('%d', tonumber(string.sub(name, 1, sep - 1)) - seconds)
+    .. string.sub(name, sep)
+end
+local index = redis.call('ZRANGE', K.rate_index, 0, -1, 'WITHSCORES')
+if seconds > 0 and #index > 0 then
+  local counts = redis.call('HGETALL', K.rates)
+  redis.call('DEL', K.rate_index, K.rates)
+  local members, fields = {}, {}
+  for i = 1, #index, 2 do
+    members[#members + 1] = tonumber(index[i + 1]) - seconds
+    members[#members + 1] = moved(index[i])
+  end
+  for i = 1, #counts, 2 do
+    fields[#fields + 1] = moved(counts[i])
+    fields[#fields + 1] = counts[i + 1]
+  end
+  call_in_slices({ 'ZADD', K.rate_index }, members)
+  call_in_slices({ 'HSET', K.rates }, fields)
 end
 return shifted

@@ -1,7 +1,7 @@
 -- Finalize claimed tasks whose stored bytes do not decode (poison) as FAILED,
 -- each fenced by the token of the claim that found it, replacing the payload
--- with a readable stand-in so the task can be inspected and purged; then
--- delete a bounded batch of expired results.
+-- with a readable stand-in so the task can be inspected and purged, and
+-- counting each as finished; then delete a bounded batch of expired results.
 --
 --   KEYS[1]  payload     HASH id -> the record as enqueued (codec bytes, opaque here)
 --   KEYS[2]  state       HASH id -> packed task state (see lib/load_task)
@@ -19,6 +19,8 @@
 --   KEYS[14] finished    ZSET terminal ids by finished_at ms
 --   KEYS[15] counters    HASH seq and token counters
 --   KEYS[16] queues      HASH queue -> number of tasks stored
+--   KEYS[17] rates       HASH telemetry: "<second>|<queue>|e" (or "|f") -> tasks entered (finished)
+--   KEYS[18] rate_index  ZSET telemetry: "<second>|<queue>" -> second
 --   ARGV[1]  result_ttl_ms  result retention in milliseconds
 --   ARGV[2]  prune_batch    most expired results to delete
 --   ARGV[3..] four per task: id, token, stand-in payload bytes, encoded
@@ -32,6 +34,8 @@
 --@include "lib/load_task"
 --@include "lib/now_ms"
 --@include "lib/prune_expired"
+--@include "lib/record_rates"
+--@include "lib/tally"
 
 local K = {
   payload = KEYS[1],
@@ -50,19 +54,25 @@ local K = {
   finished = KEYS[14],
   counters = KEYS[15],
   queues = KEYS[16],
+  rates = KEYS[17],
+  rate_index = KEYS[18],
 }
 local result_ttl_ms = tonumber(ARGV[1])
 local prune_batch = tonumber(ARGV[2])
 
 local now = now_ms()
 local codes = {}
+local counts = {}
 for i = 3, #ARGV, 4 do
   local id = ARGV[i]
-  local status_code = complete_task(K, load_task(K, id), ARGV[i + 1], 'FAILED', ARGV[i + 3], '', now)
+  local t = load_task(K, id)
+  local status_code = complete_task(K, t, ARGV[i + 1], 'FAILED', ARGV[i + 3], '', now)
   if status_code == code('OK') then
+    tally(counts, t.queue, 'f')
     redis.call('HSET', K.payload, id, ARGV[i + 2])
   end
   codes[#codes + 1] = status_code
 end
+record_rates(K, now, counts)
 prune_expired(K, now, result_ttl_ms, prune_batch)
 return codes

@@ -21,7 +21,9 @@
 --   KEYS[14] finished    ZSET terminal ids by finished_at ms
 --   KEYS[15] counters    HASH seq and token counters
 --   KEYS[16] queues      HASH queue -> number of tasks stored
---   ARGV[1..] id, token   one pair per lease
+--   ARGV[1]  id     the first lease's task
+--   ARGV[2]  token  that lease's token
+--   ARGV[3..] two more per further lease: id, token
 --
 -- Reply: per lease, in order, an OK row with payload (lib/task_row), or
 -- REFUSED (only code and id). The caller wakes the queues' workers.

@@ -1,6 +1,7 @@
 -- Move a FAILED or CANCELLED task (not yet expired) to the tail of READY,
--- keeping id, errors and attempts; finished_at, the return value and the
--- token are cleared, which ends the window for repeats of the old lease.
+-- counted as entered, keeping id, errors and attempts; finished_at, the
+-- return value and the token are cleared, which ends the window for repeats
+-- of the old lease.
 --
 --   KEYS[1]  payload     HASH id -> the record as enqueued (codec bytes, opaque here)
 --   KEYS[2]  state       HASH id -> packed task state (see lib/load_task)
@@ -18,6 +19,8 @@
 --   KEYS[14] finished    ZSET terminal ids by finished_at ms
 --   KEYS[15] counters    HASH seq and token counters
 --   KEYS[16] queues      HASH queue -> number of tasks stored
+--   KEYS[17] rates       HASH telemetry: "<second>|<queue>|e" (or "|f") -> tasks entered (finished)
+--   KEYS[18] rate_index  ZSET telemetry: "<second>|<queue>" -> second
 --   ARGV[1]  id             the task
 --   ARGV[2]  result_ttl_ms  result retention in milliseconds
 --
@@ -31,7 +34,9 @@
 --@include "lib/is_expired"
 --@include "lib/load_task"
 --@include "lib/now_ms"
+--@include "lib/record_rates"
 --@include "lib/save_task"
+--@include "lib/tally"
 --@include "lib/task_row"
 --@include "lib/unindex_task"
 
@@ -52,12 +57,15 @@ local K = {
   finished = KEYS[14],
   counters = KEYS[15],
   queues = KEYS[16],
+  rates = KEYS[17],
+  rate_index = KEYS[18],
 }
 local id = ARGV[1]
 local result_ttl_ms = tonumber(ARGV[2])
 
+local now = now_ms()
 local t = load_task(K, id)
-if t == nil or is_expired(t, now_ms(), result_ttl_ms) then
+if t == nil or is_expired(t, now, result_ttl_ms) then
   return { code('NOT_FOUND'), id }
 end
 if t.status ~= 'FAILED' and t.status ~= 'CANCELLED' then
@@ -70,4 +78,7 @@ t.token = nil
 redis.call('HDEL', K.result, id)
 save_task(K, t)
 index_task(K, t)
+local counts = {}
+tally(counts, t.queue, 'e')
+record_rates(K, now, counts)
 return task_row(K, t, code('OK'), true)
