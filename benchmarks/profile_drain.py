@@ -33,6 +33,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.profile_drain")
     parser.add_argument("--tasks", type=int, default=3000)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--prefetch", type=int, default=None, help="default: the Worker's")
     parser.add_argument("--top", type=int, default=30, help="functions to list")
     parser.add_argument("--quiet", action="store_true", help="log at WARNING, not INFO")
     args = parser.parse_args(argv)
@@ -53,7 +54,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         peer.teardown()
         bench = Bench(server.url)
         broker = connect(broker_url(server.url))
-        worker = Worker(broker, threads=args.threads, maintenance=False)
+        worker = Worker(broker, threads=args.threads, prefetch=args.prefetch, maintenance=False)
         monitored: collections.Counter[tuple[str, str]] = collections.Counter()
         stop_monitor = threading.Event()
         watching = threading.Thread(

@@ -8,6 +8,7 @@ whole number of milliseconds since the Unix epoch, in UTC.
 
 from __future__ import annotations
 
+import functools
 import threading
 from datetime import UTC, datetime, timedelta
 from typing import Protocol, runtime_checkable
@@ -73,8 +74,14 @@ def to_ms(moment: datetime) -> int:
     return (moment - EPOCH) // timedelta(milliseconds=1)
 
 
+@functools.lru_cache(maxsize=4096)
 def from_ms(ms: int) -> datetime:
-    """The aware UTC datetime `ms` milliseconds after the epoch."""
+    """The aware UTC datetime `ms` milliseconds after the epoch.
+
+    Cached: a batch of records read back from a backend shares a few
+    timestamps (one claim's `now()`, one enqueue's), and datetimes are
+    immutable.
+    """
     return EPOCH + timedelta(milliseconds=ms)
 
 

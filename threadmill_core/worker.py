@@ -77,6 +77,12 @@ RECONNECT_BACKOFF = ExponentialBackoff(
 )
 
 
+#: Outcomes are acknowledged in batches of up to this many ...
+ACK_BATCH = 64
+#: ... or once the oldest has waited this long (seconds), whichever comes first.
+ACK_DELAY = 0.005
+
+
 def default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
@@ -309,12 +315,15 @@ class Worker:
         retry_at = 0.0  # during an outage: when to call the backend again
         next_maintenance = 0.0
         unsent: list[_Done] = []  # outcomes whose acknowledgement has not landed yet
+        unsent_since = 0.0  # when the oldest of them came back
         give_back: list[_Held] = []  # prefetched leases to release on the way out
         while True:
             for item in self._take_done():
                 if item.unstarted:
                     give_back.append(item.held)
                 else:
+                    if not unsent:
+                        unsent_since = time.monotonic()
                     unsent.append(item)
             if self._stop.is_set():
                 give_back += self._drain_inbox()
@@ -323,9 +332,22 @@ class Worker:
             leases: list[Lease] = []
             found_nothing = False  # this pass asked for tasks and got none
             started = time.monotonic()
-            if started >= retry_at and (unsent or give_back or not stopping):
+            room = 0 if stopping else capacity - len(self._held)
+            if max_tasks is not None:
+                room = min(room, max_tasks - claimed)
+            refilling = room > 0 and (room >= refill or self._inbox.empty())
+            # Outcomes wait a moment to go in one batch, unless a call goes anyway
+            # (a refill) or the threads have nothing left to overlap it with.
+            acking = bool(unsent) and (
+                refilling
+                or stopping
+                or len(unsent) >= ACK_BATCH
+                or started - unsent_since >= ACK_DELAY
+                or self._inbox.empty()
+            )
+            if started >= retry_at and (acking or give_back or not stopping):
                 try:
-                    if unsent:
+                    if acking:
                         self._acknowledge(unsent)
                         unsent = []
                     if give_back:
@@ -335,10 +357,7 @@ class Worker:
                         if self.maintenance and started >= next_maintenance:
                             self.run_maintenance()
                             next_maintenance = time.monotonic() + poll
-                        room = capacity - len(self._held)
-                        if max_tasks is not None:
-                            room = min(room, max_tasks - claimed)
-                        if room > 0 and (room >= refill or self._inbox.empty()):
+                        if refilling:
                             leases = self._claim(room)
                             found_nothing = not leases
                     self.outage.reached(started)
@@ -360,14 +379,17 @@ class Worker:
                         return
                     self._idle_wait()
                     continue
-            backing_off = retry_at - time.monotonic()
+            now = time.monotonic()
+            backing_off = retry_at - now
             if backing_off > 0:
                 pause = backing_off
-            elif leases or unsent or give_back:
+            elif leases or give_back:
                 continue  # more to do at once
+            elif unsent:
+                pause = unsent_since + ACK_DELAY - now  # until the batch is due
             else:
                 pause = poll  # until a task finishes, or maintenance is due
-            self._wake.wait(min(pause, poll))
+            self._wake.wait(min(max(pause, 0.0), poll))
             self._wake.clear()
 
     def _idle_wait(self) -> None:
@@ -482,8 +504,11 @@ class Worker:
             )  # fmt: skip
             notify("threadmill_task_retried", record=stored, delay=decision.retry_delay)
             return
-        if log.isEnabledFor(logging.INFO):
-            log.info(
+        # A failure is worth a line at WARNING; success is the norm, at DEBUG.
+        level = logging.DEBUG if stored.status is TaskResultStatus.SUCCESSFUL else logging.WARNING
+        if log.isEnabledFor(level):
+            log.log(
+                level,
                 "task %s (%s) attempt %d %s in %.3f s",
                 record.id, record.task_path, record.attempts, stored.status.value,
                 item.held.duration,
@@ -508,7 +533,11 @@ class Worker:
                 log.exception("task %s: the worker failed running it", held.lease.task_id)
             with self._done_lock:
                 self._done.append(_Done(held, decision))
-            self._wake.set()
+                # Wake the loop for the first outcome (it starts the batch's clock),
+                # a full batch, or when the prefetch ran dry; not for every task.
+                wake = len(self._done) in (1, ACK_BATCH) or self._inbox.empty()
+            if wake:
+                self._wake.set()
 
     def _execute(self, held: _Held) -> Decision | None:
         """Run one held task; return the decision to acknowledge, or None to send nothing."""

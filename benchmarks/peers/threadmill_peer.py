@@ -10,6 +10,8 @@ from benchmarks.peers import _common as common
 from threadmill_core import Broker, connect, task
 
 NAMESPACE = "bench"
+#: Tasks claimed ahead of the free threads: Dramatiq's prefetch in this run is 64 too.
+PREFETCH = 64
 
 
 @task
@@ -66,7 +68,9 @@ class ThreadmillPeer(Peer):
             "1",
             "--threads",
             str(threads),
+            "--prefetch",
+            str(PREFETCH),
         )
 
     def describe(self, threads: int) -> str:
-        return f"threadmill worker --processes 1 --threads {threads}"
+        return f"threadmill worker --processes 1 --threads {threads} --prefetch {PREFETCH}"
