@@ -53,7 +53,14 @@ from threadmill_redis import arguments, connection, scripts
 from threadmill_redis.connection import Client
 from threadmill_redis.keys import Keys
 from threadmill_redis.options import RedisOptions, split_query
-from threadmill_redis.replies import Row, answer, encode_worker, extended, parse_state
+from threadmill_redis.replies import (
+    Row,
+    answer,
+    decided,
+    encode_worker,
+    extended,
+    parse_state,
+)
 
 log = logging.getLogger("threadmill_redis")
 
@@ -78,6 +85,7 @@ class RedisBackend(Backend):
         self.options = RedisOptions.from_mapping(options)
         self.client = client
         self.keys = Keys(self.options.namespace)
+        self._static_keys: dict[str, list[str]] = {}
         self._ttl_ms = duration_ms(self.options.result_ttl)
         self._owns_client = False
         self._check_server()
@@ -135,6 +143,13 @@ class RedisBackend(Backend):
     def _script_keys(
         self, script: scripts.Script, named: Mapping[str, str], extra: Sequence[str]
     ) -> list[str]:
+        if not named:  # the common case: the namespace's keys, worked out once per script
+            keys = self._static_keys.get(script.name)
+            if keys is None:
+                keys = self._static_keys[script.name] = [
+                    self.keys.store(name) for name in script.key_names
+                ]
+            return [*keys, *extra]
         return [named.get(name) or self.keys.store(name) for name in script.key_names] + list(extra)
 
     def _check_server(self) -> None:
@@ -304,7 +319,7 @@ class RedisBackend(Backend):
         reply = self._run(
             "complete", [*args, self._ttl_ms, self.options.prune_batch], repeatable=True
         )
-        return answer(reply, lease.record)
+        return decided(reply, Decision(lease=lease, record=record))
 
     def retry(self, lease: Lease, record: TaskResult, delay: timedelta) -> TaskResult | None:
         check_decision(Decision(lease=lease, record=record, retry_delay=delay))
@@ -320,7 +335,7 @@ class RedisBackend(Backend):
             repeatable=True,
             notify=self.keys.notify(lease.record.queue),
         )
-        return answer(reply, lease.record)
+        return decided(reply, Decision(lease=lease, record=record, retry_delay=delay))
 
     def decide_many(self, decisions: Sequence[Decision]) -> list[TaskResult | None]:
         args: list[Any] = []
@@ -348,7 +363,7 @@ class RedisBackend(Backend):
         if not decisions:
             return []
         reply = self._decide(args, [self.keys.notify(queue) for queue in queues])
-        return [answer(row, d.lease.record) for row, d in zip(reply, decisions, strict=True)]
+        return [decided(row, d) for row, d in zip(reply, decisions, strict=True)]
 
     def _decide(self, decisions: list[Any], notify: list[str]) -> Any:
         head = [self._ttl_ms, self.options.prune_batch, self.options.notify_cap]

@@ -19,7 +19,7 @@ import attrs
 from threadmill_core import codec
 from threadmill_core.clock import from_ms
 from threadmill_core.errors import PayloadError
-from threadmill_core.models import Lease, TaskResult, TaskResultStatus
+from threadmill_core.models import Decision, Lease, TaskResult, TaskResultStatus
 
 
 class Status(enum.IntEnum):
@@ -163,10 +163,11 @@ class Row:
     def lease(self) -> Lease:
         """The lease a claim row grants (raises `PayloadError` for poison)."""
         record = self.record()
-        state = parse_state(self.state or b"")
-        if state.token is None or state.deadline is None:  # never: claim rows are RUNNING
+        # Fields 9 and 10 of the state (see parse_state): the lease deadline and token.
+        deadline, token = self.state.split(b"|", 11)[9:11] if self.state else (b"", b"")
+        if not token or not deadline:  # never: claim rows are RUNNING
             raise PayloadError(f"task {self.id!r}: claimed without a token or deadline")
-        return Lease(token=state.token, deadline=state.deadline, record=record)
+        return Lease(token=token.decode(), deadline=from_ms(int(deadline)), record=record)
 
 
 def answer(reply: Sequence[Any], base: TaskResult | None = None) -> TaskResult | None:
@@ -175,6 +176,33 @@ def answer(reply: Sequence[Any], base: TaskResult | None = None) -> TaskResult |
     if not ANSWERED[row.status]:
         return None
     return row.record(base)
+
+
+def decided(reply: Sequence[Any], decision: Decision) -> TaskResult | None:
+    """The core result of a complete, retry or decide_many row.
+
+    An OK row (applied now) carries only the new state: the errors and return
+    value are the decision's own, and the worker ids are the lease's, so
+    nothing is read back or decoded again. A REPEAT row carries what the first
+    call stored.
+    """
+    if reply[0] != Status.OK:
+        return answer(reply, decision.lease.record)
+    state = parse_state(reply[2])
+    record = decision.record
+    kept = decision.retry_delay is None and record.status is TaskResultStatus.SUCCESSFUL
+    return attrs.evolve(
+        decision.lease.record,
+        status=state.status,
+        enqueued_at=state.enqueued_at,
+        run_after=state.run_after,
+        started_at=state.started_at,
+        last_attempted_at=state.last_attempted_at,
+        finished_at=state.finished_at,
+        attempts=state.attempts,
+        errors=tuple(record.errors),
+        return_value=record.return_value if kept else None,
+    )
 
 
 def extended(reply: Sequence[Any], lease: Lease) -> Lease | None:

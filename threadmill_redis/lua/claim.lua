@@ -26,10 +26,12 @@
 --   ARGV[3]  limit         most tasks to claim
 --   ARGV[4..] queues       queue names, best first
 --
--- Reply: one OK row per claimed task, best first, payload included
--- (lib/task_row); empty when nothing is ready. A repeat answers REPEAT rows
+-- Reply: one OK row per claimed task, best first, payload included (laid
+-- out as lib/task_row); empty when nothing is ready. Each claim of the batch
+-- takes its token from one HINCRBY, and the receipt is written in one RPUSH. A repeat answers REPEAT rows
 -- in the same order.
 
+--@include "lib/call_in_slices"
 --@include "lib/claim_task"
 --@include "lib/code"
 --@include "lib/load_task"
@@ -88,7 +90,7 @@ for i = 4, #ARGV do
   end
 end
 
-local rows = {}
+local rows, receipt = {}, {}
 for i = 4, #ARGV do
   if #rows >= limit then
     break
@@ -96,14 +98,26 @@ for i = 4, #ARGV do
   local prefix = queue_prefix(ARGV[i])
   local members = redis.call('ZRANGEBYLEX', K.ready, '[' .. prefix, '(' .. prefix .. ':',
     'LIMIT', 0, limit - #rows)
-  for _, member in ipairs(members) do
-    local t = load_task(K, member_id(member))
-    claim_task(K, t, now, lease_ms, worker_entry)
-    redis.call('RPUSH', K.receipt, t.id, t.token)
-    rows[#rows + 1] = task_row(K, t, code('OK'), true)
+  if #members > 0 then
+    -- One HINCRBY reserves a fresh token for each task of this queue.
+    local last = redis.call('HINCRBY', K.counters, 'token', #members)
+    for n, member in ipairs(members) do
+      local t = load_task(K, member_id(member))
+      local token = string.format('%d', last - #members + n)
+      local workers = claim_task(K, t, now, lease_ms, worker_entry, token)
+      receipt[#receipt + 1] = t.id
+      receipt[#receipt + 1] = token
+      -- The row of lib/task_row, from what was just written: a RUNNING task
+      -- has no result, and its state and worker ids are in hand.
+      rows[#rows + 1] = {
+        code('OK'), t.id, t.saved, redis.call('HGET', K.payload, t.id),
+        redis.call('HGET', K.errors, t.id), workers, false,
+      }
+    end
   end
 end
 if #rows > 0 then
+  call_in_slices({ 'RPUSH', K.receipt }, receipt)
   redis.call('PEXPIRE', K.receipt, lease_ms)
 end
 return rows

@@ -27,8 +27,9 @@
 --   ARGV[6]  result_ttl_ms result retention in milliseconds
 --   ARGV[7]  prune_batch   most expired results to delete
 --
--- Reply: a row without payload (lib/task_row): OK; REPEAT when this token
--- already finalized the task (nothing changed); REFUSED (only code and id).
+-- Reply: OK with code, id and the new state (the caller has the rest);
+-- REPEAT, a row without payload (lib/task_row), when this token already
+-- finalized the task (nothing changed); REFUSED (only code and id).
 
 --@include "lib/code"
 --@include "lib/complete_task"
@@ -78,5 +79,9 @@ end
 prune_expired(K, now, result_ttl_ms, prune_batch)
 if status_code == code('REFUSED') then
   return { status_code, id }
+end
+if status_code == code('OK') then
+  -- Applied now: the caller has the errors and result it sent; only the state is news.
+  return { status_code, id, t.saved }
 end
 return task_row(K, t, status_code, false)

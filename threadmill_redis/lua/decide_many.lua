@@ -87,6 +87,9 @@ for i = 4, #ARGV, 7 do
   end
   if status_code == code('REFUSED') then
     rows[#rows + 1] = { status_code, id }
+  elseif status_code == code('OK') then
+    -- Applied now: the caller has the errors and result it sent; only the state is news.
+    rows[#rows + 1] = { status_code, id, t.saved }
   else
     rows[#rows + 1] = task_row(K, t, status_code, false)
   end

@@ -24,9 +24,9 @@
 --   ARGV[4]  errors      encoded errors (replace the stored ones)
 --   ARGV[5]  notify_cap  most wake-up tokens a notify list keeps
 --
--- Reply: a row without payload (lib/task_row): OK; REPEAT when this token
--- already sent the task back and it still waits (nothing changed); REFUSED
--- (only code and id).
+-- Reply: OK with code, id and the new state (the caller has the rest);
+-- REPEAT, a row without payload (lib/task_row), when this token already sent
+-- the task back and it still waits (nothing changed); REFUSED (only code and id).
 
 --@include "lib/code"
 --@include "lib/load_task"
@@ -66,7 +66,11 @@ local status_code = retry_task(K, t, token, delay_ms, errors, now)
 if status_code == code('REFUSED') then
   return { status_code, id }
 end
-if status_code == code('OK') and t.status == 'READY' then
-  notify(notify_key, 1, notify_cap)
+if status_code == code('OK') then
+  if t.status == 'READY' then
+    notify(notify_key, 1, notify_cap)
+  end
+  -- Applied now: the caller has the errors it sent; only the state is news.
+  return { status_code, id, t.saved }
 end
 return task_row(K, t, status_code, false)

@@ -1,15 +1,16 @@
 --@include "lib/index_task"
---@include "lib/new_token"
 --@include "lib/save_task"
 --@include "lib/unindex_task"
 
--- Move READY task `t` to RUNNING as a worker's attempt: fresh token, lease
--- deadline, attempts + 1, timestamps, and the worker appended to its ids
--- (`worker_entry` arrives already encoded by Python).
-local function claim_task(K, t, now, lease_ms, worker_entry)
+-- Move READY task `t` to RUNNING as a worker's attempt under `token` (fresh,
+-- from the caller's one HINCRBY for the whole batch): lease deadline,
+-- attempts + 1, timestamps, and the worker appended to its ids
+-- (`worker_entry` arrives already encoded by Python). Returns the task's
+-- worker ids as stored.
+local function claim_task(K, t, now, lease_ms, worker_entry, token)
   unindex_task(K, t)
   t.status = 'RUNNING'
-  t.token = new_token(K)
+  t.token = token
   t.deadline = now + lease_ms
   t.sort = t.deadline
   t.attempts = t.attempts + 1
@@ -17,8 +18,9 @@ local function claim_task(K, t, now, lease_ms, worker_entry)
   if t.started_at == nil then
     t.started_at = now
   end
-  local workers = redis.call('HGET', K.workers, t.id) or ''
-  redis.call('HSET', K.workers, t.id, workers .. worker_entry)
+  local workers = (redis.call('HGET', K.workers, t.id) or '') .. worker_entry
+  redis.call('HSET', K.workers, t.id, workers)
   save_task(K, t)
   index_task(K, t)
+  return workers
 end

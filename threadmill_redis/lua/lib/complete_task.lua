@@ -24,9 +24,9 @@ local function complete_task(K, t, token, status, errors, result, now)
   t.sort = now
   t.deadline = nil
   redis.call('HSET', K.errors, t.id, errors)
-  if result == '' then
-    redis.call('HDEL', K.result, t.id)
-  else
+  -- A RUNNING task holds no result (only this function stores one, and the
+  -- task is then terminal; requeue, the one way back, deletes it).
+  if result ~= '' then
     redis.call('HSET', K.result, t.id, result)
   end
   save_task(K, t)
