@@ -57,19 +57,21 @@ class Broker:
         if not isinstance(task, Task):
             raise TypeError(f"enqueue takes a @task function, got {task!r}")
         run_after = self._absolute(task.run_after)
+        path, queue, priority, retry = task.path, task.queue, task.priority, task.retry_spec
         records = []
-        for args, kwargs in calls:
-            codec.check_arguments(list(args), dict(kwargs))
+        for call_args, call_kwargs in calls:
+            args, kwargs = list(call_args), dict(call_kwargs)
+            codec.check_arguments(args, kwargs)
             records.append(
                 TaskResult(
                     id=new_task_id(),
-                    task_path=task.path,
-                    args=list(args),
-                    kwargs=dict(kwargs),
-                    queue=task.queue,
-                    priority=task.priority,
+                    task_path=path,
+                    args=args,
+                    kwargs=kwargs,
+                    queue=queue,
+                    priority=priority,
                     run_after=run_after,
-                    retry=task.retry_spec,
+                    retry=retry,
                 )
             )
         stored = self.backend.enqueue(records)

@@ -250,6 +250,19 @@ class TaskContext:
 _id_lock = threading.Lock()
 _last_ms = 0
 _counter = 0
+#: Random bytes read from the OS ahead, 8 per id: one read per this many ids, not per id.
+_RANDOM_IDS = 256
+_random = b""
+_random_at = 0
+
+
+def _forget_random() -> None:
+    """In a forked child: the parent's unread random bytes must not make the child's ids."""
+    global _random, _random_at
+    _random, _random_at = b"", 0
+
+
+os.register_at_fork(after_in_child=_forget_random)
 
 
 def new_task_id() -> str:
@@ -257,9 +270,10 @@ def new_task_id() -> str:
 
     Ids made by one process are strictly increasing, also within one millisecond
     (the 12-bit ``rand_a`` field counts, and the millisecond is borrowed forward
-    if it overflows), so sorting ids sorts tasks by creation.
+    if it overflows), so sorting ids sorts tasks by creation. The 62 random bits
+    come from `os.urandom`, read for many ids at once.
     """
-    global _last_ms, _counter
+    global _last_ms, _counter, _random, _random_at
     with _id_lock:
         ms = time.time_ns() // 1_000_000
         if ms > _last_ms:
@@ -269,9 +283,13 @@ def new_task_id() -> str:
             if _counter >= 1 << 12:
                 _last_ms, _counter = _last_ms + 1, 0
         ms, counter = _last_ms, _counter
-    rand_b = int.from_bytes(os.urandom(8)) & ((1 << 62) - 1)
+        at = _random_at
+        if at >= len(_random):
+            _random, at = os.urandom(8 * _RANDOM_IDS), 0
+        _random_at = at + 8
+        rand_b = int.from_bytes(_random[at : at + 8]) & ((1 << 62) - 1)
     value = (ms << 80) | (0x7 << 76) | (counter << 64) | (0b10 << 62) | rand_b
-    hex_ = f"{value:032x}"
+    hex_ = value.to_bytes(16).hex()
     return f"{hex_[:8]}-{hex_[8:12]}-{hex_[12:16]}-{hex_[16:20]}-{hex_[20:]}"
 
 

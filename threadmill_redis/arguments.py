@@ -2,20 +2,23 @@
 
 Bad arguments raise here (`ValueError`, `TypeError`, `UnsupportedValue`), so
 a refused call changes nothing: a batch is checked whole before any of it is
-sent.
+sent. Also `enqueued`: the record an enqueue answers, which for a new task
+follows from what was sent and the server's time, so it is never read back.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import timedelta
+from typing import Any
 
 import attrs
 
 from threadmill_core import codec
-from threadmill_core.clock import duration_ms
+from threadmill_core.clock import duration_ms, from_ms
 from threadmill_core.errors import UnsupportedValue
 from threadmill_core.models import TaskResult, TaskResultStatus
+from threadmill_redis.replies import Row, Status
 
 _FINISHED = (TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED)
 
@@ -52,35 +55,48 @@ def queue_names(queues: Sequence[str]) -> list[str]:
     return list(queues)
 
 
-def stored_form(record: TaskResult) -> tuple[TaskResult, bytes]:
-    """What `enqueue` stores for `record`: the record as enqueued, and its payload bytes.
+#: The fields of a record that `enqueue` takes from the caller; the scripts keep the rest.
+_GIVEN = tuple(
+    field.name for field in attrs.fields(TaskResult) if field.name not in codec.STATE_FIELDS
+)
 
-    The payload carries what never changes (id, function, arguments, queue,
-    priority, retry policy); the fields the backend owns are reset here and
-    kept beside it by the scripts.
+
+def payload(record: TaskResult) -> bytes:
+    """The payload `enqueue` stores for `record`: what never changes, encoded.
+
+    That is the id, function, arguments, queue, priority and retry policy;
+    the fields that change, and `run_after`, are left out, whatever the
+    caller set, and kept beside it by the scripts.
     """
     codec.check_arguments(record.args, record.kwargs)
     if record.retry is not None and record.retry.options is not None:
         codec.check_value(record.retry.options, "retry.options")
-    base = attrs.evolve(
-        record,
-        status=TaskResultStatus.READY,
-        enqueued_at=None,
-        run_after=None,
-        started_at=None,
-        last_attempted_at=None,
-        finished_at=None,
-        attempts=0,
-        errors=(),
-        worker_ids=(),
-        return_value=None,
-    )
     try:
-        payload = codec.encode_record(base)
+        return codec.encode_enqueued(record)
     except (TypeError, ValueError) as exc:  # what check_value cannot see, e.g. in task_path
         reason = f"cannot be encoded: {exc}"
         raise UnsupportedValue(f"task {record.id!r}", record, reason=reason) from exc
-    return base, payload
+
+
+def enqueued(row: Any, record: TaskResult, now_ms: int, run_after_ms: int | None) -> TaskResult:
+    """The record an ``enqueue.lua`` row answers for `record` (as the caller sent it).
+
+    A bare OK means stored now, at server time `now_ms`: the record follows
+    from what was sent, so nothing is read back or decoded. It is DEFERRED
+    when `run_after_ms` is later than `now_ms`, else READY, as the script
+    decides, and every other field the scripts keep is at its default. Any
+    other row is the stored record of a repeated id.
+    """
+    if row != Status.OK:
+        return Row.parse(row).record()
+    deferred = run_after_ms is not None and run_after_ms > now_ms
+    # Built afresh, not with attrs.evolve, which reads every field.
+    return TaskResult(
+        **{name: getattr(record, name) for name in _GIVEN},
+        status=TaskResultStatus.DEFERRED if deferred else TaskResultStatus.READY,
+        enqueued_at=from_ms(now_ms),
+        run_after=None if run_after_ms is None else from_ms(run_after_ms),
+    )
 
 
 def outcome(record: TaskResult) -> tuple[str, bytes, bytes]:

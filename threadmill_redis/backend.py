@@ -206,29 +206,54 @@ class RedisBackend(Backend):
     # --- producing ---------------------------------------------------------------------
 
     def enqueue(self, records: Sequence[TaskResult]) -> list[TaskResult]:
-        stored = [arguments.stored_form(record) for record in records]
-        script = scripts.load("enqueue")
-        calls: list[scripts.Call] = []
+        items: list[tuple[TaskResult, bytes, int | None]] = []
+        for record in records:  # every record is checked and encoded before any is sent
+            run_after = None if record.run_after is None else to_ms(record.run_after)
+            items.append((record, arguments.payload(record), run_after))
         size = self.options.enqueue_batch
-        for start in range(0, len(records), size):
-            chunk = records[start : start + size]
-            queues = list(dict.fromkeys(record.queue for record in chunk))
-            first = len(script.key_names) + 1
+        chunks = [items[start : start + size] for start in range(0, len(items), size)]
+        script = scripts.load("enqueue")
+        first = len(script.key_names) + 1  # KEYS index of the first notify list
+        calls: list[scripts.Call] = []
+        for chunk in chunks:
+            notify: dict[str, int] = {}  # queue -> KEYS index of its notify list
             args: list[Any] = [self.options.notify_cap]
-            for record, (_, payload) in zip(chunk, stored[start : start + size], strict=True):
-                run_after = "" if record.run_after is None else to_ms(record.run_after)
-                args += [record.id, record.queue, record.priority, run_after, payload]
-                args.append(first + queues.index(record.queue))
-            notify = [self.keys.notify(queue) for queue in queues]
-            calls.append((script, self._script_keys(script, {}, notify), args))
-        replies = connection.call(
-            lambda: scripts.evalsha_many(self.client, calls), repeatable=True, what="enqueue"
-        )
-        rows = [Row.parse(row) for reply in replies for row in reply]
-        return [
-            row.record(base if row.payload is None else None)
-            for row, (base, _) in zip(rows, stored, strict=True)
-        ]
+            for record, payload, run_after in chunk:
+                queue = record.queue
+                index = notify.get(queue)
+                if index is None:
+                    index = notify[queue] = first + len(notify)
+                args += (
+                    record.id,
+                    queue,
+                    record.priority,
+                    "" if run_after is None else run_after,
+                    payload,
+                    index,
+                )
+            keys = self._script_keys(script, {}, [self.keys.notify(queue) for queue in notify])
+            calls.append((script, keys, args))
+        if len(calls) == 1:  # one round trip either way, and a pipeline costs more to build
+            (call,) = calls
+            replies = [
+                connection.call(
+                    lambda: scripts.evalsha(self.client, *call),
+                    repeatable=True,
+                    what="enqueue",
+                )
+            ]
+        else:
+            replies = connection.call(
+                lambda: scripts.evalsha_many(self.client, calls), repeatable=True, what="enqueue"
+            )
+        # Each reply is the server time, then a row per record (see enqueue.lua).
+        results: list[TaskResult] = []
+        for chunk, (now, *rows) in zip(chunks, replies, strict=True):
+            results += [
+                arguments.enqueued(row, record, now, run_after)
+                for row, (record, _, run_after) in zip(rows, chunk, strict=True)
+            ]
+        return results
 
     # --- working -----------------------------------------------------------------------
 

@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
+import json
 import math
 from datetime import UTC, datetime
 from enum import IntEnum
 from typing import Any
 
+import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from threadmill_core import PayloadError, TaskError, TaskResult, TaskResultStatus, UnsupportedValue
 from threadmill_core.codec import (
+    STATE_FIELDS,
     check_arguments,
     decode_record,
     decode_value,
+    encode_enqueued,
     encode_record,
     encode_value,
 )
@@ -108,6 +112,35 @@ def test_record_round_trips_with_every_field() -> None:
         retry=RetryPolicySpec(path="m:f", options={"a": [1]}),
     )
     assert decode_record(encode_record(record)) == record
+
+
+def test_an_enqueued_record_keeps_only_what_the_producer_gave() -> None:
+    """encode_enqueued leaves out STATE_FIELDS, which decode to their defaults."""
+    moment = datetime(2030, 5, 6, 7, 8, 9, 123000, tzinfo=UTC)
+    given = TaskResult(
+        id=new_task_id(),
+        task_path="pkg.mod:func",
+        args=[1, [2.5]],
+        kwargs={"k": {"n": None}},
+        queue="q",
+        priority=-7,
+        retry=RetryPolicySpec(path="m:f", options={"a": [1]}),
+    )
+    sent = attrs.evolve(
+        given,
+        status=TaskResultStatus.FAILED,
+        enqueued_at=moment,
+        run_after=moment,
+        finished_at=moment,
+        attempts=3,
+        errors=(TaskError(exception_class_path="builtins.KeyError", message="'x'"),),
+        worker_ids=("w1",),
+        return_value="junk",
+    )
+    data = encode_enqueued(sent)
+    assert decode_record(data) == given
+    assert not STATE_FIELDS & set(json.loads(data))
+    assert len(data) < len(encode_record(given))
 
 
 @pytest.mark.parametrize(

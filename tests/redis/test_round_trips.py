@@ -1,4 +1,4 @@
-"""Round trips: batches of claims, reaps and decisions, and idle waits, cost a constant few."""
+"""Round trips: enqueues, batches of claims, reaps and decisions, and idle waits cost a few."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ import attrs
 import pytest
 
 from tests.conftest import RedisServer
+from tests.core import tasks as core_tasks
 from tests.redis.conftest import CountingConnection, instrumented_client, tasks
+from threadmill_core import Broker
 from threadmill_core.models import Decision, TaskResultStatus
 from threadmill_redis import RedisBackend
 from threadmill_redis.testing import advance, delete_namespace
@@ -96,6 +98,59 @@ def test_batches_of_a_hundred_cost_as_many_round_trips_as_batches_of_one(
         "claim_expired": 1,
         "decide_many": 1,
     }
+
+
+def test_an_enqueue_is_one_round_trip_and_answers_what_get_reads(
+    redis_server: RedisServer,
+) -> None:
+    """One enqueue, of one task or of several batches, is one round trip; each answer equals get."""
+    client = instrumented_client(redis_server, CountingConnection)
+    backend = RedisBackend(client, namespace="round-trips-enqueue", enqueue_batch=3)
+    try:
+        backend.now()  # open the connection
+        with Trips() as trips:
+            [one] = backend.enqueue(tasks(1))
+        assert trips.count == 1
+        assert one == backend.get(one.id)
+        assert one.status is TaskResultStatus.READY
+        assert one.enqueued_at is not None
+
+        now = backend.now()
+        fresh = [
+            *tasks(2, queue="other", priority=7),
+            *tasks(1, run_after=now + timedelta(hours=1)),  # DEFERRED
+            *tasks(1, run_after=now - timedelta(hours=1)),  # READY, its run_after kept
+            *tasks(1, run_after=now + timedelta(hours=1, microseconds=1500)),  # stored in ms
+        ]
+        sent = [*fresh, tasks(1)[0], fresh[0], attrs.evolve(one, args=["changed"])]
+        with Trips() as trips:
+            got = backend.enqueue(sent)  # three batches of three
+        assert trips.count == 1
+        assert got == [backend.get(record.id) for record in sent]
+        assert [record.status for record in got[:5]] == [
+            TaskResultStatus.READY,
+            TaskResultStatus.READY,
+            TaskResultStatus.DEFERRED,
+            TaskResultStatus.READY,
+            TaskResultStatus.DEFERRED,
+        ]
+        assert got[6] == got[0]  # an id given twice answers with the first's record
+        assert got[7] == one  # a stored id answers with the stored record
+        assert {q: c.pending for q, c in backend.counts().items()} == {"default": 5, "other": 2}
+    finally:
+        delete_namespace(backend)
+        client.connection_pool.disconnect()
+
+
+def test_a_broker_enqueue_is_one_round_trip(backend: RedisBackend) -> None:
+    """Broker.enqueue of a task without a delay sends one script call and nothing else."""
+    broker = Broker(backend)
+    backend.now()  # open the connection
+    with Trips() as trips:
+        record = broker.enqueue(core_tasks.add, 1, 2)
+    assert trips.count == 1
+    assert record == broker.get_result(record.id)
+    assert (record.queue, record.priority, record.args) == ("other", 5, [1, 2])
 
 
 def test_an_idle_wait_costs_few_commands_and_an_enqueue_wakes_it_promptly(

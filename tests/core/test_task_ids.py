@@ -1,0 +1,40 @@
+"""Task ids: UUIDv7 strings, increasing within a process, distinct across a fork."""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+
+from threadmill_core.models import new_task_id
+
+
+def test_ids_are_uuid7_strings_that_increase_even_within_a_millisecond() -> None:
+    """Thousands of ids made at once are canonical UUIDv7 strings, unique and in creation order."""
+    ids = [new_task_id() for _ in range(5000)]  # more than one read of random bytes
+    assert ids == sorted(ids)
+    assert len(set(ids)) == len(ids)
+    for made in ids:
+        parsed = uuid.UUID(made)
+        assert str(parsed) == made
+        assert parsed.version == 7
+        assert parsed.variant == uuid.RFC_4122
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_does_not_repeat_its_parents_random_bits() -> None:
+    """A child forked between two ids makes its own random bits, not the parent's next ones."""
+    new_task_id()  # random bytes are now read ahead in the parent
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report one id and leave without running pytest's teardown
+        os.write(write, new_task_id().encode())
+        os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    with os.fdopen(read, "rb") as pipe:
+        child = pipe.read().decode()
+    parent = new_task_id()
+    assert uuid.UUID(child).version == 7
+    assert child[-12:] != parent[-12:]
