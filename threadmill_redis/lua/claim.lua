@@ -99,6 +99,9 @@ for i = 4, #ARGV do
   local members = redis.call('ZRANGEBYLEX', K.ready, '[' .. prefix, '(' .. prefix .. ':',
     'LIMIT', 0, limit - #rows)
   if #members > 0 then
+    -- Out of READY first: a write that frees memory, so a server at its
+    -- maxmemory (noeviction) still lets the claim go on and drain the queue.
+    call_in_slices({ 'ZREM', K.ready }, members)
     -- One HINCRBY reserves a fresh token for each task of this queue.
     local last = redis.call('HINCRBY', K.counters, 'token', #members)
     for n, member in ipairs(members) do

@@ -1,14 +1,13 @@
 --@include "lib/index_task"
 --@include "lib/save_task"
---@include "lib/unindex_task"
 
 -- Move READY task `t` to RUNNING as a worker's attempt under `token` (fresh,
 -- from the caller's one HINCRBY for the whole batch): lease deadline,
 -- attempts + 1, timestamps, and the worker appended to its ids
--- (`worker_entry` arrives already encoded by Python). Returns the task's
--- worker ids as stored.
+-- (`worker_entry` arrives already encoded by Python). The caller has already
+-- taken it out of the READY view (one ZREM for the batch). Returns the
+-- task's worker ids as stored.
 local function claim_task(K, t, now, lease_ms, worker_entry, token)
-  unindex_task(K, t)
   t.status = 'RUNNING'
   t.token = token
   t.deadline = now + lease_ms
