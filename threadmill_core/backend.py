@@ -86,6 +86,11 @@ RATE_HISTORY = timedelta(hours=1)
 #: The coarsest time bucket a backend's telemetry may count in.
 RATE_BUCKET_MAX = timedelta(seconds=10)
 
+#: What `Backend.next_due` answers when no task is DEFERRED: the largest
+#: timedelta, so ``min(backend.next_due(), ceiling)`` needs no special case.
+#: Compare with ``==``; never add it to a datetime (that overflows).
+NOTHING_DEFERRED = timedelta.max
+
 #: The segments `purge` may drop. RUNNING is not among them: a running task
 #: is held by a worker, and only its lease decides it.
 PURGEABLE_STATUSES = frozenset(TaskResultStatus) - {TaskResultStatus.RUNNING}
@@ -226,7 +231,7 @@ class Backend(abc.ABC):
         never released. Atomic per task.
         """
 
-    def wait_for_tasks(self, queues: Sequence[str], timeout: timedelta) -> None:
+    def wait_for_tasks(self, queues: Sequence[str], timeout: timedelta) -> bool:
         """Block until a task may have become READY in `queues`, or `timeout` passed.
 
         Idle workers call this between empty claims instead of spinning. It
@@ -235,8 +240,38 @@ class Backend(abc.ABC):
         their polling interval. The default sleeps for `timeout`; backends
         should override it to wake as soon as something is enqueued (a
         condition variable, a blocking server command).
+
+        Returns False only when the whole `timeout` passed with no sign of a
+        task in `queues`: nothing that makes a task READY there (`enqueue`,
+        `promote_due`, a zero-delay `retry`, `release`, `requeue`) woke it,
+        and any look it took found none. True otherwise, and whenever the
+        backend cannot tell (the default returns True). A worker whose
+        deferred tasks someone else promotes (`promote_due` wakes it) may
+        wait again after False instead of claiming, so a backend must not
+        return False after a wake-up; a wake-up that is occasionally lost
+        only delays a task, since workers claim anyway every so often.
+        Callers take anything but False (None from an older override) as True.
         """
         time.sleep(max(timeout.total_seconds(), 0.0))
+        return True
+
+    def next_due(self) -> timedelta | None:
+        """How long until the earliest DEFERRED task (any queue) falls due, on `now()`'s clock.
+
+        `timedelta(0)` when one is due already (its `run_after` is at or
+        before `now()`; never negative), `NOTHING_DEFERRED` when no task is
+        DEFERRED, at millisecond resolution. Read-only and a hint: a task
+        deferred or promoted a moment later changes the answer, so callers
+        plan their next look with it and `promote_due` decides. The
+        maintenance loop sleeps until the answer (or its reaper's turn)
+        instead of polling.
+
+        The default returns None: this backend cannot tell, and callers look
+        every polling interval instead. A backend that can should answer in
+        one cheap read (an index of due times): idle supervisors call it
+        once per pass.
+        """
+        return None
 
     # --- maintenance -----------------------------------------------------------------
 

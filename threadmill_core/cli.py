@@ -399,7 +399,10 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive_float,
         default=1.0,
         metavar="SECONDS",
-        help="longest idle wait between looks for work, and the maintenance interval "
+        help="longest single idle wait for work, so it also bounds how long a stop takes to "
+        "be noticed; an idle worker claims when woken, when a deferred task falls due, and at "
+        "least every 30 waits; maintenance runs when a deferred task falls due and every third "
+        "of --lease-ttl (every poll interval on a backend that cannot tell when tasks fall due) "
         "(default: %(default)s)",
     )
     worker.add_argument(

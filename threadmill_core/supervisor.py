@@ -178,6 +178,7 @@ class Supervisor:
         self.outage = Outage(log, settings.reconnect_backoff)
         self._failures = 0
         self._retry_at = 0.0
+        self._reap_at = 0.0  # time.monotonic() of the reaper's next turn
 
     # --- processes -----------------------------------------------------------------------
 
@@ -241,11 +242,16 @@ class Supervisor:
         backend = broker.backend
         for index in range(settings.processes):
             self._start(index)
-        interval = min(settings.poll_interval, settings.lease_ttl / 3).total_seconds()
+        # The children and the signals are looked after every poll interval (that
+        # costs the backend nothing); the backend is called when maintenance is due.
+        tick = settings.poll_interval.total_seconds()
+        next_pass = 0.0  # time.monotonic() of the next maintenance pass
         code = 0
         try:
             while True:
-                self._maintain(backend)
+                if time.monotonic() >= next_pass:
+                    wait = self._maintain(backend)  # counted from its return, not its start
+                    next_pass = time.monotonic() + wait
                 if self._signals:
                     return self._drain()
                 code = self._watch()
@@ -262,26 +268,58 @@ class Supervisor:
                         self._start(0)
                     elif left is not None and not left[TaskResultStatus.RUNNING]:
                         return 0
-                self._wake.wait(interval)
+                self._wake.wait(min(tick, max(next_pass - time.monotonic(), 0.0)))
         finally:
             backend.close()
 
-    def _maintain(self, backend: Backend) -> None:
-        """One reaper and mover pass, unless an outage's backoff says not yet."""
+    def _maintain(self, backend: Backend) -> float:
+        """One maintenance pass, as far as one is due; returns seconds until the next.
+
+        The reaper runs every `lease_ttl / 3`, so a dead worker's tasks are
+        taken up within a third of a lease after theirs expires. The mover
+        runs when `Backend.next_due` says a deferred task is due, and the
+        next pass is planned for that due time or the reaper's turn,
+        whichever comes first: an idle supervisor calls the backend a few
+        times per reaper interval, not every poll interval, and deferred
+        tasks are promoted when they fall due. A task deferred while the
+        loop sleeps, due before its next pass, is promoted at that pass (or
+        sooner by a worker's claim: idle workers ask `next_due` too). A
+        backend that cannot tell (`next_due` None) gets a reaper and mover
+        pass every `min(poll_interval, lease_ttl / 3)`. During an outage,
+        its backoff decides when to try again.
+        """
+        settings = self.settings
         started = time.monotonic()
         if started < self._retry_at:
-            return
+            return self._retry_at - started
+        # For a backend that cannot say when a task falls due: both jobs at this pace.
+        interval = min(settings.poll_interval, settings.lease_ttl / 3).total_seconds()
+        reaping = started >= self._reap_at
         try:
-            reap(backend, claim_ttl=self.settings.lease_ttl)
-            promote(backend)
+            if reaping:
+                reap(backend, claim_ttl=settings.lease_ttl)
+            # After the reaper, whose retries may have deferred tasks.
+            due = backend.next_due()
+            promoted = promote(backend) if due is None or due <= timedelta(0) else 0
         except BackendUnavailable as exc:
             self._backing_off(exc, started)
-            return
+            return max(self._retry_at - time.monotonic(), 0.0)
         except Exception:
             log.exception("maintenance pass failed; trying again next interval")
-            return
+            return interval
         self._failures = 0
         self.outage.reached(started)
+        if due is None:  # the reaper on every pass, as the mover
+            self._reap_at = 0.0
+            return interval
+        if reaping:
+            self._reap_at = started + (settings.lease_ttl / 3).total_seconds()
+        until_reap = max(self._reap_at - time.monotonic(), 0.0)
+        if due > timedelta(0):
+            return min(due.total_seconds(), until_reap)
+        # Promoted some: more may be due (a batch has a limit), so look again at once.
+        # Due, yet none promoted (another supervisor was first): look again shortly.
+        return 0.0 if promoted else min(interval, until_reap)
 
     def _backing_off(self, exc: BackendUnavailable, started: float) -> None:
         self._failures += 1

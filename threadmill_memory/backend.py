@@ -38,7 +38,7 @@ from datetime import datetime, timedelta
 
 import attrs
 
-from threadmill_core.backend import RATE_HISTORY, Backend, check_decision
+from threadmill_core.backend import NOTHING_DEFERRED, RATE_HISTORY, Backend, check_decision
 from threadmill_core.clock import Clock, SystemClock, duration_ms, from_ms, to_ms
 from threadmill_core.errors import PayloadError
 from threadmill_core.models import (
@@ -268,15 +268,16 @@ class MemoryBackend(Backend):
         )
         return self._put_ready(unclaimed, token=None)
 
-    def wait_for_tasks(self, queues: Sequence[str], timeout: timedelta) -> None:
+    def wait_for_tasks(self, queues: Sequence[str], timeout: timedelta) -> bool:
         """Block until `queues` have a READY (or due DEFERRED) task, `timeout` passed, or `close`.
 
         Returns at once if such a task is already there. `timeout` is real
-        time, whatever the clock: it bounds how long a thread blocks.
+        time, whatever the clock: it bounds how long a thread blocks. False
+        when it timed out with no such task; True otherwise (closed included).
         """
         names = _queue_names(queues)
         with self._ready:
-            self._ready.wait_for(
+            return self._ready.wait_for(
                 lambda: self._closed or self._has_work(names),
                 timeout=max(timeout.total_seconds(), 0.0),
             )
@@ -309,6 +310,15 @@ class MemoryBackend(Backend):
                 self._store.put(attrs.evolve(entry, key=(deadline_ms,), token=token))
                 leases.append(Lease(token=token, deadline=from_ms(deadline_ms), record=record))
             return leases
+
+    def next_due(self) -> timedelta | None:
+        with self._lock:
+            now_ms = self._begin()
+            firsts = [self._store.first(queue, DEFERRED) for queue in self._store.queues()]
+            due_ms = [first[0][0] for first in firsts if first is not None]
+        if not due_ms:
+            return NOTHING_DEFERRED
+        return timedelta(milliseconds=max(min(due_ms) - now_ms, 0))
 
     def promote_due(self, *, limit: int) -> int:
         _check_limit(limit)

@@ -37,7 +37,7 @@ from urllib.parse import urlsplit
 import redis
 
 from threadmill_core import codec
-from threadmill_core.backend import RATE_HISTORY, Backend, check_decision
+from threadmill_core.backend import NOTHING_DEFERRED, RATE_HISTORY, Backend, check_decision
 from threadmill_core.clock import duration_ms, from_ms, to_ms
 from threadmill_core.errors import InvalidOption, PayloadError, TaskQuarantined
 from threadmill_core.models import (
@@ -406,37 +406,40 @@ class RedisBackend(Backend):
         self._notify(list(dict.fromkeys(r.queue for r in released if r is not None)))
         return released
 
-    def wait_for_tasks(self, queues: Sequence[str], timeout: timedelta) -> None:
+    def wait_for_tasks(self, queues: Sequence[str], timeout: timedelta) -> bool:
         """Block on the queues' notify lists (BLPOP) until a task may be ready, or `timeout`.
 
         Each BLPOP borrows its own pooled connection for the wait. It blocks
         for less than the client's socket timeout, repeating if need be, so a
         quiet wait is never mistaken for a dead connection: an idle worker
         costs one command per `timeout` (or per socket timeout, if shorter).
+        True when a wake-up token was taken, False when `timeout` passed
+        without one.
         """
         keys = [self.keys.notify(queue) for queue in arguments.queue_names(queues)]
         if not keys:  # nothing could wake us; returning at once would let a caller spin
             time.sleep(max(timeout.total_seconds(), 0.0))
-            return
+            return False
         deadline = time.monotonic() + timeout.total_seconds()
         socket_timeout = connection.socket_timeout(self.client)
         longest = max(socket_timeout - 1.0, 0.1) if socket_timeout else None
         while True:
             remaining = round(deadline - time.monotonic(), 3)
             if remaining <= 0:  # BLPOP 0 would block forever
-                return
+                return False
             block = min(remaining, longest) if longest else remaining
             woken = connection.call(
                 functools.partial(self.client.blpop, keys, block), repeatable=True, what="wait"
             )
             if woken is not None:
-                return
+                return True
 
     def _notify(self, queues: Sequence[str]) -> None:
         """Wake workers of `queues`, for scripts that learn the queues only when they run.
 
         A hint, not state: a wake-up lost between the script and this call
-        costs an idle worker one polling interval, nothing more.
+        delays a task until an idle worker claims anyway (after one polling
+        interval in-process, up to 30 under a supervisor), nothing more.
         """
         if not queues:
             return
@@ -464,6 +467,15 @@ class RedisBackend(Backend):
         count, *queues = self._run("promote_due", args, repeatable=True)
         self._notify([queue.decode() for queue in queues])
         return int(count)
+
+    def next_due(self) -> timedelta | None:
+        """Read from the due index and the server's ``TIME`` in one round trip (``next_due.lua``).
+
+        An idle namespace (nothing deferred) costs two commands: the EVALSHA
+        and one ZRANGE; the clock is read only when something is deferred.
+        """
+        ms = self._run("next_due", [], repeatable=True)
+        return NOTHING_DEFERRED if ms is None else timedelta(milliseconds=int(ms))
 
     # --- inspection --------------------------------------------------------------------
 

@@ -5,12 +5,15 @@ operation raise `BackendUnavailable` without reaching the store; with
 ``applied=True`` each is applied first and only its reply is lost, as when a
 connection drops after the server acted. `fail_all(times)` does the same for
 every operation. `before` runs as each failure happens, so a test can act
-in the middle of an outage (advance the clock, run the reaper).
+in the middle of an outage (advance the clock, run the reaper). `calls`
+counts every call by operation, failed or not, so a test can tell how often
+a loop calls the backend.
 """
 
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TypeVar
@@ -36,6 +39,7 @@ class FlakyBackend(Backend):
 
     def __init__(self, inner: Backend) -> None:
         self.inner = inner
+        self.calls: Counter[str] = Counter()
         self.failures: dict[str, int] = {}
         self._cues: dict[str, _Cue] = {}
         self._lock = threading.Lock()
@@ -56,6 +60,7 @@ class FlakyBackend(Backend):
 
     def _through(self, operation: str, call: Callable[[], T]) -> T:
         with self._lock:
+            self.calls[operation] += 1
             cue = self._cues.get(operation) or self._cues.get("*")
             failing = cue is not None and cue.times > 0
             if cue is not None and failing:
@@ -103,8 +108,11 @@ class FlakyBackend(Backend):
     def decide_many(self, decisions: Sequence[Decision]) -> list[TaskResult | None]:
         return self._through("decide_many", lambda: self.inner.decide_many(decisions))
 
-    def wait_for_tasks(self, queues: Sequence[str], timeout: timedelta) -> None:
-        self._through("wait_for_tasks", lambda: self.inner.wait_for_tasks(queues, timeout))
+    def wait_for_tasks(self, queues: Sequence[str], timeout: timedelta) -> bool:
+        return self._through("wait_for_tasks", lambda: self.inner.wait_for_tasks(queues, timeout))
+
+    def next_due(self) -> timedelta | None:
+        return self._through("next_due", self.inner.next_due)
 
     def claim_expired(self, *, limit: int, claim_ttl: timedelta) -> list[Lease]:
         return self._through(

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from tests.memory.helpers import LEASE, RESULT_TTL, make_task
 from threadmill_core import codec
+from threadmill_core.backend import NOTHING_DEFERRED
 from threadmill_core.clock import FakeClock, to_ms
 from threadmill_core.errors import InvalidOption, PayloadError, UnsupportedValue
 from threadmill_core.models import (
@@ -214,6 +215,27 @@ def test_deferred_only_when_run_after_is_later_than_now(
         [make_task(run_after=now - MS), make_task(run_after=now), make_task(run_after=now + MS)]
     )
     assert [record.status for record in stored] == [READY, READY, DEFERRED]
+
+
+def test_next_due_follows_the_earliest_deferred_task(
+    backend: MemoryBackend, clock: FakeClock
+) -> None:
+    """next_due is the fake clock's time to the first DEFERRED task: exact, then zero, then none."""
+    assert backend.next_due() == NOTHING_DEFERRED
+    now = clock.now()
+    backend.enqueue(
+        [make_task(queue="a", run_after=now + 5 * MS), make_task(queue="b", run_after=now + 3 * MS)]
+    )
+    assert backend.next_due() == 3 * MS
+    clock.advance(2 * MS)
+    assert backend.next_due() == MS
+    clock.advance(2 * MS)
+    assert backend.next_due() == timedelta(0)
+    assert backend.promote_due(limit=1) == 1
+    assert backend.next_due() == MS
+    clock.advance(MS)
+    assert backend.promote_due(limit=10) == 1
+    assert backend.next_due() == NOTHING_DEFERRED
 
 
 # --- result expiry --------------------------------------------------------------------

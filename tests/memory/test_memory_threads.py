@@ -187,5 +187,16 @@ def test_wait_returns_at_once_when_work_is_already_there(
 
 def test_wait_with_no_time_left_returns(backend: MemoryBackend) -> None:
     """A wait with a zero or negative timeout returns even though nothing is ready."""
-    backend.wait_for_tasks(["default"], timedelta(0))
-    backend.wait_for_tasks(["default"], timedelta(seconds=-1))
+    assert backend.wait_for_tasks(["default"], timedelta(0)) is False
+    assert backend.wait_for_tasks(["default"], timedelta(seconds=-1)) is False
+
+
+def test_a_wait_says_whether_it_found_work(backend: MemoryBackend, clock: FakeClock) -> None:
+    """wait_for_tasks says False after a quiet timeout, True once a READY or due task is there."""
+    assert backend.wait_for_tasks(["default"], timedelta(milliseconds=1)) is False
+    backend.enqueue([make_task(queue="later", run_after=clock.now() + LEASE)])
+    assert backend.wait_for_tasks(["later"], timedelta(milliseconds=1)) is False
+    clock.advance(LEASE)
+    assert backend.wait_for_tasks(["later"], timedelta(milliseconds=1)) is True
+    backend.enqueue([make_task()])
+    assert backend.wait_for_tasks(["default"], LONG_WAIT) is True

@@ -14,8 +14,9 @@ from datetime import timedelta
 
 import pytest
 
+from tests.faults.flaky import FlakyBackend
 from tests.worker import recording_tasks
-from threadmill_core import Broker, TaskResultStatus
+from threadmill_core import Broker, TaskResultStatus, connect
 from threadmill_core.supervisor import Supervisor, WorkerSettings
 
 pytestmark = pytest.mark.redis
@@ -224,3 +225,50 @@ def test_unregistered_task_is_failed_without_running(broker: Broker, broker_url:
     assert final.status is TaskResultStatus.FAILED
     assert "os:system is not registered" in final.errors[-1].message
     assert "quarantined" in output
+
+
+def test_the_maintenance_loop_sleeps_until_a_deferred_task_is_due(
+    broker: Broker,
+    broker_url: str,
+    read_events: Callable[[], list[str]],
+    namespace: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A deferred task runs once due, and the idle maintenance loop made a handful of calls."""
+    parents: list[FlakyBackend] = []
+
+    def counted(url: str) -> Broker:  # the supervisor's own backend; its children connect as usual
+        backend = FlakyBackend(connect(url).backend)
+        parents.append(backend)
+        return Broker(backend, url=url)
+
+    monkeypatch.setattr("threadmill_core.supervisor.connect", counted)
+    url = broker_url.split("?")[0]
+    later = recording_tasks.sleepy.using(broker=broker, run_after=timedelta(seconds=2))
+    record = later.enqueue(url, namespace, 0, 0)
+    settings = WorkerSettings(
+        broker_url=broker_url,
+        modules=(MODULE,),
+        threads=1,
+        # Long leases: the reaper's turn (every 40 s) does not come during the test.
+        lease_ttl=timedelta(minutes=2),
+        poll_interval=timedelta(milliseconds=100),
+        log_level="WARNING",
+    )
+    supervisor = Supervisor(settings)
+    runner = threading.Thread(target=supervisor.run)
+    runner.start()
+    try:
+        final = broker.wait(record.id, timeout=60)
+    finally:
+        supervisor.request_stop()
+        runner.join(timeout=60)
+    assert final.status is TaskResultStatus.SUCCESSFUL
+    assert final.run_after is not None
+    assert final.started_at is not None
+    assert final.started_at >= final.run_after
+    [parent] = parents
+    # Polling every 100 ms (as before) would have called each about 20 times by now.
+    assert parent.calls["claim_expired"] == 1
+    assert parent.calls["promote_due"] <= 2
+    assert parent.calls["next_due"] <= 4

@@ -11,10 +11,13 @@ runs every one on every backend; outside it, a backend runs them as::
 after a reap, two reaper passes, a lapsed reaper claim, inspector actions on
 running or finished tasks, repeats after a lost reply) and the orderings
 that are easy to get subtly wrong (queues, priority, FIFO for thousands of
-tasks enqueued in one call). `PAYLOAD_CASES` are values that must come back
-value for value through enqueue, claim, complete and get
-(`check_payload_round_trip`). `BAD_INPUT_CASES` each make one call with a
-bad argument, which must raise `ValueError` and change nothing.
+tasks enqueued in one call), and time on the backend's clock (due times,
+retry delays, result expiry, and `next_due` where the backend answers it;
+one whose `next_due` is None, the default, skips that scenario).
+`PAYLOAD_CASES` are values that must come back value for value through
+enqueue, claim, complete and get (`check_payload_round_trip`).
+`BAD_INPUT_CASES` each make one call with a bad argument, which must raise
+`ValueError` and change nothing.
 
 A broken rule raises `ProtocolViolation`, whose first line says which.
 Every wait is `Harness.advance`; nothing sleeps. Time steps are whole
@@ -32,7 +35,7 @@ from typing import Any
 
 import attrs
 
-from threadmill_core.backend import Backend
+from threadmill_core.backend import NOTHING_DEFERRED, Backend
 from threadmill_core.errors import UnsupportedValue
 from threadmill_core.models import (
     JSON,
@@ -599,6 +602,58 @@ def retry_delay_is_measured_on_the_backend_clock(harness: Harness) -> None:
         2,
         again.record.attempts,
     )
+
+
+def _expect_due_in(harness: Harness, expected: timedelta, rule: str) -> None:
+    """`next_due()` says `expected`: exactly on an exact clock, else up to a minute less."""
+    got = harness.backend.next_due()
+    if harness.exact_clock or expected in (timedelta(0), NOTHING_DEFERRED):
+        ok = got == expected
+    else:  # a server clock creeps on while the test runs, so the wait only shrinks
+        ok = got is not None and expected - timedelta(minutes=1) < got <= expected
+    expect(ok, rule, expected, got)
+
+
+@scenario
+def next_due_counts_down_to_the_earliest_deferred_task(harness: Harness) -> None:
+    """next_due() counts down to the first DEFERRED task of any queue, on the backend's clock."""
+    backend = harness.backend
+    if backend.next_due() is None:
+        return  # the default: this backend cannot tell, and its callers poll instead
+    _expect_due_in(harness, NOTHING_DEFERRED, "next_due() with no task must be NOTHING_DEFERRED")
+    backend.enqueue([new_task("ready")])
+    _expect_due_in(harness, NOTHING_DEFERRED, "next_due() counted a READY task as deferred")
+    # Odd milliseconds, so a backend that rounds to seconds is caught on an exact clock.
+    sooner, later = timedelta(minutes=30, milliseconds=125), timedelta(hours=1, milliseconds=250)
+    now = backend.now()
+    backend.enqueue(
+        [
+            new_task("later", run_after=now + later),
+            new_task("sooner", queue="other", run_after=now + sooner),
+        ]
+    )
+    _expect_due_in(harness, sooner, "next_due() must answer the earliest task of any queue")
+    harness.advance(timedelta(minutes=20))
+    elapsed = timedelta(minutes=20)
+    _expect_due_in(harness, sooner - elapsed, "next_due() must count down with the clock")
+    # On an exact clock, the due moment itself: due means at or before now().
+    step = sooner - elapsed + (timedelta(0) if harness.exact_clock else timedelta(minutes=1))
+    harness.advance(step)
+    elapsed += step
+    _expect_due_in(harness, timedelta(0), "next_due() must be zero once a task is due")
+    harness.advance(timedelta(minutes=1))
+    elapsed += timedelta(minutes=1)
+    _expect_due_in(harness, timedelta(0), "next_due() must be zero, not negative, past due")
+    promoted = backend.promote_due(limit=10)
+    expect(promoted == 1, "promote_due() must promote the one due task", 1, promoted)
+    _expect_due_in(
+        harness, later - elapsed, "after a promotion next_due() must answer the next deferred task"
+    )
+    backend.cancel("later")
+    _expect_due_in(harness, NOTHING_DEFERRED, "next_due() counted a cancelled task")
+    lease = claim_one(backend, "ready")
+    backend.retry(lease, failed(lease), timedelta(minutes=10))
+    _expect_due_in(harness, timedelta(minutes=10), "next_due() must count a retry's delay")
 
 
 @scenario

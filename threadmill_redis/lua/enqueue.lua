@@ -109,6 +109,9 @@ for _, t in ipairs(stored) do
     woken[t.notify] = (woken[t.notify] or 0) + 1
   else
     index_task(K, t)
+    -- One wake-up per queue for deferred tasks too: an idle worker then asks
+    -- when the next task falls due (next_due.lua) and claims it on time.
+    woken[t.notify] = woken[t.notify] or 1
   end
   save_task(K, t)
   tally(counts, t.queue, 'e')

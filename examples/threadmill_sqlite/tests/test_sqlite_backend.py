@@ -365,6 +365,13 @@ def test_wait_wakes_for_work_from_another_connection(db_path: Path) -> None:
         assert not waiter.is_alive()
 
 
+def test_a_wait_says_whether_it_found_work(plain_backend: SQLiteBackend) -> None:
+    """`wait_for_tasks` answers False after a quiet timeout and True when a task is READY."""
+    assert plain_backend.wait_for_tasks(["default"], timedelta(milliseconds=20)) is False
+    plain_backend.enqueue([new("a")])
+    assert plain_backend.wait_for_tasks(["default"], timedelta(hours=1)) is True
+
+
 def test_close_wakes_waiters(db_path: Path) -> None:
     """`close` ends every `wait_for_tasks` at once."""
     backend = SQLiteBackend(db_path)

@@ -55,7 +55,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from threadmill_core.backend import RATE_HISTORY, Backend, check_decision
+from threadmill_core.backend import NOTHING_DEFERRED, RATE_HISTORY, Backend, check_decision
 from threadmill_core.clock import duration_ms, from_ms, to_ms
 from threadmill_core.errors import InvalidOption, PayloadError
 from threadmill_core.models import (
@@ -442,7 +442,7 @@ class SQLiteBackend(Backend):
             self._notify()
         return answers
 
-    def wait_for_tasks(self, queues: Sequence[str], timeout: timedelta) -> None:
+    def wait_for_tasks(self, queues: Sequence[str], timeout: timedelta) -> bool:
         """Block until `queues` have a READY (or due DEFERRED) task, `timeout` passed, or `close`.
 
         Returns at once if such a task is there. A task made READY by this
@@ -452,7 +452,8 @@ class SQLiteBackend(Backend):
         tasks table is read only when the version moved. So an idle waiter
         costs at most 1 / `POLL_MAX` cheap pragmas a second once it has backed
         off, and notices other processes' work within `POLL_MAX`. `timeout`
-        is real time, whatever the clock.
+        is real time, whatever the clock. False when `timeout` passed and the
+        last look found no such task; True otherwise (`close` included).
         """
         names = _queue_names(queues)
         deadline = time.monotonic() + max(timeout.total_seconds(), 0.0)
@@ -465,16 +466,17 @@ class SQLiteBackend(Backend):
                 if version != seen:
                     seen = version
                     if self._has_work(names):
-                        return
+                        return True
             except SQLiteBackendError:
                 if self._closed:  # `close` took the connection away mid-look
-                    return
+                    return True
                 raise
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                return
+                return False
             self._wait_for_wake(generation, min(pause, remaining))
             pause = min(pause * 2, POLL_MAX)
+        return True
 
     def _wait_for_wake(self, generation: int, timeout: float) -> None:
         """Sleep up to `timeout` seconds, less if `_notify` or `close` is called."""
@@ -533,6 +535,16 @@ class SQLiteBackend(Backend):
         if promoted:
             self._notify()
         return promoted
+
+    def next_due(self) -> timedelta | None:
+        """One read of the ``threadmill_due`` index: the earliest ``run_after`` of DEFERRED."""
+        with self._read("next_due") as (conn, now_ms):
+            (first,) = conn.execute(
+                "SELECT MIN(run_after) FROM threadmill_tasks WHERE status = 'DEFERRED'"
+            ).fetchone()
+        if first is None:
+            return NOTHING_DEFERRED
+        return timedelta(milliseconds=max(int(first) - now_ms, 0))
 
     def _due(
         self, conn: sqlite3.Connection, now_ms: int, queues: list[str] | None, limit: int = -1
