@@ -190,10 +190,17 @@ def decode_value(data: bytes | str) -> Any:
         raise PayloadError(f"stored bytes are not a valid value: {exc}") from exc
 
 
+_NO_ERRORS = b"[]"
+
+
 def encode_errors(errors: tuple[TaskError, ...]) -> bytes:
+    if not errors:  # most acknowledgements: a first attempt that succeeded
+        return _NO_ERRORS
     return dumps(list(errors))
 
 
 def decode_errors(data: bytes | str) -> tuple[TaskError, ...]:
+    if data == _NO_ERRORS:
+        return ()
     errors: list[TaskError] = loads(data, list[TaskError])
     return tuple(errors)

@@ -10,14 +10,17 @@ A worker runs only tasks registered in its task registry (by default every
 finalized FAILED with a `TaskQuarantined` error and nothing is imported on
 the record's say-so.
 
-Heartbeats: a daemon thread renews the leases of every running task in one
+Heartbeats: a daemon thread renews the leases of every held task in one
 `extend_many` call each `lease_ttl / 3`. Task code cannot starve it (it
 holds no lock a task can hold). When a renewal is refused the lease was
 taken away (a reaper decided the task, or an operator acted): the task's
 `TaskContext.lease_lost` turns true and its outcome is not written.
 
-With ``maintenance=True`` (the default) the worker also runs the reaper and
-the mover between claims, so a single in-process worker is a complete queue.
+With ``maintenance=True`` (the default) the thread that calls `run` runs
+the reaper and the mover every `poll_interval` (the first pass before any
+claim), so a single in-process worker is a complete queue. The task threads
+do everything else themselves: there is no dispatcher thread between the
+backend and the tasks (see `Worker.run`).
 
 Outages: a backend call that raises `BackendUnavailable` (Redis restarting,
 a dropped connection) never kills the worker. Each loop backs off
@@ -32,22 +35,24 @@ the running ones, so heartbeats keep its lease alive.
 from __future__ import annotations
 
 import asyncio
+import collections
+import functools
 import logging
 import os
-import queue
 import random
 import socket
 import threading
 import time
 import traceback
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
 import attrs
 
 from threadmill_core import codec
+from threadmill_core.backend import NOTHING_DEFERRED
 from threadmill_core.broker import Broker
 from threadmill_core.errors import BackendUnavailable, TaskQuarantined, UnsupportedValue
 from threadmill_core.maintenance import promote, reap
@@ -81,6 +86,11 @@ RECONNECT_BACKOFF = ExponentialBackoff(
 ACK_BATCH = 64
 #: ... or once the oldest has waited this long (seconds), whichever comes first.
 ACK_DELAY = 0.005
+
+#: A worker without its own maintenance claims after this many idle waits in
+#: a row that ended quietly (no wake-up), however quiet: a wake-up is a hint
+#: and may be lost. With the default 1 s poll interval, once every 30 s.
+QUIET_WAITS_PER_CLAIM = 30
 
 
 def default_worker_id() -> str:
@@ -176,8 +186,35 @@ class _Done:
 
     held: _Held
     decision: Decision | None
-    #: Not started because the worker is stopping: to be released, not acknowledged.
-    unstarted: bool = False
+
+
+@attrs.define(eq=False)
+class _Plan:
+    """What the task threads of one `Worker.run` share, guarded by the worker's condition."""
+
+    burst: bool
+    max_tasks: int | None
+    #: Prefetched leases no thread has started, in claim order.
+    ready: collections.deque[_Held] = attrs.Factory(collections.deque)
+    #: Outcomes not acknowledged yet, and when the oldest of them came back.
+    unsent: list[_Done] = attrs.Factory(list)
+    unsent_since: float = 0.0
+    #: Prefetched leases to give back (the worker is stopping).
+    give_back: list[_Held] = attrs.Factory(list)
+    #: A thread is in that call now (one at a time of each).
+    claiming: bool = False
+    acking: bool = False
+    releasing: bool = False
+    idling: bool = False
+    claimed: int = 0
+    #: A claim found nothing: the next waits until then (time.monotonic()).
+    nothing_until: float = 0.0
+    #: During an outage: when to call the backend again; failures in a row.
+    retry_at: float = 0.0
+    failures: int = 0
+    exit: bool = False
+    exited: int = 0
+    finished: threading.Event = attrs.Factory(threading.Event)
 
 
 class Worker:
@@ -190,15 +227,18 @@ class Worker:
     ones not started (`Backend.release`), while a killed worker's lapse and
     are retried like any lost lease, each having counted an attempt. Claims
     and acknowledgements go in batches: one `claim` refills the prefetch
-    once it is half empty, and the outcomes of tasks that finished while the
-    previous batch was in flight are sent in one `decide_many`. A task is
-    held, and its lease renewed, until its outcome is acknowledged, so
-    batching never weakens at-least-once.
+    once it is half empty, and outcomes are sent together in one
+    `decide_many` once `ACK_BATCH` have gathered, the oldest has waited
+    `ACK_DELAY`, a claim is due, or nothing is left to run. A task is held,
+    and its lease renewed, until its outcome is acknowledged, so batching
+    never weakens at-least-once.
 
     `lease_ttl` is how long a claim lives without a heartbeat (a task's own
-    ``lease_ttl`` option overrides it). `poll_interval` bounds how long an
-    idle worker waits before looking again (for deferred tasks falling due,
-    on backends that cannot wake it). `tasks` is the registry of tasks this
+    ``lease_ttl`` option overrides it). `poll_interval` is the maintenance
+    interval (``maintenance=True``) and the longest single idle wait, so it
+    bounds how long `stop()` takes to be noticed; without maintenance, an
+    idle worker waits through quiet intervals until it is woken or the next
+    deferred task falls due (see `_idle_wait`). `tasks` is the registry of tasks this
     worker may run, by path; by default, every task registered in this
     process. `reconnect_backoff` spaces out the attempts to reach a backend
     that is unavailable (its `max_retries` is ignored: the worker never gives
@@ -242,12 +282,9 @@ class Worker:
         #: Every lease held, by token: prefetched, running or being acknowledged.
         self._held: dict[str, _Held] = {}
         self._held_lock = threading.Lock()
-        #: Prefetched leases waiting for a thread; None tells a thread to exit.
-        self._inbox: queue.SimpleQueue[_Held | None] = queue.SimpleQueue()
-        #: What task threads handed back since the loop last looked, and its wake-up.
-        self._done: list[_Done] = []
-        self._done_lock = threading.Lock()
-        self._wake = threading.Event()
+        #: Guards the current run's `_Plan`; task threads wait on it for work.
+        self._cond = threading.Condition(threading.RLock())
+        self._plan = _Plan(burst=False, max_tasks=None)
         self._stop = threading.Event()
         self.processed = 0
         #: Shared by every loop of this worker, so an outage is logged once.
@@ -267,7 +304,8 @@ class Worker:
         """Stop claiming; `run` gives back the prefetch and returns once the running
         tasks are acknowledged."""
         self._stop.set()
-        self._wake.set()
+        with self._cond:  # reentrant: safe from a signal handler in any thread
+            self._cond.notify_all()
 
     def run(self, *, burst: bool = False, max_tasks: int | None = None) -> int:
         """Work until `stop()`; returns how many tasks this call ran to an outcome.
@@ -277,9 +315,17 @@ class Worker:
         recycles the process). Either way, tasks already running are finished
         and acknowledged before `run` returns, with their heartbeats going on,
         and prefetched tasks not started are given back.
+
+        There is no dispatcher thread: each task thread takes the next step
+        itself (`_next_step`): send the acknowledgements that are due, refill
+        the prefetch, run a task, or wait. With one thread, claims,
+        acknowledgements and tasks follow each other in that thread, and no
+        task waits on a hand-over between threads. This thread runs the
+        maintenance passes, if any, and waits.
         """
         self._stop.clear()
         processed_before = self.processed
+        self._plan = _Plan(burst=burst, max_tasks=max_tasks)
         beating = threading.Event()
         heartbeat = threading.Thread(
             target=self._heartbeat_loop,
@@ -292,111 +338,246 @@ class Worker:
             for n in range(self.threads)
         ]
         heartbeat.start()
-        for runner in runners:
-            runner.start()
         try:
-            self._loop(burst, max_tasks)
-        finally:
-            for _ in runners:
-                self._inbox.put(None)
+            poll = self.poll_interval.total_seconds()
+            # The first pass comes before any claim: what is due is promoted first.
+            next_maintenance = self._maintain(0) if self.maintenance else float("inf")
             for runner in runners:
-                runner.join()
+                runner.start()
+            while any(runner.is_alive() for runner in runners):
+                if time.monotonic() >= next_maintenance and not self._stop.is_set():
+                    next_maintenance = self._maintain(poll)
+                    with self._cond:  # promoted tasks may be ready: look again
+                        self._plan.nothing_until = 0.0
+                        self._cond.notify_all()
+                self._plan.finished.wait(min(max(next_maintenance - time.monotonic(), 0.0), poll))
+        except BaseException:
+            self.stop()  # our own bug, or KeyboardInterrupt here: the threads drain and exit
+            raise
+        finally:
+            for runner in runners:
+                if runner.is_alive():
+                    runner.join()
             beating.set()
             heartbeat.join()
         return self.processed - processed_before
 
-    def _loop(self, burst: bool, max_tasks: int | None) -> None:
+    def _maintain(self, poll: float) -> float:
+        """Maintenance passes until one gets through (or `stop()`); when the next is due."""
+        failures = 0
+        while True:
+            started = time.monotonic()
+            try:
+                self.run_maintenance()
+            except BackendUnavailable as exc:
+                failures += 1
+                if self._stop.wait(self.outage.failed(exc, failures, started)):
+                    return float("inf")
+                continue
+            self.outage.reached(started)
+            return time.monotonic() + poll
+
+    # --- the steps a task thread takes ---------------------------------------------------
+
+    def _task_thread(self) -> None:
+        plan = self._plan
+        try:
+            while (step := self._next_step(plan)) is not None:
+                step()
+        finally:
+            with self._cond:
+                plan.exited += 1
+                if plan.exited == self.threads:
+                    plan.finished.set()
+                self._cond.notify_all()
+
+    def _next_step(self, plan: _Plan) -> Callable[[], None] | None:
+        """What this thread should do next (None: exit), waiting until there is something."""
         capacity = self.threads + self.prefetch
         # Refill once the prefetch is half empty, so each claim brings a batch.
         refill = max(1, (self.prefetch + 1) // 2)
         poll = self.poll_interval.total_seconds()
-        claimed = 0
-        failures = 0  # consecutive backend calls of this loop that found it unavailable
-        retry_at = 0.0  # during an outage: when to call the backend again
-        next_maintenance = 0.0
-        unsent: list[_Done] = []  # outcomes whose acknowledgement has not landed yet
-        unsent_since = 0.0  # when the oldest of them came back
-        give_back: list[_Held] = []  # prefetched leases to release on the way out
-        while True:
-            for item in self._take_done():
-                if item.unstarted:
-                    give_back.append(item.held)
-                else:
-                    if not unsent:
-                        unsent_since = time.monotonic()
-                    unsent.append(item)
-            if self._stop.is_set():
-                give_back += self._drain_inbox()
-            # Stopped, or claimed all it may: finish what is held, claim nothing more.
-            stopping = self._stop.is_set() or (max_tasks is not None and claimed >= max_tasks)
-            leases: list[Lease] = []
-            found_nothing = False  # this pass asked for tasks and got none
-            started = time.monotonic()
-            room = 0 if stopping else capacity - len(self._held)
-            if max_tasks is not None:
-                room = min(room, max_tasks - claimed)
-            refilling = room > 0 and (room >= refill or self._inbox.empty())
-            # Outcomes wait a moment to go in one batch, unless a call goes anyway
-            # (a refill) or the threads have nothing left to overlap it with.
-            acking = bool(unsent) and (
-                refilling
-                or stopping
-                or len(unsent) >= ACK_BATCH
-                or started - unsent_since >= ACK_DELAY
-                or self._inbox.empty()
-            )
-            if started >= retry_at and (acking or give_back or not stopping):
-                try:
-                    if acking:
-                        self._acknowledge(unsent)
-                        unsent = []
-                    if give_back:
-                        self._release(give_back)
-                        give_back = []
-                    if not stopping:
-                        if self.maintenance and started >= next_maintenance:
-                            self.run_maintenance()
-                            next_maintenance = time.monotonic() + poll
-                        if refilling:
-                            leases = self._claim(room)
-                            found_nothing = not leases
-                    self.outage.reached(started)
-                    failures = 0
-                except BackendUnavailable as exc:
-                    failures += 1
-                    retry_at = time.monotonic() + self.outage.failed(exc, failures, started)
-            claimed += len(leases)
-            for lease in leases:
-                held = _Held(lease, self.lease_ttl)
-                with self._held_lock:
-                    self._held[lease.token] = held
-                self._inbox.put(held)
-            if not self._held and not unsent and not give_back:
-                if stopping:
-                    return
-                if found_nothing:
-                    if burst:
-                        return
-                    self._idle_wait()
-                    continue
-            now = time.monotonic()
-            backing_off = retry_at - now
-            if backing_off > 0:
-                pause = backing_off
-            elif leases or give_back:
-                continue  # more to do at once
-            elif unsent:
-                pause = unsent_since + ACK_DELAY - now  # until the batch is due
-            else:
-                pause = poll  # until a task finishes, or maintenance is due
-            self._wake.wait(min(max(pause, 0.0), poll))
-            self._wake.clear()
+        with self._cond:
+            while True:
+                if plan.exit:
+                    return None
+                now = time.monotonic()
+                stopping = self._stop.is_set()
+                if stopping and plan.ready:
+                    plan.give_back.extend(plan.ready)
+                    plan.ready.clear()
+                reachable = now >= plan.retry_at
+                if plan.give_back and reachable and not plan.releasing:
+                    giving, plan.give_back = plan.give_back, []
+                    plan.releasing = True
+                    return functools.partial(self._release_step, plan, giving)
+                room = 0 if stopping else capacity - len(self._held)
+                if plan.max_tasks is not None:
+                    room = min(room, plan.max_tasks - plan.claimed)
+                claim = (
+                    room > 0
+                    and (room >= refill or not plan.ready)
+                    and now >= plan.nothing_until
+                    and not plan.claiming
+                )
+                # Outcomes wait a moment to go in one batch, unless a call goes
+                # anyway (a refill) or there is nothing left to run meanwhile.
+                if (
+                    plan.unsent
+                    and reachable
+                    and not plan.acking
+                    and (
+                        claim
+                        or stopping
+                        or not plan.ready
+                        or len(plan.unsent) >= ACK_BATCH
+                        or now - plan.unsent_since >= ACK_DELAY
+                    )
+                ):
+                    sending, plan.unsent = plan.unsent, []
+                    plan.acking = True
+                    return functools.partial(self._acknowledge_step, plan, sending)
+                if claim and reachable:
+                    plan.claiming = True
+                    return functools.partial(self._claim_step, plan, room)
+                if plan.ready:
+                    return functools.partial(self._run_step, plan, plan.ready.popleft())
+                idle = not self._held and not plan.unsent and not plan.give_back
+                if idle and (stopping or room <= 0):  # stopped, or claimed all it may
+                    plan.exit = True
+                    self._cond.notify_all()
+                    return None
+                if idle and reachable and now < plan.nothing_until and not plan.claiming:
+                    if plan.burst:
+                        plan.exit = True
+                        self._cond.notify_all()
+                        return None
+                    if not plan.idling:
+                        plan.idling = True
+                        return functools.partial(self._idle_step, plan)
+                pause = poll
+                if plan.unsent and not plan.acking:
+                    pause = min(pause, plan.unsent_since + ACK_DELAY - now)
+                if not reachable:
+                    pause = min(pause, plan.retry_at - now)
+                elif room > 0 and not plan.claiming and plan.nothing_until > now:
+                    pause = min(pause, plan.nothing_until - now)
+                self._cond.wait(max(pause, 0.0))
 
-    def _idle_wait(self) -> None:
-        """Nothing held, nothing ready: block until a task may be ready (or `stop()`)."""
+    def _backend_step(self, plan: _Plan, call: Callable[[], Any]) -> bool:
+        """Run one backend call of a step; False (and a backoff) if the backend is away."""
         started = time.monotonic()
         try:
-            self.backend.wait_for_tasks(self.queues, self.poll_interval)
+            call()
+        except BackendUnavailable as exc:
+            with self._cond:
+                plan.failures += 1
+                plan.retry_at = time.monotonic() + self.outage.failed(exc, plan.failures, started)
+            return False
+        self.outage.reached(started)
+        with self._cond:
+            plan.failures = 0
+        return True
+
+    def _claim_step(self, plan: _Plan, limit: int) -> None:
+        leases: list[Lease] = []
+
+        def claim() -> None:
+            leases.extend(self._claim(limit))
+
+        reached = self._backend_step(plan, claim)
+        helds = [_Held(lease, self.lease_ttl) for lease in leases]
+        with self._held_lock:
+            for held in helds:
+                self._held[held.lease.token] = held
+        with self._cond:
+            plan.claiming = False
+            plan.claimed += len(helds)
+            plan.ready.extend(helds)
+            if reached and not helds:  # nothing ready: do not ask again at once
+                plan.nothing_until = time.monotonic() + self.poll_interval.total_seconds()
+            self._cond.notify_all()
+
+    def _acknowledge_step(self, plan: _Plan, batch: list[_Done]) -> None:
+        reached = self._backend_step(plan, functools.partial(self._acknowledge, batch))
+        with self._cond:
+            plan.acking = False
+            if reached:
+                plan.nothing_until = 0.0  # a retry may have made a task ready
+            else:  # sent again, same leases, once the backend is back
+                if not plan.unsent:
+                    plan.unsent_since = time.monotonic()
+                plan.unsent = batch + plan.unsent
+            self._cond.notify_all()
+
+    def _release_step(self, plan: _Plan, batch: list[_Held]) -> None:
+        reached = self._backend_step(plan, functools.partial(self._release, batch))
+        with self._cond:
+            plan.releasing = False
+            if not reached:
+                plan.give_back = batch + plan.give_back
+            self._cond.notify_all()
+
+    def _idle_step(self, plan: _Plan) -> None:
+        self._idle_wait()
+        with self._cond:
+            plan.idling = False
+            plan.nothing_until = 0.0
+            self._cond.notify_all()
+
+    def _run_step(self, plan: _Plan, held: _Held) -> None:
+        decision = None
+        try:
+            decision = self._execute(held)
+        except Exception:
+            # Our own bug, not the task's (task errors become decisions): the
+            # lease lapses and the reaper decides; the thread goes on.
+            log.exception("task %s: the worker failed running it", held.lease.task_id)
+        with self._cond:
+            if not plan.unsent:
+                plan.unsent_since = time.monotonic()
+            plan.unsent.append(_Done(held, decision))
+            # Others may be waiting for the batch (it starts a clock, or is full) or for
+            # work; a thread with more to run sends it itself, on its next step.
+            if len(plan.unsent) in (1, ACK_BATCH) or not plan.ready:
+                self._cond.notify_all()
+
+    def _idle_wait(self) -> None:
+        """Nothing held, nothing ready: block until a task may be ready (or `stop()`).
+
+        With its own maintenance the worker returns after one wait, to
+        maintain and claim again. Without (``maintenance=False``: a
+        supervisor's mover promotes deferred tasks, and wakes it when it
+        does), it first asks `Backend.next_due`, then waits again each time a
+        wait ends quietly (`Backend.wait_for_tasks` answers False: no task
+        became READY), and returns to claim only when woken, when that due
+        time comes (its claim promotes the task, so a retry this worker just
+        deferred is not left to the mover's next pass), or after
+        `QUIET_WAITS_PER_CLAIM` quiet waits. Each wait lasts at most
+        `poll_interval`, so `stop()` is noticed as promptly as before.
+        """
+        poll = self.poll_interval.total_seconds()
+        started = time.monotonic()
+        try:
+            due_at = None  # time.monotonic() when the earliest deferred task falls due
+            if not self.maintenance:
+                due = self.backend.next_due()
+                if due is not None and due != NOTHING_DEFERRED:
+                    due_at = started + due.total_seconds()
+            quiet = 0
+            while True:
+                now = time.monotonic()
+                # Until the due time, not past it; one already past waits a full
+                # interval, so a task due in a queue nobody here claims cannot spin us.
+                timeout = min(poll, due_at - now) if due_at is not None and due_at > now else poll
+                woken = self.backend.wait_for_tasks(self.queues, timedelta(seconds=timeout))
+                if self.maintenance or woken is not False or self._stop.is_set():
+                    break
+                quiet += 1
+                if quiet >= QUIET_WAITS_PER_CLAIM or (
+                    due_at is not None and time.monotonic() >= due_at
+                ):
+                    break
             self.outage.reached(started)
         except BackendUnavailable as exc:
             self._stop.wait(self.outage.failed(exc, 1, started))
@@ -410,24 +591,6 @@ class Worker:
         return self.backend.claim(
             self.queues, worker=self.worker_id, lease_ttl=self.lease_ttl, limit=limit
         )
-
-    def _take_done(self) -> list[_Done]:
-        with self._done_lock:
-            done, self._done = self._done, []
-        return done
-
-    def _drain_inbox(self) -> list[_Held]:
-        """Take back the prefetched leases no thread has started."""
-        waiting: list[_Held] = []
-        while True:
-            try:
-                held = self._inbox.get_nowait()
-            except queue.Empty:
-                return waiting
-            if held is None:  # not ours to take: a thread's exit signal
-                self._inbox.put(None)
-                return waiting
-            waiting.append(held)
 
     def _forget(self, held: _Held) -> None:
         with self._held_lock:
@@ -516,28 +679,6 @@ class Worker:
         notify("threadmill_task_finished", record=stored)
 
     # --- one task ------------------------------------------------------------------------
-
-    def _task_thread(self) -> None:
-        while (held := self._inbox.get()) is not None:
-            if self._stop.is_set():  # stopping: what is not started goes back
-                with self._done_lock:
-                    self._done.append(_Done(held, None, unstarted=True))
-                self._wake.set()
-                continue
-            decision = None
-            try:
-                decision = self._execute(held)
-            except BaseException:
-                # Our own bug, not the task's (task errors become decisions): the
-                # lease lapses and the reaper decides; the thread goes on.
-                log.exception("task %s: the worker failed running it", held.lease.task_id)
-            with self._done_lock:
-                self._done.append(_Done(held, decision))
-                # Wake the loop for the first outcome (it starts the batch's clock),
-                # a full batch, or when the prefetch ran dry; not for every task.
-                wake = len(self._done) in (1, ACK_BATCH) or self._inbox.empty()
-            if wake:
-                self._wake.set()
 
     def _execute(self, held: _Held) -> Decision | None:
         """Run one held task; return the decision to acknowledge, or None to send nothing."""
