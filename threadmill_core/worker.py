@@ -214,6 +214,8 @@ class _Plan:
     failures: int = 0
     exit: bool = False
     exited: int = 0
+    #: What broke a task thread (our own bug, not a task's error), raised by `run`.
+    error: BaseException | None = None
     finished: threading.Event = attrs.Factory(threading.Event)
 
 
@@ -360,6 +362,8 @@ class Worker:
                     runner.join()
             beating.set()
             heartbeat.join()
+        if self._plan.error is not None:
+            raise self._plan.error
         return self.processed - processed_before
 
     def _maintain(self, poll: float) -> float:
@@ -384,6 +388,11 @@ class Worker:
         try:
             while (step := self._next_step(plan)) is not None:
                 step()
+        except BaseException as exc:
+            # Our own bug, or SystemExit from a task: the others stop gracefully
+            # (the prefetch given back, outcomes acknowledged), and `run` raises it.
+            log.exception("a worker thread failed; stopping the worker")
+            self._failed(plan, exc)
         finally:
             with self._cond:
                 plan.exited += 1
@@ -464,8 +473,18 @@ class Worker:
                     pause = min(pause, plan.nothing_until - now)
                 self._cond.wait(max(pause, 0.0))
 
+    def _failed(self, plan: _Plan, exc: BaseException) -> None:
+        with self._cond:
+            if plan.error is None:
+                plan.error = exc
+        self.stop()
+
     def _backend_step(self, plan: _Plan, call: Callable[[], Any]) -> bool:
-        """Run one backend call of a step; False (and a backoff) if the backend is away."""
+        """Run one backend call of a step; False if it did not get through.
+
+        An unavailable backend means a backoff before the next call. Any other
+        error is our own bug: logged, the worker stops, and `run` raises it.
+        """
         started = time.monotonic()
         try:
             call()
@@ -473,6 +492,10 @@ class Worker:
             with self._cond:
                 plan.failures += 1
                 plan.retry_at = time.monotonic() + self.outage.failed(exc, plan.failures, started)
+            return False
+        except Exception as exc:
+            log.exception("a call to the backend failed unexpectedly; stopping the worker")
+            self._failed(plan, exc)
             return False
         self.outage.reached(started)
         with self._cond:
@@ -504,6 +527,9 @@ class Worker:
             plan.acking = False
             if reached:
                 plan.nothing_until = 0.0  # a retry may have made a task ready
+            elif plan.error is not None:  # not an outage: their leases lapse, the reaper decides
+                for item in batch:
+                    self._forget(item.held)
             else:  # sent again, same leases, once the backend is back
                 if not plan.unsent:
                     plan.unsent_since = time.monotonic()
@@ -514,16 +540,21 @@ class Worker:
         reached = self._backend_step(plan, functools.partial(self._release, batch))
         with self._cond:
             plan.releasing = False
-            if not reached:
+            if not reached and plan.error is None:
                 plan.give_back = batch + plan.give_back
+            elif not reached:  # not an outage: their leases lapse, the reaper decides
+                for held in batch:
+                    self._forget(held)
             self._cond.notify_all()
 
     def _idle_step(self, plan: _Plan) -> None:
-        self._idle_wait()
-        with self._cond:
-            plan.idling = False
-            plan.nothing_until = 0.0
-            self._cond.notify_all()
+        try:
+            self._idle_wait()
+        finally:
+            with self._cond:
+                plan.idling = False
+                plan.nothing_until = 0.0
+                self._cond.notify_all()
 
     def _run_step(self, plan: _Plan, held: _Held) -> None:
         decision = None
@@ -533,6 +564,9 @@ class Worker:
             # Our own bug, not the task's (task errors become decisions): the
             # lease lapses and the reaper decides; the thread goes on.
             log.exception("task %s: the worker failed running it", held.lease.task_id)
+        except BaseException:  # SystemExit or KeyboardInterrupt in the task: its lease lapses
+            self._forget(held)
+            raise
         with self._cond:
             if not plan.unsent:
                 plan.unsent_since = time.monotonic()

@@ -343,3 +343,45 @@ def test_a_prefetched_task_whose_lease_was_lost_is_not_run(
     assert final.errors[-1].exception_class_path.endswith("AcknowledgementTimeout")
     assert final.return_value is None
     assert broker.get_result(long.id).status is FAILED
+
+
+def test_an_unexpected_backend_error_stops_the_worker_and_is_raised(broker: Broker) -> None:
+    """Not an outage but a bug: the worker finishes what it holds, stops, and run() raises it."""
+    records = broker.enqueue_many(tasks.echo, [((i,), {}) for i in range(5)])
+    w = worker(broker, threads=2, prefetch=0, maintenance=False)
+    inner_claim = broker.backend.claim
+
+    class Broken(RuntimeError):
+        pass
+
+    def claim(*args: object, **kwargs: object) -> list[object]:
+        if not claimed:
+            claimed.extend(inner_claim(*args, **kwargs))  # type: ignore[arg-type]
+            return claimed
+        raise Broken("a bug in the backend")
+
+    claimed: list[object] = []
+    w.backend = type("Half", (), {})()
+    for name in ("now", "extend", "extend_many", "wait_for_tasks", "next_due", "decide_many",
+                 "release", "get"):  # fmt: skip
+        setattr(w.backend, name, getattr(broker.backend, name))
+    w.backend.claim = claim  # type: ignore[attr-defined]
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            w.run(burst=True)
+        except BaseException as exc:
+            raised.append(exc)
+
+    runner = threading.Thread(target=run)
+    runner.start()
+    runner.join(timeout=30)
+    assert not runner.is_alive(), "the worker hung after the error"
+    assert [type(e) for e in raised] == [Broken]
+    assert w.stopping
+    # What it had claimed before the error still ran and was acknowledged.
+    assert len(claimed) == 2
+    finals = [broker.get_result(r.id).status for r in records]
+    assert finals.count(SUCCESSFUL) == 2
+    assert finals.count(READY) == 3
