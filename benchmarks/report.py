@@ -394,8 +394,8 @@ def markdown(result: dict[str, Any]) -> str:
     lines.append(
         "Every worker is its project's own CLI in a process of its own, with its default "
         "logging (Huey, arq and RQ log every task; threadmill, which logs failures and "
-        "retries, Dramatiq, SAQ and Celery do not by default), output to a file. Each task INCRs a counter with redis-py (the "
-        "asyncio peers with their own async client)."
+        "retries, Dramatiq, SAQ and Celery do not by default), output to a file. Each task "
+        "INCRs a counter with redis-py (the asyncio peers with their own async client)."
     )
     if result["skipped"]:
         lines += ["", "## Skipped", ""]
