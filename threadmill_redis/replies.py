@@ -134,6 +134,10 @@ class Row:
         Raises `PayloadError` naming the task when stored bytes do not decode,
         or decode to another task's record (poison).
         """
+        return self._record(base)[0]
+
+    def _record(self, base: TaskResult | None) -> tuple[TaskResult, State]:
+        """The stored record and the state it was built from (parsed once)."""
         try:
             if self.state is None:
                 raise PayloadError("no stored state")
@@ -144,7 +148,7 @@ class Row:
                 base = codec.decode_record(self.payload)
                 if base.id != self.id:
                     raise PayloadError(f"the stored bytes hold task {base.id!r}")
-            return attrs.evolve(
+            record = attrs.evolve(
                 base,
                 status=state.status,
                 enqueued_at=state.enqueued_at,
@@ -159,15 +163,14 @@ class Row:
             )
         except PayloadError as exc:
             raise PayloadError(f"task {self.id!r}: {exc}") from exc
+        return record, state
 
     def lease(self) -> Lease:
         """The lease a claim row grants (raises `PayloadError` for poison)."""
-        record = self.record()
-        # Fields 9 and 10 of the state (see parse_state): the lease deadline and token.
-        deadline, token = self.state.split(b"|", 11)[9:11] if self.state else (b"", b"")
-        if not token or not deadline:  # never: claim rows are RUNNING
+        record, state = self._record(None)
+        if state.token is None or state.deadline is None:  # never: claim rows are RUNNING
             raise PayloadError(f"task {self.id!r}: claimed without a token or deadline")
-        return Lease(token=token.decode(), deadline=from_ms(int(deadline)), record=record)
+        return Lease(token=state.token, deadline=state.deadline, record=record)
 
 
 def answer(reply: Sequence[Any], base: TaskResult | None = None) -> TaskResult | None:
