@@ -5,7 +5,7 @@
 -- of the receipt still held under their tokens.
 --
 --   KEYS[1]  payload     HASH id -> the record as enqueued (codec bytes, opaque here)
---   KEYS[2]  state       HASH id -> packed task state (see lib/load_task)
+--   KEYS[2]  state       HASH id -> packed task state (see lib/parse_task)
 --   KEYS[3]  errors      HASH id -> encoded errors
 --   KEYS[4]  workers     HASH id -> encoded worker ids
 --   KEYS[5]  result      HASH id -> encoded return value
@@ -27,18 +27,24 @@
 --   ARGV[4..] queues       queue names, best first
 --
 -- Reply: one OK row per claimed task, best first, payload included (laid
--- out as lib/task_row); empty when nothing is ready. Each claim of the batch
--- takes its token from one HINCRBY, and the receipt is written in one RPUSH. A repeat answers REPEAT rows
+-- out as lib/task_row); empty when nothing is ready. A queue's batch costs a
+-- fixed number of commands, whatever its size: its tokens come from one
+-- HINCRBY, its records are read with one HMGET per hash and written with one
+-- HSET or ZADD per hash or index, and the receipt is one RPUSH. A repeat answers REPEAT rows
 -- in the same order.
 
 --@include "lib/call_in_slices"
 --@include "lib/claim_task"
 --@include "lib/code"
+--@include "lib/hmget_all"
 --@include "lib/load_task"
 --@include "lib/member_id"
 --@include "lib/now_ms"
+--@include "lib/pack_task"
+--@include "lib/parse_task"
 --@include "lib/promote_task"
 --@include "lib/queue_prefix"
+--@include "lib/segment_member"
 --@include "lib/sort_bound"
 --@include "lib/task_row"
 
@@ -104,19 +110,40 @@ for i = 4, #ARGV do
     call_in_slices({ 'ZREM', K.ready }, members)
     -- One HINCRBY reserves a fresh token for each task of this queue.
     local last = redis.call('HINCRBY', K.counters, 'token', #members)
+    -- The batch is read, and written, one command per hash or index.
+    local ids = {}
     for n, member in ipairs(members) do
-      local t = load_task(K, member_id(member))
-      local token = string.format('%d', last - #members + n)
-      local workers = claim_task(K, t, now, lease_ms, worker_entry, token)
-      receipt[#receipt + 1] = t.id
-      receipt[#receipt + 1] = token
-      -- The row of lib/task_row, from what was just written: a RUNNING task
-      -- has no result, and its state and worker ids are in hand.
-      rows[#rows + 1] = {
-        code('OK'), t.id, t.saved, redis.call('HGET', K.payload, t.id),
-        redis.call('HGET', K.errors, t.id), workers, false,
-      }
+      ids[n] = member_id(member)
     end
+    local states = hmget_all(K.state, ids)
+    local payloads = hmget_all(K.payload, ids)
+    local errors = hmget_all(K.errors, ids)
+    local old_workers = hmget_all(K.workers, ids)
+    local state_args, worker_args, running, leases = {}, {}, {}, {}
+    for n, id in ipairs(ids) do
+      local t = parse_task(id, states[n])
+      local token = string.format('%d', last - #members + n)
+      claim_task(t, now, lease_ms, token)
+      local workers = (old_workers[n] or '') .. worker_entry
+      state_args[#state_args + 1] = id
+      state_args[#state_args + 1] = pack_task(t)
+      worker_args[#worker_args + 1] = id
+      worker_args[#worker_args + 1] = workers
+      -- RUNNING's view and the lease index, as lib/index_task adds them.
+      running[#running + 1] = 0
+      running[#running + 1] = segment_member(t)
+      leases[#leases + 1] = t.deadline
+      leases[#leases + 1] = id
+      receipt[#receipt + 1] = id
+      receipt[#receipt + 1] = token
+      -- The row of lib/task_row, from what is being written: a RUNNING task
+      -- has no result.
+      rows[#rows + 1] = { code('OK'), id, t.saved, payloads[n], errors[n], workers, false }
+    end
+    call_in_slices({ 'HSET', K.state }, state_args)
+    call_in_slices({ 'HSET', K.workers }, worker_args)
+    call_in_slices({ 'ZADD', K.running }, running)
+    call_in_slices({ 'ZADD', K.leases }, leases)
   end
 end
 if #rows > 0 then

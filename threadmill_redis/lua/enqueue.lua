@@ -4,7 +4,7 @@
 -- Keys: the parts of the task store an enqueue touches, then one notify
 -- list per queue of the batch.
 --   KEYS[1]  payload     HASH id -> what the producer gave (codec bytes, opaque here)
---   KEYS[2]  state       HASH id -> packed task state (see lib/load_task)
+--   KEYS[2]  state       HASH id -> packed task state (see lib/parse_task)
 --   KEYS[3]  errors      HASH id -> encoded errors
 --   KEYS[4]  workers     HASH id -> encoded worker ids
 --   KEYS[5]  result      HASH id -> encoded return value

@@ -1,6 +1,6 @@
 -- TEST SUPPORT ONLY, never run by RedisBackend: make the namespace behave as
 -- if the server clock moved forward by delta_ms, by moving every scheduling
--- key (due times, lease deadlines, finished times: t.sort, see lib/load_task)
+-- key (due times, lease deadlines, finished times: t.sort, see lib/parse_task)
 -- back by delta_ms and re-indexing each task with the same functions the
 -- operations use. Relative orders are kept; the timestamps a record shows are
 -- not touched, just as a moving clock would not change them. Telemetry ages
@@ -9,7 +9,7 @@
 -- threadmill_redis.testing.make_harness; O(tasks + telemetry pairs).
 --
 --   KEYS[1]  payload     HASH id -> the record as enqueued (codec bytes, opaque here)
---   KEYS[2]  state       HASH id -> packed task state (see lib/load_task)
+--   KEYS[2]  state       HASH id -> packed task state (see lib/parse_task)
 --   KEYS[3]  errors      HASH id -> encoded errors
 --   KEYS[4]  workers     HASH id -> encoded worker ids
 --   KEYS[5]  result      HASH id -> encoded return value

@@ -2,7 +2,7 @@
 -- skipping `offset`; expired results are not part of a terminal segment.
 --
 --   KEYS[1]  payload     HASH id -> the record as enqueued (codec bytes, opaque here)
---   KEYS[2]  state       HASH id -> packed task state (see lib/load_task)
+--   KEYS[2]  state       HASH id -> packed task state (see lib/parse_task)
 --   KEYS[3]  errors      HASH id -> encoded errors
 --   KEYS[4]  workers     HASH id -> encoded worker ids
 --   KEYS[5]  result      HASH id -> encoded return value

@@ -1,13 +1,9 @@
---@include "lib/index_task"
---@include "lib/save_task"
-
--- Move READY task `t` to RUNNING as a worker's attempt under `token` (fresh,
+-- Make READY task `t` RUNNING as a worker's attempt under `token` (fresh,
 -- from the caller's one HINCRBY for the whole batch): lease deadline,
--- attempts + 1, timestamps, and the worker appended to its ids
--- (`worker_entry` arrives already encoded by Python). The caller has already
--- taken it out of the READY view (one ZREM for the batch). Returns the
--- task's worker ids as stored.
-local function claim_task(K, t, now, lease_ms, worker_entry, token)
+-- attempts + 1, timestamps. Only the table changes: claim.lua takes the
+-- batch out of READY, and writes its states, worker ids and indexes, in one
+-- command each.
+local function claim_task(t, now, lease_ms, token)
   t.status = 'RUNNING'
   t.token = token
   t.deadline = now + lease_ms
@@ -17,9 +13,4 @@ local function claim_task(K, t, now, lease_ms, worker_entry, token)
   if t.started_at == nil then
     t.started_at = now
   end
-  local workers = (redis.call('HGET', K.workers, t.id) or '') .. worker_entry
-  redis.call('HSET', K.workers, t.id, workers)
-  save_task(K, t)
-  index_task(K, t)
-  return workers
 end

@@ -1,32 +1,11 @@
--- Task `id` as a table parsed from K.state, or nil when it is not stored.
--- The state string is eleven '|'-separated fields, then the queue name (last,
--- since it may itself contain '|'); empty fields are nil. `sort` is the
--- task's place in its segment, kept apart from the record's timestamps: the
--- entered-READY sequence (READY), or the due time (DEFERRED), lease deadline
--- (RUNNING) or finished time (terminal) that every scheduling decision reads.
+--@include "lib/parse_task"
+
+-- Task `id` as a table read from K.state (see lib/parse_task), or nil when it
+-- is not stored.
 local function load_task(K, id)
   local raw = redis.call('HGET', K.state, id)
   if not raw then
     return nil
   end
-  -- One match for the twelve fields (a loop of finds costs twice as much,
-  -- and this runs once per task in every script).
-  local status, priority, attempts, sort, enqueued_at, run_after, started_at,
-    last_attempted_at, finished_at, deadline, token, queue = string.match(raw,
-      '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$')
-  return {
-    id = id,
-    status = status,
-    priority = tonumber(priority),
-    attempts = tonumber(attempts),
-    sort = tonumber(sort),
-    enqueued_at = tonumber(enqueued_at),
-    run_after = tonumber(run_after),
-    started_at = tonumber(started_at),
-    last_attempted_at = tonumber(last_attempted_at),
-    finished_at = tonumber(finished_at),
-    deadline = tonumber(deadline),
-    token = token ~= '' and token or nil,
-    queue = queue,
-  }
+  return parse_task(id, raw)
 end
