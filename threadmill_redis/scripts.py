@@ -1,6 +1,10 @@
 """The Lua scripts: loaded from ``lua/``, includes resolved, run by SHA.
 
-A script pulls shared functions in with a line ``--@include "lib/NAME"``.
+A script names its fixed keys once, in its header (``--   KEYS[1]  payload
+...``); a line ``--@keys`` becomes ``local K = { payload = KEYS[1], ... }``
+built from that header, so Python (`Script.key_names`) and Lua read the
+same list. A script pulls shared functions in with a line
+``--@include "lib/NAME"``.
 Each library file is inlined where it is first included (library files
 include what they use, so definitions come before use) and skipped after
 that; a cycle is an error naming the chain. Scripts run with EVALSHA; on
@@ -29,6 +33,7 @@ from threadmill_redis.errors import ScriptIncludeError
 
 INCLUDE = re.compile(r'^--@include\s+"([^"]+)"\s*$')
 HEADER_KEY = re.compile(r"^--\s+KEYS\[(\d+)\]\s+(\w+)")
+KEYS_DIRECTIVE = re.compile(r"^--@keys$", re.MULTILINE)
 
 #: Arguments of one script call: its keys, then its ARGV.
 Call = tuple["Script", Sequence[str], Sequence[str | bytes | int]]
@@ -89,8 +94,11 @@ class Script:
         }
         if sorted(declared) != list(range(1, len(declared) + 1)):
             raise ValueError(f"{name}.lua: its header must name KEYS[1] to KEYS[n] in order")
+        key_names = tuple(declared[i] for i in sorted(declared))
+        aliases = "".join(f"  {key} = KEYS[{i}],\n" for i, key in enumerate(key_names, 1))
+        source = KEYS_DIRECTIVE.sub(lambda _: f"local K = {{\n{aliases}}}", source, count=1)
         sha = hashlib.sha1(source.encode(), usedforsecurity=False).hexdigest()
-        return cls(name, source, sha, tuple(declared[i] for i in sorted(declared)))
+        return cls(name, source, sha, key_names)
 
 
 @functools.cache

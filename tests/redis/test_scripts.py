@@ -69,12 +69,24 @@ def test_each_library_file_is_one_local_function_of_its_name(name: str) -> None:
     assert top_level == [f"local function {name}"]
 
 
+def test_the_keys_directive_becomes_the_aliases_the_header_names() -> None:
+    """``--@keys`` turns into ``local K = {...}``, in header order, and nothing else changes."""
+    source = "--   KEYS[1]  state  HASH x\n--   KEYS[2]  ready  ZSET y\n--@keys\nreturn K.ready\n"
+    script = scripts.Script.from_source("t", source)
+    assert script.key_names == ("state", "ready")
+    assert (
+        "local K = {\n  state = KEYS[1],\n  ready = KEYS[2],\n}\nreturn K.ready\n" in script.source
+    )
+    assert "--@keys" not in script.source
+
+
 @pytest.mark.parametrize("name", OPERATIONS)
 def test_each_script_header_names_the_keys_it_aliases(name: str) -> None:
     """The header's KEYS[i] names match the script's aliases, so Python passes keys by name."""
     script = scripts.load(name)
     aliases = re.findall(r"^\s+(\w+) = KEYS\[(\d+)\],$", script.source, re.MULTILINE)
     assert [n for n, _ in aliases] == list(script.key_names[: len(aliases)])
+    assert "K." not in script.source or aliases, "a script that uses K. needs --@keys"
     assert [int(i) for _, i in aliases] == list(range(1, len(aliases) + 1))
     header = script.source.split("\n\n", 1)[0]
     assert "ARGV[1]" in header or "ARGV" not in script.source

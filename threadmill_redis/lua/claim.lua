@@ -48,25 +48,7 @@
 --@include "lib/sort_bound"
 --@include "lib/task_row"
 
-local K = {
-  payload = KEYS[1],
-  state = KEYS[2],
-  errors = KEYS[3],
-  workers = KEYS[4],
-  result = KEYS[5],
-  ready = KEYS[6],
-  deferred = KEYS[7],
-  running = KEYS[8],
-  successful = KEYS[9],
-  failed = KEYS[10],
-  cancelled = KEYS[11],
-  due = KEYS[12],
-  leases = KEYS[13],
-  finished = KEYS[14],
-  counters = KEYS[15],
-  queues = KEYS[16],
-  receipt = KEYS[17],
-}
+--@keys
 local worker_entry = ARGV[1]
 local lease_ms = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])

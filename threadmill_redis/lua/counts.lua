@@ -17,15 +17,7 @@
 --@include "lib/queue_prefix"
 --@include "lib/sort_bound"
 
-local K = {
-  ready = KEYS[1],
-  deferred = KEYS[2],
-  running = KEYS[3],
-  successful = KEYS[4],
-  failed = KEYS[5],
-  cancelled = KEYS[6],
-  queues = KEYS[7],
-}
+--@keys
 local result_ttl_ms = tonumber(ARGV[1])
 
 local live_from = now_ms() - result_ttl_ms + 1

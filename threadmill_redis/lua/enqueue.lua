@@ -45,20 +45,7 @@
 --@include "lib/tally"
 --@include "lib/task_row"
 
-local K = {
-  payload = KEYS[1],
-  state = KEYS[2],
-  errors = KEYS[3],
-  workers = KEYS[4],
-  result = KEYS[5],
-  ready = KEYS[6],
-  deferred = KEYS[7],
-  due = KEYS[8],
-  counters = KEYS[9],
-  queues = KEYS[10],
-  rates = KEYS[11],
-  rate_index = KEYS[12],
-}
+--@keys
 local notify_cap = tonumber(ARGV[1])
 local OK, EXISTS = code('OK'), code('EXISTS')
 

@@ -17,13 +17,7 @@
 --@include "lib/now_ms"
 --@include "lib/task_row"
 
-local K = {
-  payload = KEYS[1],
-  state = KEYS[2],
-  errors = KEYS[3],
-  workers = KEYS[4],
-  result = KEYS[5],
-}
+--@keys
 local id = ARGV[1]
 local result_ttl_ms = tonumber(ARGV[2])
 

@@ -10,9 +10,7 @@
 
 --@include "lib/now_ms"
 
-local K = {
-  due = KEYS[1],
-}
+--@keys
 
 local first = redis.call('ZRANGE', K.due, 0, 0, 'WITHSCORES')
 if #first == 0 then

@@ -28,19 +28,7 @@
 --@include "lib/sort_bound"
 --@include "lib/task_row"
 
-local K = {
-  payload = KEYS[1],
-  state = KEYS[2],
-  errors = KEYS[3],
-  workers = KEYS[4],
-  result = KEYS[5],
-  ready = KEYS[6],
-  deferred = KEYS[7],
-  running = KEYS[8],
-  successful = KEYS[9],
-  failed = KEYS[10],
-  cancelled = KEYS[11],
-}
+--@keys
 local queue = ARGV[1]
 local status = ARGV[2]
 local offset = tonumber(ARGV[3])

@@ -14,10 +14,7 @@
 --@include "lib/now_ms"
 --@include "lib/rate_bucket"
 
-local K = {
-  rates = KEYS[1],
-  rate_index = KEYS[2],
-}
+--@keys
 local window_ms = tonumber(ARGV[1])
 
 local bucket, history = rate_bucket(now_ms())

@@ -35,25 +35,7 @@
 --@include "lib/retry_task"
 --@include "lib/task_row"
 
-local K = {
-  payload = KEYS[1],
-  state = KEYS[2],
-  errors = KEYS[3],
-  workers = KEYS[4],
-  result = KEYS[5],
-  ready = KEYS[6],
-  deferred = KEYS[7],
-  running = KEYS[8],
-  successful = KEYS[9],
-  failed = KEYS[10],
-  cancelled = KEYS[11],
-  due = KEYS[12],
-  leases = KEYS[13],
-  finished = KEYS[14],
-  counters = KEYS[15],
-  queues = KEYS[16],
-}
-local notify_key = KEYS[17]
+--@keys
 local id = ARGV[1]
 local token = ARGV[2]
 local delay_ms = tonumber(ARGV[3])
@@ -68,7 +50,7 @@ if status_code == code('REFUSED') then
 end
 if status_code == code('OK') then
   if t.status == 'READY' then
-    notify(notify_key, 1, notify_cap)
+    notify(K.notify, 1, notify_cap)
   end
   -- Applied now: the caller has the errors it sent; only the state is news.
   return { status_code, id, t.saved }
