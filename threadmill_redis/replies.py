@@ -91,6 +91,21 @@ def parse_state(raw: bytes) -> State:
         raise PayloadError(f"stored task state is not valid: {raw!r}") from exc
 
 
+def with_state(base: TaskResult, state: State, **rest: Any) -> TaskResult:
+    """`base` with the fields the scripts own taken from `state`, and `rest`."""
+    return attrs.evolve(
+        base,
+        status=state.status,
+        enqueued_at=state.enqueued_at,
+        run_after=state.run_after,
+        started_at=state.started_at,
+        last_attempted_at=state.last_attempted_at,
+        finished_at=state.finished_at,
+        attempts=state.attempts,
+        **rest,
+    )
+
+
 def encode_worker(worker: str) -> bytes:
     """One entry of the workers hash; Lua appends it without looking inside."""
     data = worker.encode()
@@ -148,15 +163,9 @@ class Row:
                 base = codec.decode_record(self.payload)
                 if base.id != self.id:
                     raise PayloadError(f"the stored bytes hold task {base.id!r}")
-            record = attrs.evolve(
+            record = with_state(
                 base,
-                status=state.status,
-                enqueued_at=state.enqueued_at,
-                run_after=state.run_after,
-                started_at=state.started_at,
-                last_attempted_at=state.last_attempted_at,
-                finished_at=state.finished_at,
-                attempts=state.attempts,
+                state,
                 errors=codec.decode_errors(self.errors) if self.errors else (),
                 worker_ids=decode_workers(self.workers),
                 return_value=None if self.result is None else codec.decode_value(self.result),
@@ -194,15 +203,9 @@ def decided(reply: Sequence[Any], decision: Decision) -> TaskResult | None:
     state = parse_state(reply[2])
     record = decision.record
     kept = decision.retry_delay is None and record.status is TaskResultStatus.SUCCESSFUL
-    return attrs.evolve(
+    return with_state(
         decision.lease.record,
-        status=state.status,
-        enqueued_at=state.enqueued_at,
-        run_after=state.run_after,
-        started_at=state.started_at,
-        last_attempted_at=state.last_attempted_at,
-        finished_at=state.finished_at,
-        attempts=state.attempts,
+        state,
         errors=tuple(record.errors),
         return_value=record.return_value if kept else None,
     )
