@@ -63,6 +63,7 @@ from threadmill_core.models import (
     TaskError,
     TaskResult,
     TaskResultStatus,
+    evolve_unchecked,
     validate_timedelta,
 )
 from threadmill_core.plugins import notify
@@ -781,7 +782,8 @@ class Worker:
         except Exception as exc:
             error = TaskError.from_exception(exc, traceback.format_exc())
             return decide(lease, error)
-        done = attrs.evolve(record, status=TaskResultStatus.SUCCESSFUL, return_value=value)
+        # Unchecked: the record came from the backend, and `value` was just checked.
+        done = evolve_unchecked(record, status=TaskResultStatus.SUCCESSFUL, return_value=value)
         return Decision(lease=lease, record=done)
 
     def _quarantine(self, lease: Lease, why: str) -> Decision:

@@ -100,11 +100,12 @@ def enqueued(row: Any, record: TaskResult, now_ms: int, run_after_ms: int | None
 
 
 def outcome(record: TaskResult) -> tuple[str, bytes, bytes]:
-    """Status, encoded errors and encoded return value (b"" for none) of a `complete`."""
+    """Status, encoded errors and encoded return value (b"" for none, or None) of a `complete`."""
     if record.status not in _FINISHED:
         raise ValueError(f"complete takes SUCCESSFUL or FAILED, got {record.status}")
     result = b""
-    if record.status is TaskResultStatus.SUCCESSFUL:
+    # None is stored as no result at all, which reads back the same.
+    if record.status is TaskResultStatus.SUCCESSFUL and record.return_value is not None:
         codec.check_value(record.return_value, "return_value")
         result = codec.encode_value(record.return_value)
     return record.status.value, codec.encode_errors(record.errors), result

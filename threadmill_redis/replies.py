@@ -12,14 +12,20 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import attrs
 
 from threadmill_core import codec
 from threadmill_core.clock import from_ms
 from threadmill_core.errors import PayloadError
-from threadmill_core.models import Decision, Lease, TaskResult, TaskResultStatus
+from threadmill_core.models import (
+    Decision,
+    Lease,
+    TaskResult,
+    TaskResultStatus,
+    evolve_unchecked,
+)
 
 
 class Status(enum.IntEnum):
@@ -49,9 +55,12 @@ ANSWERED = {
 }
 
 
-@attrs.frozen(kw_only=True)
-class State:
-    """The task fields the scripts change, parsed from the ``state`` hash (see keys.py)."""
+class State(NamedTuple):
+    """The task fields the scripts change, parsed from the ``state`` hash (see keys.py).
+
+    A named tuple, not an attrs class: one is parsed for every task a claim
+    or an acknowledgement touches.
+    """
 
     status: TaskResultStatus
     priority: int
@@ -66,6 +75,10 @@ class State:
     queue: str
 
 
+#: Status by its stored name, without the enum's own lookup.
+_STATUSES = {status.value.encode(): status for status in TaskResultStatus}
+
+
 def _time(field: bytes) -> datetime | None:
     return from_ms(int(field)) if field else None
 
@@ -74,26 +87,30 @@ def parse_state(raw: bytes) -> State:
     try:
         f = raw.split(b"|", 11)
         return State(
-            status=TaskResultStatus(f[0].decode()),
-            priority=int(f[1]),
-            attempts=int(f[2]),
+            _STATUSES[f[0]],
+            int(f[1]),
+            int(f[2]),
             # f[3] is the scheduling key, which records do not show (see keys.py).
-            enqueued_at=_time(f[4]),
-            run_after=_time(f[5]),
-            started_at=_time(f[6]),
-            last_attempted_at=_time(f[7]),
-            finished_at=_time(f[8]),
-            deadline=_time(f[9]),
-            token=f[10].decode() or None,
-            queue=f[11].decode(),
+            _time(f[4]),
+            _time(f[5]),
+            _time(f[6]),
+            _time(f[7]),
+            _time(f[8]),
+            _time(f[9]),
+            f[10].decode() or None,
+            f[11].decode(),
         )
-    except (ValueError, IndexError) as exc:
+    except (ValueError, IndexError, KeyError) as exc:
         raise PayloadError(f"stored task state is not valid: {raw!r}") from exc
 
 
 def with_state(base: TaskResult, state: State, **rest: Any) -> TaskResult:
-    """`base` with the fields the scripts own taken from `state`, and `rest`."""
-    return attrs.evolve(
+    """`base` with the fields the scripts own taken from `state`, and `rest`.
+
+    Unchecked (`evolve_unchecked`): the state was parsed from the store, and
+    `rest` holds values decoded from it or already in a record.
+    """
+    return evolve_unchecked(
         base,
         status=state.status,
         enqueued_at=state.enqueued_at,
@@ -200,14 +217,25 @@ def decided(reply: Sequence[Any], decision: Decision) -> TaskResult | None:
     """
     if reply[0] != Status.OK:
         return answer(reply, decision.lease.record)
-    state = parse_state(reply[2])
     record = decision.record
-    kept = decision.retry_delay is None and record.status is TaskResultStatus.SUCCESSFUL
+    if decision.retry_delay is None:
+        # Finalized now: of the fields the scripts own only the status and
+        # finished_at changed, and the status is the decision's.
+        finished = reply[2].split(b"|", 9)[8]
+        return evolve_unchecked(
+            decision.lease.record,
+            status=record.status,
+            finished_at=_time(finished),
+            errors=tuple(record.errors),
+            return_value=record.return_value
+            if record.status is TaskResultStatus.SUCCESSFUL
+            else None,
+        )
     return with_state(
         decision.lease.record,
-        state,
+        parse_state(reply[2]),
         errors=tuple(record.errors),
-        return_value=record.return_value if kept else None,
+        return_value=None,
     )
 
 
@@ -216,4 +244,4 @@ def extended(reply: Sequence[Any], lease: Lease) -> Lease | None:
     status, deadline = Status(reply[0]), reply[1]
     if not ANSWERED[status]:
         return None
-    return attrs.evolve(lease, deadline=from_ms(int(deadline)))
+    return evolve_unchecked(lease, deadline=from_ms(int(deadline)))
