@@ -31,15 +31,27 @@
 --            encoded result ('' for none), KEYS index of the notify list
 --
 -- Reply: one row per decision, in order, as complete.lua and retry.lua reply.
+--
+-- Cost: the usual batch (completions of distinct tasks) takes a fixed
+-- number of commands, whatever its size: one HMGET reads every state, and
+-- the completions are written together, one command per hash or index. A
+-- retry, or a task decided a second time in the same call, is applied on its
+-- own as retry.lua and complete.lua do, after the completions before it are
+-- written, so the batch answers exactly as the same decisions sent one by one.
 
+--@include "lib/call_in_slices"
 --@include "lib/code"
 --@include "lib/complete_task"
+--@include "lib/hmget_all"
 --@include "lib/load_task"
 --@include "lib/notify"
 --@include "lib/now_ms"
+--@include "lib/pack_task"
+--@include "lib/parse_task"
 --@include "lib/prune_expired"
 --@include "lib/record_rates"
 --@include "lib/retry_task"
+--@include "lib/segment_member"
 --@include "lib/tally"
 --@include "lib/task_row"
 
@@ -47,34 +59,127 @@
 local result_ttl_ms = tonumber(ARGV[1])
 local prune_batch = tonumber(ARGV[2])
 local notify_cap = tonumber(ARGV[3])
+local OK, REPEAT, REFUSED = code('OK'), code('REPEAT'), code('REFUSED')
 
 local now = now_ms()
-local rows = {}
-local counts = {}
+local ids = {}
 for i = 4, #ARGV, 7 do
-  local id, token = ARGV[i + 1], ARGV[i + 2]
-  local t = load_task(K, id)
-  local status_code
-  if ARGV[i] == 'complete' then
-    status_code = complete_task(K, t, token, ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], now)
-    if status_code == code('OK') then
-      tally(counts, t.queue, 'f')
-    end
-  else
-    status_code = retry_task(K, t, token, tonumber(ARGV[i + 3]), ARGV[i + 4], now)
-    if status_code == code('OK') and t.status == 'READY' then
-      notify(KEYS[tonumber(ARGV[i + 6])], 1, notify_cap)
+  ids[#ids + 1] = ARGV[i + 1]
+end
+-- As they were before this call: a task's entry is read only while no
+-- decision of this call has changed it (see `seen`).
+local states = hmget_all(K.state, ids)
+
+-- Completions applied but not yet written: each list is the arguments of one
+-- command (see flush). Only the first decision on a task joins them.
+local pending
+local function reset()
+  pending = {
+    n = 0, running = {}, leases = {}, state = {}, errors = {}, no_errors = {}, result = {},
+    views = { SUCCESSFUL = {}, FAILED = {} }, finished = {},
+  }
+end
+reset()
+
+local function flush()
+  if pending.n == 0 then
+    return
+  end
+  call_in_slices({ 'ZREM', K.running }, pending.running)
+  call_in_slices({ 'ZREM', K.leases }, pending.leases)
+  call_in_slices({ 'HSET', K.state }, pending.state)
+  if #pending.errors > 0 then
+    call_in_slices({ 'HSET', K.errors }, pending.errors)
+  end
+  if #pending.no_errors > 0 then
+    call_in_slices({ 'HDEL', K.errors }, pending.no_errors)
+  end
+  if #pending.result > 0 then
+    call_in_slices({ 'HSET', K.result }, pending.result)
+  end
+  for status, members in pairs(pending.views) do
+    if #members > 0 then
+      call_in_slices({ 'ZADD', K[string.lower(status)] }, members)
     end
   end
-  if status_code == code('REFUSED') then
+  call_in_slices({ 'ZADD', K.finished }, pending.finished)
+  reset()
+end
+
+-- Finalize RUNNING task `t` as lib/complete_task does, its writes left in
+-- `pending`. An empty error list is stored as no entry, which reads the same.
+local function complete_later(t, status, errors, result)
+  local p = pending
+  p.n = p.n + 1
+  p.running[#p.running + 1] = segment_member(t)
+  p.leases[#p.leases + 1] = t.id
+  t.status = status
+  t.finished_at = now
+  t.sort = now
+  t.deadline = nil
+  p.state[#p.state + 1] = t.id
+  p.state[#p.state + 1] = pack_task(t)
+  if errors == '[]' then
+    p.no_errors[#p.no_errors + 1] = t.id
+  else
+    p.errors[#p.errors + 1] = t.id
+    p.errors[#p.errors + 1] = errors
+  end
+  if result ~= '' then
+    p.result[#p.result + 1] = t.id
+    p.result[#p.result + 1] = result
+  end
+  local view = p.views[status]
+  view[#view + 1] = 0
+  view[#view + 1] = segment_member(t)
+  p.finished[#p.finished + 1] = now
+  p.finished[#p.finished + 1] = t.id
+end
+
+local rows, counts, seen = {}, {}, {}
+for n, id in ipairs(ids) do
+  local i = 4 + (n - 1) * 7
+  local kind, token = ARGV[i], ARGV[i + 2]
+  local t, status_code
+  if kind == 'complete' and not seen[id] and pending.views[ARGV[i + 3]] then
+    t = states[n] and parse_task(id, states[n]) or nil
+    if t == nil or t.token ~= token then
+      status_code = REFUSED
+    elseif t.status == 'SUCCESSFUL' or t.status == 'FAILED' then
+      status_code = REPEAT
+    elseif t.status ~= 'RUNNING' then
+      status_code = REFUSED
+    else
+      complete_later(t, ARGV[i + 3], ARGV[i + 4], ARGV[i + 5])
+      status_code = OK
+    end
+  else
+    -- Applied on its own, on the task as stored now.
+    flush()
+    t = load_task(K, id)
+    if kind == 'complete' then
+      status_code = complete_task(K, t, token, ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], now)
+    else
+      status_code = retry_task(K, t, token, tonumber(ARGV[i + 3]), ARGV[i + 4], now)
+      if status_code == OK and t.status == 'READY' then
+        notify(KEYS[tonumber(ARGV[i + 6])], 1, notify_cap)
+      end
+    end
+  end
+  seen[id] = true
+  if status_code == OK and kind == 'complete' then
+    tally(counts, t.queue, 'f')
+  end
+  if status_code == REFUSED then
     rows[#rows + 1] = { status_code, id }
-  elseif status_code == code('OK') then
+  elseif status_code == OK then
     -- Applied now: the caller has the errors and result it sent; only the state is news.
     rows[#rows + 1] = { status_code, id, t.saved }
   else
     rows[#rows + 1] = task_row(K, t, status_code, false)
   end
 end
+flush()
 record_rates(K, now, counts)
 prune_expired(K, now, result_ttl_ms, prune_batch)
 return rows
