@@ -265,28 +265,31 @@ _T = TypeVar("_T")
 _copiers: dict[type[Any], Callable[[Any, dict[str, Any]], Any]] = {}
 
 
+def _setter(name: str) -> Callable[[Any, Any], None]:
+    def store(instance: Any, value: Any) -> None:
+        object.__setattr__(instance, name, value)
+
+    return store
+
+
 def _copier(cls: type[Any]) -> Callable[[Any, dict[str, Any]], Any]:
-    """A function copying a slotted attrs instance of `cls` with some fields replaced.
+    """A function copying an attrs instance of `cls` with some fields replaced.
 
     Generated like attrs' own ``__init__``: one line per field, no loop, no
-    validators (see `evolve_unchecked`).
+    validators (see `evolve_unchecked`). Each field is stored through its
+    slot's own descriptor, which skips the frozen class's ``__setattr__``.
     """
     names = [field.name for field in attrs.fields(cls)]
-    lines = [
-        "def copy(instance, changes):",
-        "    new = object_new(cls)",
-        *(
-            f"    object_setattr(new, {name!r}, "
-            f"changes[{name!r}] if {name!r} in changes else instance.{name})"
-            for name in names
-        ),
-        "    return new",
-    ]
-    scope: dict[str, Any] = {
-        "object_new": object.__new__,
-        "object_setattr": object.__setattr__,
-        "cls": cls,
-    }
+    scope: dict[str, Any] = {"object_new": object.__new__, "cls": cls}
+    lines = ["def copy(instance, changes):", "    new = object_new(cls)"]
+    for n, name in enumerate(names):
+        slot = next((c.__dict__[name] for c in cls.__mro__ if name in c.__dict__), None)
+        store = getattr(slot, "__set__", None)
+        # A slotted class has a member descriptor per field; any other falls back.
+        scope[f"set_{n}"] = store or _setter(name)
+        value = f"changes[{name!r}] if {name!r} in changes else instance.{name}"
+        lines.append(f"    set_{n}(new, {value})")
+    lines.append("    return new")
     exec("\n".join(lines), scope)  # the code is built from the class's own field names
     copy: Callable[[Any, dict[str, Any]], Any] = scope["copy"]
     _copiers[cls] = copy

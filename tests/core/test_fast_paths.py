@@ -129,3 +129,15 @@ def test_a_context_learns_its_lease_was_lost_once_and_for_good() -> None:
     assert context.lease_lost
     assert not other.lease_lost
     assert context == other  # the flag is not part of the value
+
+
+@attrs.frozen(slots=False)
+class Unslotted:
+    a: int
+    b: int = 2
+
+
+def test_evolve_unchecked_copies_a_class_without_slots_too() -> None:
+    assert evolve_unchecked(Unslotted(1), a=3) == Unslotted(3, 2)
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        evolve_unchecked(Unslotted(1)).a = 5  # type: ignore[misc]
