@@ -123,13 +123,15 @@ class Task(Generic[P, R]):
     broker: Broker | None = None
     #: The function's first parameter is named ``context`` and takes a TaskContext.
     takes_context: bool = False
+    #: Whether `func` is a coroutine function, asked once (a worker asks per task).
+    is_async: bool = attrs.field(init=False, repr=False)
+
+    @is_async.default
+    def _is_async(self) -> bool:
+        return inspect.iscoroutinefunction(self.func)
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.func(*args, **kwargs)
-
-    @property
-    def is_async(self) -> bool:
-        return inspect.iscoroutinefunction(self.func)
 
     def using(
         self,
