@@ -20,7 +20,7 @@ from threadmill_core.backend import Backend
 from threadmill_core.clock import from_ms, to_ms
 from threadmill_core.errors import TaskNotFound, WaitTimeout
 from threadmill_core.models import QueueCounts, TaskResult, TaskResultStatus, new_task_id
-from threadmill_core.plugins import backend_for_url, notify
+from threadmill_core.plugins import backend_for_url, notify_each
 from threadmill_core.task import Task, validate_run_after
 
 DEFAULT_URL = "memory://"
@@ -75,8 +75,7 @@ class Broker:
                 )
             )
         stored = self.backend.enqueue(records)
-        for record in stored:
-            notify("threadmill_task_enqueued", record=record)
+        notify_each("threadmill_task_enqueued", "record", stored)
         return stored
 
     def _absolute(self, run_after: datetime | timedelta | None) -> datetime | None:

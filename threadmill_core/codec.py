@@ -63,7 +63,8 @@ def check_value(value: object, path: str) -> None:
         return
     if type(value) is list:
         for index, item in enumerate(value):
-            check_value(item, f"{path}[{index}]")
+            if not _carried(item):
+                check_value(item, f"{path}[{index}]")
         return
     if type(value) is dict:
         for key, item in value.items():
@@ -73,16 +74,39 @@ def check_value(value: object, path: str) -> None:
                     value,
                     reason=f"has a key of type {type(key).__qualname__}; dict keys must be str",
                 )
-            check_value(item, f"{path}[{key!r}]")
+            if not _carried(item):
+                check_value(item, f"{path}[{key!r}]")
         return
     raise UnsupportedValue(path, value)
+
+
+#: Types the codec carries whatever the value.
+_ANY_VALUE = (type(None), bool, float)
+#: Ints of at most this many bits parse back whatever `sys.set_int_max_str_digits`
+#: allows (640 digits at least, or no limit).
+_SHORT_INT_BITS = 3 * 640
+
+
+def _carried(value: object) -> bool:
+    """Whether `value` is a scalar `check_value` lets through at once (the common case).
+
+    A shortcut only: it spares containers of plain values a path string per
+    item; False sends the value to `check_value`, which decides.
+    """
+    if type(value) is str:
+        return value.isascii()
+    if type(value) is int:
+        return value.bit_length() <= _SHORT_INT_BITS
+    return type(value) in _ANY_VALUE
 
 
 def check_arguments(args: tuple[object, ...] | list[object], kwargs: dict[str, object]) -> None:
     """Check a call's arguments; errors name them as ``args[0]`` or ``kwargs['when']``."""
     for index, value in enumerate(args):
-        check_value(value, f"args[{index}]")
-    check_value(kwargs, "kwargs")
+        if not _carried(value):
+            check_value(value, f"args[{index}]")
+    if kwargs or type(kwargs) is not dict:
+        check_value(kwargs, "kwargs")
 
 
 @functools.cache
@@ -202,60 +226,81 @@ def encode_enqueued(record: TaskResult) -> bytes:
     return _encoder.encode(_unstructure_enqueued(record)).encode()
 
 
-class EnqueuedEncoder:
-    """`encode_enqueued` for many records, byte for byte, sharing the work records share.
+#: What records of one task share in their payloads, by (task_path, queue,
+#: priority): the encoded text between the id and the args, and between the
+#: kwargs and the retry policy; ("", "") where such records are encoded
+#: whole. Made once, from a record whose whole encoding they rebuild exactly.
+_shared_parts: dict[tuple[str, str, int], tuple[str, str]] = {}
+_SHARED_PARTS_LIMIT = 1024
 
-    The calls of one task (a `Broker.enqueue_many` batch) differ only in id,
-    args and kwargs: the task path, queue, priority and retry policy are
-    encoded once per run of records that hold the very same objects, and
-    each record then costs an encode of its own three fields. A run's shared
-    parts are made from `encode_enqueued`'s own encoding of its first record,
-    and used only if they rebuild it exactly; a record they cannot serve
-    (an id that is not a str) is encoded whole.
+
+class EnqueuedEncoder:
+    """`encode_enqueued`, byte for byte, for the records of one `enqueue` call.
+
+    The calls of one task differ only in id, args and kwargs: what they
+    share is encoded once (see `_shared_parts`), so a record costs the
+    encoding of its own three fields. A retry policy is encoded once per
+    policy object and call (never cached longer: its options are a dict the
+    caller could change). A record of another shape (an id that is not a
+    str, say) is encoded whole.
     """
 
     def __init__(self) -> None:
-        self._shared: tuple[object, object, object, object] | None = None
-        self._head = self._tail = ""  # around args and kwargs; "" when unusable
+        self._retry: object = None
+        self._retry_text = "null"
 
     def __call__(self, record: TaskResult) -> bytes:
-        shared = self._shared
-        if (
-            shared is None
-            or record.task_path is not shared[0]
-            or record.queue is not shared[1]
-            or record.priority is not shared[2]
-            or record.retry is not shared[3]
-        ):
-            self._share(record)
-        head, record_id = self._head, record.id
-        if not head or type(record_id) is not str:
+        task_path, queue, priority, record_id = (
+            record.task_path,
+            record.queue,
+            record.priority,
+            record.id,
+        )
+        if type(task_path) is not str or type(queue) is not str or type(record_id) is not str:
+            return encode_enqueued(record)
+        key = (task_path, queue, priority)
+        parts = _shared_parts.get(key)
+        if parts is None:
+            parts = _share(key, record)
+        if not parts[0]:
             return encode_enqueued(record)
         args, kwargs = record.args, record.kwargs
         args_text = "[]" if type(args) is list and not args else _encoder.encode(args)
         kwargs_text = "{}" if type(kwargs) is dict and not kwargs else _encoder.encode(kwargs)
-        return (
-            f'{{"id":{_encoder.encode(record_id)}{head}{args_text},'
-            f'"kwargs":{kwargs_text}{self._tail}'
-        ).encode()
-
-    def _share(self, record: TaskResult) -> None:
-        self._shared = (record.task_path, record.queue, record.priority, record.retry)
-        self._head = self._tail = ""
-        raw = _unstructure_enqueued(record)
-        if list(raw) != ["id", "task_path", "args", "kwargs", "queue", "priority", "retry"]:
-            return
-        head = f',"task_path":{_encoder.encode(raw["task_path"])},"args":'
-        tail = "".join(
-            f',"{name}":{_encoder.encode(raw[name])}' for name in ("queue", "priority", "retry")
+        before = (
+            f'{{"id":{_encoder.encode(record_id)}{parts[0]}{args_text},'
+            f'"kwargs":{kwargs_text}{parts[1]}'
         )
-        whole = _encoder.encode(raw)
+        retry = record.retry
+        if retry is None:
+            return f"{before}null}}".encode()
+        if retry is self._retry:
+            return f"{before}{self._retry_text}}}".encode()
+        # A policy first met in this call: its text is cut from the record's whole encoding.
+        whole = encode_enqueued(record)
+        text = whole.decode()
+        if text.startswith(before) and text.endswith("}"):
+            self._retry, self._retry_text = retry, text[len(before) : -1]
+        return whole
+
+
+def _share(key: tuple[str, str, int], record: TaskResult) -> tuple[str, str]:
+    """The parts of `key`'s records' payloads, made from `record`'s and checked against it."""
+    raw = _unstructure_enqueued(record)
+    parts = ("", "")
+    if list(raw) == ["id", "task_path", "args", "kwargs", "queue", "priority", "retry"]:
+        head = f',"task_path":{_encoder.encode(raw["task_path"])},"args":'
+        middle = f',"queue":{_encoder.encode(raw["queue"])},"priority":{raw["priority"]},"retry":'
         rebuilt = (
             f'{{"id":{_encoder.encode(raw["id"])}{head}{_encoder.encode(raw["args"])},'
-            f'"kwargs":{_encoder.encode(raw["kwargs"])}{tail}}}'
+            f'"kwargs":{_encoder.encode(raw["kwargs"])}{middle}{_encoder.encode(raw["retry"])}}}'
         )
-        if rebuilt == whole:
-            self._head, self._tail = head, tail + "}"
+        if rebuilt == _encoder.encode(raw):
+            parts = (head, middle)
+    if len(_shared_parts) >= _SHARED_PARTS_LIMIT:
+        _shared_parts.clear()
+    _shared_parts[key] = parts
+    return parts
 
 
 #: The keys of an `encode_enqueued` payload.

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -128,3 +128,19 @@ def notify(hook_name: str, **kwargs: Any) -> None:
         caller(**kwargs)
     except Exception:
         log.exception("a threadmill plugin failed in %s; the task goes on", hook_name)
+
+
+def notify_each(hook_name: str, argument: str, values: Iterable[Any]) -> None:
+    """`notify(hook_name, **{argument: value})` for each of `values`, in order.
+
+    Whether some plugin implements the hook is asked once, not per value: a
+    batch of a thousand tasks costs nothing when nobody listens.
+    """
+    caller = getattr(plugin_manager().hook, hook_name)
+    if not caller.get_hookimpls():
+        return
+    for value in values:
+        try:
+            caller(**{argument: value})
+        except Exception:
+            log.exception("a threadmill plugin failed in %s; the task goes on", hook_name)

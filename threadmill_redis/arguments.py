@@ -2,8 +2,8 @@
 
 Bad arguments raise here (`ValueError`, `TypeError`, `UnsupportedValue`), so
 a refused call changes nothing: a batch is checked whole before any of it is
-sent. Also `enqueued`: the record an enqueue answers, which for a new task
-follows from what was sent and the server's time, so it is never read back.
+sent. Also `enqueued_many`: the records an enqueue answers, which for new tasks
+follow from what was sent and the server's time, so they are never read back.
 """
 
 from __future__ import annotations
@@ -15,12 +15,13 @@ from typing import Any
 import attrs
 
 from threadmill_core import codec
-from threadmill_core.clock import duration_ms, from_ms
+from threadmill_core.clock import duration_ms, from_ms, to_ms
 from threadmill_core.errors import UnsupportedValue
-from threadmill_core.models import TaskResult, TaskResultStatus
+from threadmill_core.models import RetryPolicySpec, TaskResult, TaskResultStatus
 from threadmill_redis.replies import Row, Status
 
 _FINISHED = (TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED)
+_OK = int(Status.OK)
 
 
 def positive_ms(name: str, value: timedelta) -> int:
@@ -56,47 +57,78 @@ def queue_names(queues: Sequence[str]) -> list[str]:
 
 
 #: The fields of a record that `enqueue` takes from the caller; the scripts keep the rest.
+#: `enqueued_many` copies each of them (a test checks that it names them all).
 _GIVEN = tuple(
     field.name for field in attrs.fields(TaskResult) if field.name not in codec.STATE_FIELDS
 )
 
 
-def payload(record: TaskResult) -> bytes:
-    """The payload `enqueue` stores for `record`: what never changes, encoded.
+def payloads(records: Sequence[TaskResult]) -> list[bytes]:
+    """The payload `enqueue` stores for each record: what never changes, encoded.
 
     That is the id, function, arguments, queue, priority and retry policy;
     the fields that change, and `run_after`, are left out, whatever the
-    caller set, and kept beside it by the scripts.
+    caller set, and kept beside it by the scripts. Records are checked in
+    order and the first bad one raises; records of one task's calls share
+    the encoding of what they share (see `codec.EnqueuedEncoder`).
     """
-    codec.check_arguments(record.args, record.kwargs)
-    if record.retry is not None and record.retry.options is not None:
-        codec.check_value(record.retry.options, "retry.options")
-    try:
-        return codec.encode_enqueued(record)
-    except (TypeError, ValueError) as exc:  # what check_value cannot see, e.g. in task_path
-        reason = f"cannot be encoded: {exc}"
-        raise UnsupportedValue(f"task {record.id!r}", record, reason=reason) from exc
+    encode = codec.EnqueuedEncoder()
+    checked: RetryPolicySpec | None = None  # the retry policy whose options were checked last
+    encoded: list[bytes] = []
+    for record in records:
+        codec.check_arguments(record.args, record.kwargs)
+        retry = record.retry
+        if retry is not None and retry is not checked and retry.options is not None:
+            codec.check_value(retry.options, "retry.options")
+            checked = retry
+        try:
+            encoded.append(encode(record))
+        except (TypeError, ValueError) as exc:  # what check_value cannot see, e.g. in task_path
+            reason = f"cannot be encoded: {exc}"
+            raise UnsupportedValue(f"task {record.id!r}", record, reason=reason) from exc
+    return encoded
 
 
-def enqueued(row: Any, record: TaskResult, now_ms: int, run_after_ms: int | None) -> TaskResult:
-    """The record an ``enqueue.lua`` row answers for `record` (as the caller sent it).
+def enqueued_many(
+    rows: Sequence[Any], records: Sequence[TaskResult], now_ms: int
+) -> list[TaskResult]:
+    """The records ``enqueue.lua``'s rows answer for `records` (as the caller sent them).
 
     A bare OK means stored now, at server time `now_ms`: the record follows
     from what was sent, so nothing is read back or decoded. It is DEFERRED
-    when `run_after_ms` is later than `now_ms`, else READY, as the script
-    decides, and every other field the scripts keep is at its default. Any
-    other row is the stored record of a repeated id.
+    when its `run_after` (in whole ms) is later than `now_ms`, else READY, as
+    the script decides, and every other field the scripts keep is at its
+    default. Any other row is the stored record of a repeated id.
     """
-    if row != Status.OK:
-        return Row.parse(row).record()
-    deferred = run_after_ms is not None and run_after_ms > now_ms
-    # Built afresh, not with attrs.evolve, which reads every field.
-    return TaskResult(
-        **{name: getattr(record, name) for name in _GIVEN},
-        status=TaskResultStatus.DEFERRED if deferred else TaskResultStatus.READY,
-        enqueued_at=from_ms(now_ms),
-        run_after=None if run_after_ms is None else from_ms(run_after_ms),
-    )
+    enqueued_at = from_ms(now_ms)
+    results: list[TaskResult] = []
+    for row, record in zip(rows, records, strict=True):
+        if row != _OK:
+            results.append(Row.parse(row).record())
+            continue
+        status, run_after = TaskResultStatus.READY, record.run_after
+        if run_after is not None:
+            ms = to_ms(run_after)
+            run_after = from_ms(ms)
+            if ms > now_ms:
+                status = TaskResultStatus.DEFERRED
+        # Built afresh from the fields the caller gives (`_GIVEN`), not with attrs.evolve,
+        # which reads every field.
+        results.append(
+            TaskResult(
+                id=record.id,
+                task_path=record.task_path,
+                args=record.args,
+                kwargs=record.kwargs,
+                queue=record.queue,
+                priority=record.priority,
+                retry=record.retry,
+                status=status,
+                enqueued_at=enqueued_at,
+                run_after=run_after,
+            )
+        )
+    return results
 
 
 def outcome(record: TaskResult) -> tuple[str, bytes, bytes]:

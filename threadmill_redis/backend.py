@@ -88,6 +88,8 @@ class RedisBackend(Backend):
         self._static_keys: dict[str, list[str]] = {}
         self._ttl_ms = duration_ms(self.options.result_ttl)
         self._owns_client = False
+        # The scripts' connections, past the pool's bookkeeping (None: through the pool).
+        self._held = connection.HeldConnections.for_client(client)
         self._check_server()
 
     @classmethod
@@ -134,10 +136,23 @@ class RedisBackend(Backend):
     ) -> Any:
         script = scripts.load(name)
         keys = self._script_keys(script, named_keys, extra_keys)
+        return self._evalsha(script, keys, args, repeatable=repeatable)
+
+    def _evalsha(
+        self, script: scripts.Script, keys: Sequence[str], args: Sequence[Any], *, repeatable: bool
+    ) -> Any:
+        """Run `script` through `connection.call`, on a held connection where there are any."""
+        held = self._held
+        if held is None:
+            return connection.call(
+                lambda: scripts.evalsha(self.client, script, keys, args),
+                repeatable=repeatable,
+                what=script.name,
+            )
         return connection.call(
-            lambda: scripts.evalsha(self.client, script, keys, args),
+            lambda: scripts.evalsha_held(held, script, keys, args),
             repeatable=repeatable,
-            what=name,
+            what=script.name,
         )
 
     def _script_keys(
@@ -206,54 +221,79 @@ class RedisBackend(Backend):
     # --- producing ---------------------------------------------------------------------
 
     def enqueue(self, records: Sequence[TaskResult]) -> list[TaskResult]:
-        items: list[tuple[TaskResult, bytes, int | None]] = []
-        for record in records:  # every record is checked and encoded before any is sent
-            run_after = None if record.run_after is None else to_ms(record.run_after)
-            items.append((record, arguments.payload(record), run_after))
-        size = self.options.enqueue_batch
-        chunks = [items[start : start + size] for start in range(0, len(items), size)]
+        records = list(records)
+        payloads = arguments.payloads(records)  # all checked and encoded before any is sent
         script = scripts.load("enqueue")
+        size = self.options.enqueue_batch
+        if not records:
+            return []
+        if len(records) <= size:  # one script call, the common case
+            now, *rows = self._evalsha(
+                *self._enqueue_call(script, records, payloads), repeatable=True
+            )
+            return arguments.enqueued_many(rows, records, now)
+        # Larger batches: one pipeline of script calls. Each reply (the server
+        # time, then a row per record; see enqueue.lua) is answered as it is
+        # read, while the server runs the next call.
+        starts = range(0, len(records), size)
+        calls = [
+            self._enqueue_call(script, records[at : at + size], payloads[at : at + size])
+            for at in starts
+        ]
+        answered: list[list[TaskResult]] = [[] for _ in calls]
+
+        def answer(index: int, reply: Any) -> None:
+            now, *rows = reply
+            at = starts[index]
+            answered[index] = arguments.enqueued_many(rows, records[at : at + size], now)
+
+        self._evalsha_many(calls, answer)
+        return [result for chunk in answered for result in chunk]
+
+    def _enqueue_call(
+        self, script: scripts.Script, records: Sequence[TaskResult], payloads: Sequence[bytes]
+    ) -> scripts.Call:
+        """An ``enqueue.lua`` call of `records`, in runs sharing queue, priority and run_after."""
         first = len(script.key_names) + 1  # KEYS index of the first notify list
-        calls: list[scripts.Call] = []
-        for chunk in chunks:
-            notify: dict[str, int] = {}  # queue -> KEYS index of its notify list
-            args: list[Any] = [self.options.notify_cap]
-            for record, payload, run_after in chunk:
-                queue = record.queue
+        notify: dict[str, int] = {}  # queue -> KEYS index of its notify list
+        args: list[Any] = [self.options.notify_cap]
+        run: tuple[str, int, datetime | None] | None = None
+        at = 0  # where the current run's length is
+        for record, payload in zip(records, payloads, strict=True):
+            queue, priority, run_after = record.queue, record.priority, record.run_after
+            if run is None or queue != run[0] or priority != run[1] or run_after != run[2]:
+                run = (queue, priority, run_after)
                 index = notify.get(queue)
                 if index is None:
                     index = notify[queue] = first + len(notify)
-                args += (
-                    record.id,
-                    queue,
-                    record.priority,
-                    "" if run_after is None else run_after,
-                    payload,
-                    index,
-                )
-            keys = self._script_keys(script, {}, [self.keys.notify(queue) for queue in notify])
-            calls.append((script, keys, args))
-        if len(calls) == 1:  # one round trip either way, and a pipeline costs more to build
-            (call,) = calls
-            replies = [
-                connection.call(
-                    lambda: scripts.evalsha(self.client, *call),
-                    repeatable=True,
-                    what="enqueue",
-                )
-            ]
-        else:
-            replies = connection.call(
-                lambda: scripts.evalsha_many(self.client, calls), repeatable=True, what="enqueue"
+                at = len(args)
+                args += (0, queue, priority, "" if run_after is None else to_ms(run_after), index)
+            args[at] += 1
+            args += (record.id, payload)
+        keys = self._script_keys(script, {}, [self.keys.notify(queue) for queue in notify])
+        return script, keys, args
+
+    def _evalsha_many(
+        self, calls: Sequence[scripts.Call], each: Callable[[int, Any], None]
+    ) -> None:
+        """Repeatable script calls in one round trip; `each(index, result)` takes each result.
+
+        On a held connection each result is taken as it is read (see
+        `scripts.evalsha_many_held`); a repeat after a dropped connection
+        takes every result again.
+        """
+        held = self._held
+        what = calls[0][0].name
+        if held is None:
+            results = connection.call(
+                lambda: scripts.evalsha_many(self.client, calls), repeatable=True, what=what
             )
-        # Each reply is the server time, then a row per record (see enqueue.lua).
-        results: list[TaskResult] = []
-        for chunk, (now, *rows) in zip(chunks, replies, strict=True):
-            results += [
-                arguments.enqueued(row, record, now, run_after)
-                for row, (record, _, run_after) in zip(rows, chunk, strict=True)
-            ]
-        return results
+            for index, result in enumerate(results):
+                each(index, result)
+            return
+        connection.call(
+            lambda: scripts.evalsha_many_held(held, calls, each), repeatable=True, what=what
+        )
 
     # --- working -----------------------------------------------------------------------
 
@@ -558,6 +598,11 @@ class RedisBackend(Backend):
     # --- lifecycle ---------------------------------------------------------------------
 
     def close(self) -> None:
-        """Close the client if this backend built it (`from_url`); a given client stays open."""
+        """Close the client if this backend built it (`from_url`); a given client stays open.
+
+        The backend's held connections are closed either way (a later call opens new ones).
+        """
+        if self._held is not None:
+            self._held.close()
         if self._owns_client:
             self.client.close()

@@ -9,14 +9,18 @@ over its shards.
 
 Clients built here do no retries of their own: `call` decides what may be
 repeated after a connection drops (see `threadmill_redis.backend`).
+`HeldConnections` is the scripts' fast way to a single server, past the
+pool's bookkeeping.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import ssl
 import time
-from collections.abc import Callable, Iterator
+import weakref
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeAlias, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
@@ -154,3 +158,138 @@ def call(fn: Callable[[], T], *, repeatable: bool, what: str) -> T:
         except redis.RedisError as exc:
             raise RedisBackendError(f"Redis failed during {what}: {exc}") from exc
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+class HeldConnections:
+    """Connections of one `redis.Redis` kept out of its pool, lent for one command at a time.
+
+    redis-py's pool does bookkeeping on every get and release (a fork check,
+    a lock, a readiness poll and, in recent versions, metrics attributes)
+    that costs more CPU than a small script's round trip. These connections
+    are made by the client's pool (`make_connection`: its connection class,
+    address, credentials and TLS, and they count toward its
+    ``max_connections``), but lent from a plain list: a caller takes one,
+    sends, reads the reply and gives it back, so there are as many as
+    there were concurrent calls, and a thread that ends leaves nothing behind.
+
+    - Each connection is checked before it is lent, as the pool checks
+      each one it hands out (a poll of the socket, a few microseconds): one
+      the server closed meanwhile (a restart, an idle timeout, CLIENT KILL)
+      is reopened, not failed.
+    - After any error but the server's error reply, the connection is
+      disconnected before it is given back (it is reopened when next lent),
+      so a reply left half read is never taken for the next one.
+    - A forked child forgets the parent's connections (redis-py closes them
+      there without shutting the parent's sockets down) and opens its own.
+
+    `for_client` gives None where the pool must stay in charge: a cluster,
+    a client or pool of another kind (blocking, sentinel, fakeredis),
+    client-side caching or a single-connection client.
+    """
+
+    def __init__(self, pool: redis.ConnectionPool) -> None:
+        self._pool = pool
+        # list.pop and list.append are atomic, so lending needs no lock.
+        self._idle: list[Any] = []
+        _HELD.add(self)
+
+    @classmethod
+    def for_client(cls, client: Client) -> HeldConnections | None:
+        if type(client) is not redis.Redis or client.connection is not None:
+            return None
+        pool = client.connection_pool
+        if type(pool) is not redis.ConnectionPool or getattr(pool, "cache", None) is not None:
+            return None
+        return cls(pool)
+
+    def _lend(self) -> Any:
+        """A connection, checked as the pool checks one: connected, and nothing unread."""
+        try:
+            conn = self._idle.pop()
+        except IndexError:
+            conn = self._pool.make_connection()
+        try:
+            conn.connect()
+            if conn.can_read():
+                raise redis.ConnectionError("the connection has unread data")
+        except (redis.ConnectionError, redis.TimeoutError, OSError):
+            # Closed by the server meanwhile: open it again (failing here is an outage).
+            conn.disconnect()
+            try:
+                conn.connect()
+            except BaseException:
+                self._idle.append(conn)
+                raise
+        except BaseException:
+            self._idle.append(conn)
+            raise
+        return conn
+
+    def execute(self, command: Sequence[Any]) -> Any:
+        """Send one command and read its reply; an error reply raises (redis-py's exception)."""
+        conn = self._lend()
+        try:
+            conn.send_command(*command)
+            reply = conn.read_response()
+        except redis.ResponseError:
+            self._idle.append(conn)  # an error reply, read whole: the connection is in step
+            raise
+        except BaseException:
+            conn.disconnect()
+            self._idle.append(conn)
+            raise
+        self._idle.append(conn)
+        return reply
+
+    def execute_many(
+        self, commands: Sequence[Sequence[Any]], *, each: Callable[[int, Any], None] | None = None
+    ) -> list[Any]:
+        """Pipeline `commands`: send them all, then read every reply, in order.
+
+        Error replies are returned (as redis-py's exceptions), not raised.
+        The commands go out in one write; `each(position, reply)`, if given,
+        is called as each reply is read, so the caller's work on one reply
+        overlaps the server's on the next.
+        """
+        conn = self._lend()
+        replies: list[Any] = []
+        try:
+            conn.send_packed_command(conn.pack_commands(commands))
+            for position in range(len(commands)):
+                try:
+                    reply = conn.read_response()
+                except redis.ResponseError as exc:
+                    reply = exc
+                replies.append(reply)
+                if each is not None:
+                    each(position, reply)
+        except BaseException:
+            conn.disconnect()
+            self._idle.append(conn)
+            raise
+        self._idle.append(conn)
+        return replies
+
+    def close(self) -> None:
+        """Disconnect the connections not lent out now (lent ones are given back as they finish)."""
+        while self._idle:
+            try:
+                conn = self._idle.pop()
+            except IndexError:
+                break
+            conn.disconnect()
+
+    def _forget(self) -> None:
+        self._idle = []
+
+
+_HELD: weakref.WeakSet[HeldConnections] = weakref.WeakSet()
+
+
+def _forget_held() -> None:
+    """In a forked child: the parent's sockets are not ours to use."""
+    for held in list(_HELD):
+        held._forget()
+
+
+os.register_at_fork(after_in_child=_forget_held)

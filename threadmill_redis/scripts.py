@@ -10,6 +10,8 @@ include what they use, so definitions come before use) and skipped after
 that; a cycle is an error naming the chain. Scripts run with EVALSHA; on
 NOSCRIPT (a restarted or flushed server) the source is loaded and the call
 repeated, which is safe because NOSCRIPT means the script never ran.
+`evalsha_held` and `evalsha_many_held` do the same on the backend's held
+connections (see `threadmill_redis.connection.HeldConnections`).
 
 The header of each script names its keys as ``--   KEYS[i]  name``; callers
 pass keys by those names (see `Script.key_names`), so Python and Lua cannot
@@ -28,7 +30,7 @@ from typing import Any
 import attrs
 import redis
 
-from threadmill_redis.connection import Client
+from threadmill_redis.connection import Client, HeldConnections
 from threadmill_redis.errors import ScriptIncludeError
 
 INCLUDE = re.compile(r'^--@include\s+"([^"]+)"\s*$')
@@ -147,3 +149,77 @@ def evalsha_many(client: Client, calls: Sequence[Call]) -> list[Any]:
             client.script_load(script.source)
         pending = missing
     return results
+
+
+def evalsha_held(
+    held: HeldConnections,
+    script: Script,
+    keys: Sequence[str],
+    args: Sequence[Any],
+) -> Any:
+    """`evalsha` on a held connection."""
+    command = ("EVALSHA", script.sha, len(keys), *keys, *args)
+    try:
+        return held.execute(command)
+    except redis.exceptions.NoScriptError:
+        held.execute(("SCRIPT", "LOAD", script.source))
+        return held.execute(command)
+
+
+def evalsha_many_held(
+    held: HeldConnections,
+    calls: Sequence[Call],
+    each: Callable[[int, Any], None] | None = None,
+) -> list[Any]:
+    """`evalsha_many` on a held connection, one pipeline.
+
+    `each(index, result)`, if given, is called with each call's result as it
+    is read (see `HeldConnections.execute_many`); a call repeated after
+    NOSCRIPT is answered after the others. A result passed to `each` may
+    still be followed by an error raised for another call.
+    """
+    results: list[Any] = [None] * len(calls)
+    missing = _pipeline(held, calls, list(range(len(calls))), results, each, noscript_ok=True)
+    if missing:
+        for script in {calls[index][0] for index in missing}:
+            held.execute(("SCRIPT", "LOAD", script.source))
+        _pipeline(held, calls, missing, results, each, noscript_ok=False)
+    return results
+
+
+def _pipeline(
+    held: HeldConnections,
+    calls: Sequence[Call],
+    pending: list[int],
+    results: list[Any],
+    each: Callable[[int, Any], None] | None,
+    *,
+    noscript_ok: bool,
+) -> list[int]:
+    """Run `calls[i]` for i in `pending` in one pipeline, into `results` (and `each`).
+
+    Returns the calls answered NOSCRIPT when `noscript_ok`; raises the first
+    other error reply once every reply is read.
+    """
+    commands = []
+    for index in pending:
+        script, keys, args = calls[index]
+        commands.append(("EVALSHA", script.sha, len(keys), *keys, *args))
+    missing: list[int] = []
+    errors: list[Exception] = []
+
+    def take(position: int, reply: Any) -> None:
+        index = pending[position]
+        if isinstance(reply, redis.exceptions.NoScriptError) and noscript_ok:
+            missing.append(index)
+        elif isinstance(reply, Exception):
+            errors.append(reply)
+        else:
+            results[index] = reply
+            if each is not None:
+                each(index, reply)
+
+    held.execute_many(commands, each=take)
+    if errors:
+        raise errors[0]
+    return missing

@@ -18,8 +18,10 @@
 --   KEYS[13..] notify lists, indexed from ARGV
 -- Arguments:
 --   ARGV[1]  notify_cap   most wake-up tokens a notify list keeps
---   ARGV[2..] six per record: id, queue, priority, run_after ms ('' for
---            none), payload bytes, KEYS index of the queue's notify list
+--   ARGV[2..] the records, in runs that share queue, priority and run_after:
+--            a run is its length n, queue, priority, run_after ms ('' for
+--            none), KEYS index of the queue's notify list, then n pairs of
+--            id and payload bytes
 --
 -- Reply: the server time in ms (enqueued_at of every task stored), then one
 -- row per record, in order: the bare code OK for a new task, whose record
@@ -28,21 +30,25 @@
 -- included) with code EXISTS for an id already stored, so the stored record
 -- answers, also for an id given twice in one call.
 --
--- A new task costs two commands of its own (HSETNX of the payload, which is
--- also the test for a stored id, and the state's HSET); the sequence
--- numbers, READY view, queue sizes, telemetry and wake-ups take one or two
--- commands per call or per queue, however many tasks.
+-- Costs: a fixed number of commands per call, whatever its size (lists of
+-- up to 1,000 items go in one command, longer ones in slices of that size;
+-- see lib/call_spread). Stored ids are found with one HMGET of the payload
+-- hash (a lone task instead sets its payload with HSETNX, which is also the
+-- test); the new tasks' payloads, states and indexes are written with one
+-- HSET or ZADD each, their sequence numbers reserved with one HINCRBY;
+-- queue sizes, telemetry and wake-ups take one or two commands per queue; a
+-- repeat costs the six HGETs of its row. A lone task costs eight commands:
+-- TIME, HSETNX, HSET, ZADD, HINCRBY of the sequence (READY) or a second
+-- ZADD (DEFERRED), HINCRBY of its queue's size and of its telemetry, and
+-- LLEN, with an LPUSH when a worker waits.
 
---@include "lib/call_in_slices"
+--@include "lib/call_spread"
 --@include "lib/code"
---@include "lib/index_task"
 --@include "lib/load_task"
 --@include "lib/notify_room"
 --@include "lib/now_ms"
+--@include "lib/queue_prefix"
 --@include "lib/record_rates"
---@include "lib/save_task"
---@include "lib/segment_member"
---@include "lib/tally"
 --@include "lib/task_row"
 
 --@keys
@@ -50,32 +56,113 @@ local notify_cap = tonumber(ARGV[1])
 local OK, EXISTS = code('OK'), code('EXISTS')
 
 local now = now_ms()
-local rows = { now }
-local stored = {} -- the new tasks, in order
-local repeats = {} -- rows index -> id already stored
-local entering = 0 -- how many of them enter READY
-for i = 2, #ARGV, 6 do
-  local id = ARGV[i]
-  -- The payload hash holds every stored id (lib/delete_task drops it with the
-  -- rest), so setting it only if absent both stores a new task and finds a repeat.
-  if redis.call('HSETNX', K.payload, id, ARGV[i + 4]) == 0 then
-    rows[#rows + 1] = false
-    repeats[#rows] = id
+local now_text = string.format('%d', now)
+
+-- The state of a task stored now, packed as lib/pack_task packs it: no
+-- attempts, no timestamps but enqueued_at and run_after, no token.
+local function new_state(status, priority_text, sort_text, run_after_text, queue)
+  return status .. '|' .. priority_text .. '|0|' .. sort_text .. '|' .. now_text .. '|'
+    .. run_after_text .. '||||||' .. queue
+end
+
+-- What the tasks of a run share in their segment members (lib/segment_member):
+-- the queue prefix, then the priority (READY) or the due time (DEFERRED).
+local function member_prefix(queue, priority, deferred, run_after)
+  if deferred then
+    return queue_prefix(queue) .. string.format('%019d', run_after)
+  end
+  return queue_prefix(queue) .. string.format('%03d', 100 - priority)
+end
+
+if #ARGV == 8 then
+  -- A lone task, the usual call, in the fewest steps: setting its payload
+  -- only if absent both stores it and tests the id.
+  local id, queue = ARGV[7], ARGV[3]
+  if redis.call('HSETNX', K.payload, id, ARGV[8]) == 0 then
+    return { now, task_row(K, load_task(K, id), EXISTS, true) }
+  end
+  local priority, run_after = tonumber(ARGV[4]), tonumber(ARGV[5])
+  local priority_text = string.format('%d', priority)
+  local run_after_text = run_after and string.format('%d', run_after) or ''
+  local deferred = run_after ~= nil and run_after > now
+  local prefix = member_prefix(queue, priority, deferred, run_after)
+  if deferred then
+    redis.call('HSET', K.state, id,
+      new_state('DEFERRED', priority_text, run_after_text, run_after_text, queue))
+    redis.call('ZADD', K.deferred, 0, prefix .. id)
+    redis.call('ZADD', K.due, run_after, id)
   else
-    local run_after = tonumber(ARGV[i + 3])
-    local t = {
-      id = id, queue = ARGV[i + 1], priority = tonumber(ARGV[i + 2]), attempts = 0,
-      enqueued_at = now, run_after = run_after, notify = KEYS[tonumber(ARGV[i + 5])],
-    }
-    if run_after ~= nil and run_after > now then
-      t.status = 'DEFERRED'
-      t.sort = run_after
-    else
-      t.status = 'READY'
-      entering = entering + 1
+    local seq = redis.call('HINCRBY', K.counters, 'seq', 1)
+    redis.call('HSET', K.state, id,
+      new_state('READY', priority_text, string.format('%d', seq), run_after_text, queue))
+    redis.call('ZADD', K.ready, 0, prefix .. string.format('%016d', seq) .. id)
+  end
+  redis.call('HINCRBY', K.queues, queue, 1)
+  record_rates(K, now, { [queue] = { e = 1 } })
+  -- One wake-up, for a deferred task too: an idle worker then asks when the
+  -- next task falls due (next_due.lua) and claims it on time.
+  notify_room(KEYS[tonumber(ARGV[6])], 1, notify_cap)
+  return { now, OK }
+end
+
+-- A batch. The runs (each a table of what its records share, and where its
+-- pairs are in ARGV), and every record's id in order.
+local runs, ids, n = {}, {}, 0
+local at = 2
+while at <= #ARGV do
+  local count = tonumber(ARGV[at])
+  local run_after = tonumber(ARGV[at + 3])
+  runs[#runs + 1] = {
+    first = at + 5, last = at + 3 + 2 * count, queue = ARGV[at + 1],
+    priority = tonumber(ARGV[at + 2]), run_after = run_after,
+    deferred = run_after ~= nil and run_after > now, notify = KEYS[tonumber(ARGV[at + 4])],
+  }
+  for i = at + 5, at + 3 + 2 * count, 2 do
+    n = n + 1
+    ids[n] = ARGV[i]
+  end
+  at = at + 5 + 2 * count
+end
+
+-- Which ids are stored already: the payload hash holds every stored id
+-- (lib/delete_task drops it with the rest).
+local stored
+if n <= 1000 then
+  stored = redis.call('HMGET', K.payload, unpack(ids))
+else
+  stored = {}
+  for _, values in ipairs(call_spread('HMGET', K.payload, ids)) do
+    for _, value in ipairs(values) do
+      stored[#stored + 1] = value
     end
-    stored[#stored + 1] = t
-    rows[#rows + 1] = OK
+  end
+end
+
+-- Each record is new, or a repeat of a stored id or of an id given earlier
+-- in this call (answered after the writes, with the first one's record).
+local rows = { now }
+local repeats = {} -- rows index -> id
+local seen = {}
+local entering = 0 -- how many new tasks enter READY
+local k = 0
+for _, run in ipairs(runs) do
+  local fresh, count = {}, 0 -- ARGV index of each new task's id
+  for i = run.first, run.last, 2 do
+    k = k + 1
+    local id = ARGV[i]
+    if stored[k] or seen[id] then
+      rows[k + 1] = false
+      repeats[k + 1] = id
+    else
+      seen[id] = true
+      count = count + 1
+      fresh[count] = i
+      rows[k + 1] = OK
+    end
+  end
+  run.fresh = fresh
+  if not run.deferred then
+    entering = entering + count
   end
 end
 
@@ -85,36 +172,76 @@ local seq = 0
 if entering > 0 then
   seq = redis.call('HINCRBY', K.counters, 'seq', entering) - entering
 end
-local counts, woken, members = {}, {}, {}
-for _, t in ipairs(stored) do
-  if t.status == 'READY' then
-    seq = seq + 1
-    t.sort = seq
-    -- READY's view, as lib/index_task adds it, in one ZADD below.
-    members[#members + 1] = 0
-    members[#members + 1] = segment_member(t)
-    woken[t.notify] = (woken[t.notify] or 0) + 1
-  else
-    index_task(K, t)
-    -- One wake-up per queue for deferred tasks too: an idle worker then asks
-    -- when the next task falls due (next_due.lua) and claims it on time.
-    woken[t.notify] = woken[t.notify] or 1
+
+-- The writes, gathered into one command per hash or index.
+local payloads, states, ready, deferred, due = {}, {}, {}, {}, {}
+local np, ns, nr, nd = 0, 0, 0, 0
+local counts, woken = {}, {}
+for _, run in ipairs(runs) do
+  local fresh = run.fresh
+  if #fresh > 0 then
+    local queue = run.queue
+    local priority_text = string.format('%d', run.priority)
+    local run_after_text = run.run_after and string.format('%d', run.run_after) or ''
+    local prefix = member_prefix(queue, run.priority, run.deferred, run.run_after)
+    local ready_count = 0
+    if run.deferred then
+      local state = new_state('DEFERRED', priority_text, run_after_text, run_after_text, queue)
+      for _, i in ipairs(fresh) do
+        local id = ARGV[i]
+        states[ns + 1], states[ns + 2] = id, state
+        ns = ns + 2
+        deferred[nd + 1], deferred[nd + 2] = 0, prefix .. id
+        due[nd + 1], due[nd + 2] = run.run_after, id
+        nd = nd + 2
+      end
+    else
+      for _, i in ipairs(fresh) do
+        local id = ARGV[i]
+        seq = seq + 1
+        states[ns + 1] = id
+        states[ns + 2] = new_state('READY', priority_text, string.format('%d', seq),
+          run_after_text, queue)
+        ns = ns + 2
+        ready[nr + 1], ready[nr + 2] = 0, prefix .. string.format('%016d', seq) .. id
+        nr = nr + 2
+      end
+      ready_count = #fresh
+    end
+    for _, i in ipairs(fresh) do
+      payloads[np + 1], payloads[np + 2] = ARGV[i], ARGV[i + 1]
+      np = np + 2
+    end
+    local of_queue = counts[queue]
+    if of_queue == nil then
+      of_queue = { e = 0 }
+      counts[queue] = of_queue
+    end
+    of_queue.e = of_queue.e + #fresh
+    -- A wake-up per task entering READY, and at least one per queue for
+    -- deferred tasks too (see the lone task above).
+    woken[run.notify] = (woken[run.notify] or 0) + ready_count
   end
-  save_task(K, t)
-  tally(counts, t.queue, 'e')
 end
-if #members > 0 then
-  call_in_slices({ 'ZADD', K.ready }, members)
+if np > 0 then
+  call_spread('HSET', K.payload, payloads)
+  call_spread('HSET', K.state, states)
+end
+if nr > 0 then
+  call_spread('ZADD', K.ready, ready)
+end
+if nd > 0 then
+  call_spread('ZADD', K.deferred, deferred)
+  call_spread('ZADD', K.due, due)
 end
 for queue, kinds in pairs(counts) do
   redis.call('HINCRBY', K.queues, queue, kinds.e)
 end
 record_rates(K, now, counts)
 for key, count in pairs(woken) do
-  notify_room(key, count, notify_cap)
+  notify_room(key, math.max(count, 1), notify_cap)
 end
 
--- After the writes, so an id given twice in this call answers with the first's record.
 for index, id in pairs(repeats) do
   rows[index] = task_row(K, load_task(K, id), EXISTS, true)
 end

@@ -1,0 +1,93 @@
+"""`EnqueuedEncoder` writes exactly what `encode_enqueued` writes, whatever records share."""
+
+from __future__ import annotations
+
+import attrs
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from threadmill_core.codec import EnqueuedEncoder, check_arguments, check_value, encode_enqueued
+from threadmill_core.errors import UnsupportedValue
+from threadmill_core.models import RetryPolicySpec, TaskResult, new_task_id
+from threadmill_core.testing import strategies
+
+records = st.builds(
+    TaskResult,
+    id=st.one_of(st.uuids().map(str), st.sampled_from(("", 'quote"d', "ü\x00"))),
+    task_path=st.one_of(strategies.task_paths(), st.sampled_from(('a:"b"', "x:\\y"))),
+    args=strategies.task_args(),
+    kwargs=strategies.task_kwargs(),
+    queue=strategies.queue_names(),
+    priority=strategies.priorities(),
+    retry=strategies.retry_specs(),
+)
+
+
+@given(st.lists(records, max_size=6))
+def test_every_record_encodes_as_encode_enqueued_encodes_it(batch: list[TaskResult]) -> None:
+    """Records of any mix of tasks, queues, priorities and policies: the same bytes."""
+    encode = EnqueuedEncoder()
+    assert [encode(record) for record in batch] == [encode_enqueued(r) for r in batch]
+
+
+@given(records, st.lists(st.tuples(strategies.task_args(), strategies.task_kwargs()), max_size=4))
+def test_the_calls_of_one_task_encode_as_encode_enqueued_encodes_them(
+    first: TaskResult, calls: list[tuple[list[object], dict[str, object]]]
+) -> None:
+    """Records sharing task path, queue, priority and policy objects, as a batch has them."""
+    batch = [first] + [
+        attrs.evolve(first, id=new_task_id(), args=args, kwargs=kwargs) for args, kwargs in calls
+    ]
+    encode = EnqueuedEncoder()
+    assert [encode(record) for record in batch] == [encode_enqueued(r) for r in batch]
+
+
+def test_a_policy_whose_options_changed_is_encoded_afresh_by_the_next_call() -> None:
+    """An encoder remembers a policy's encoding for one call only: its options are a dict."""
+    options: dict[str, object] = {"base": 1}
+    record = TaskResult(
+        id=new_task_id(),
+        task_path="app:work",
+        retry=RetryPolicySpec(path="app:policy", options=options),
+    )
+    assert EnqueuedEncoder()(record) == encode_enqueued(record)
+    options["base"] = 2
+    assert EnqueuedEncoder()(record) == encode_enqueued(record)
+    assert b'"base":2' in encode_enqueued(record)
+
+
+def test_records_of_another_shape_are_encoded_whole() -> None:
+    """An id, task path or queue that is not a str still encodes as encode_enqueued has it."""
+    odd = [
+        TaskResult(id=7, task_path="app:work"),  # type: ignore[arg-type]  # on purpose
+        TaskResult(id="x", task_path=["app", "work"]),  # type: ignore[arg-type]  # on purpose
+        TaskResult(id="y", task_path="app:work", queue=3),  # type: ignore[arg-type]  # on purpose
+    ]
+    encode = EnqueuedEncoder()
+    assert [encode(record) for record in odd] == [encode_enqueued(r) for r in odd]
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "where"),
+    [
+        ([1, "ok", 2.5, None, True, (1,)], {}, "args[5]"),
+        (["\ud800"], {}, "args[0]"),
+        ([[1, [2, {"a": {3}}]]], {}, "args[0][1][1]['a']"),
+        ([], {"when": 10**5000}, "kwargs['when']"),
+        ([], {"ok": "fine", 3: "key"}, "kwargs[3]"),
+    ],
+)
+def test_checks_still_name_the_first_value_the_codec_cannot_carry(
+    args: list[object], kwargs: dict[object, object], where: str
+) -> None:
+    """Plain values are let through at once; anything else is checked and named by its path."""
+    with pytest.raises(UnsupportedValue) as raised:
+        check_arguments(args, kwargs)  # type: ignore[arg-type]  # bad on purpose
+    assert raised.value.path == where
+
+
+def test_plain_values_of_every_kind_pass_the_checks() -> None:
+    """Long ints up to the parse limit, non-ASCII text, nested containers: all carried."""
+    check_arguments([2**6000, -(2**1900), "日本語", [None, {"x": [0.5]}]], {"k": "ü"})
+    check_value({"a": [1, 2, 3]}, "value")

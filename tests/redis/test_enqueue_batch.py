@@ -1,0 +1,259 @@
+"""``enqueue.lua``: a lone task and a batch store the same layout, answer repeats, count and wake.
+
+The script writes a lone task in a few commands and a batch with one
+command per hash or index, building states and segment members itself; the
+first test checks them against the shared functions every other script
+reads them with (``lib/parse_task``, ``lib/pack_task``, ``lib/segment_member``).
+"""
+
+from __future__ import annotations
+
+import collections
+import uuid
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import attrs
+import pytest
+import redis
+
+from tests.redis.conftest import tasks
+from threadmill_core.clock import from_ms
+from threadmill_core.errors import UnsupportedValue
+from threadmill_core.models import Decision, RetryPolicySpec, TaskResult, TaskResultStatus
+from threadmill_core.testing import Harness
+from threadmill_redis import RedisBackend, arguments, scripts
+from threadmill_redis.testing import delete_namespace
+
+READY, DEFERRED = TaskResultStatus.READY, TaskResultStatus.DEFERRED
+RUNNING = TaskResultStatus.RUNNING
+LEASE = timedelta(minutes=5)
+
+#: For each id: whether lib/pack_task packs lib/parse_task's reading of its state
+#: back to the same bytes, whether lib/segment_member's member is in its segment's
+#: view, and its score in the due index (false when absent).
+LAYOUT_CHECK = """
+--@include "lib/pack_task"
+--@include "lib/parse_task"
+--@include "lib/segment_member"
+local out = {}
+for _, id in ipairs(ARGV) do
+  local raw = redis.call('HGET', KEYS[1], id)
+  local t = parse_task(id, raw)
+  local view = t.status == 'READY' and KEYS[2] or KEYS[3]
+  out[#out + 1] = {
+    pack_task(t) == raw and 1 or 0,
+    redis.call('ZSCORE', view, segment_member(t)) and 1 or 0,
+    redis.call('ZSCORE', KEYS[4], id),
+  }
+end
+return out
+"""
+
+
+def backend_of(harness: Harness) -> RedisBackend:
+    assert isinstance(harness.backend, RedisBackend)
+    return harness.backend
+
+
+def layout(backend: RedisBackend, ids: list[str]) -> list[Any]:
+    source = scripts.resolve(
+        "check", lambda name: LAYOUT_CHECK if name == "check" else scripts.read_packaged(name)
+    )
+    keys = [backend.keys.store(name) for name in ("state", "ready", "deferred", "due")]
+    return backend.client.eval(source, len(keys), *keys, *ids)  # type: ignore[no-any-return]
+
+
+def test_lone_tasks_and_batches_are_stored_as_the_shared_functions_read_them(
+    harness: Harness,
+) -> None:
+    """States round-trip through parse_task and pack_task; members and due times are in place."""
+    backend = backend_of(harness)
+    now = backend.now()
+    later, earlier = now + timedelta(hours=1), now - timedelta(hours=1)
+    odd = {"queue": "a|b ü{x}", "priority": -100}
+    sent = [
+        *tasks(1),
+        *tasks(1, run_after=later, priority=100),
+        *tasks(1, run_after=earlier, **odd),
+        *tasks(2, **odd),
+        *tasks(2, run_after=later, **odd),
+        *tasks(1, run_after=earlier),
+        *tasks(1, priority=7),
+    ]
+    stored = backend.enqueue(sent[:1]) + backend.enqueue(sent[1:2]) + backend.enqueue(sent[2:3])
+    stored += backend.enqueue(sent[3:])
+    statuses = [READY, DEFERRED, READY, READY, READY, DEFERRED, DEFERRED, READY, READY]
+    assert [r.status for r in stored] == statuses
+    assert stored == [backend.get(record.id) for record in sent]
+    checks = layout(backend, [record.id for record in sent])
+    for record, (packed, member, due) in zip(stored, checks, strict=True):
+        assert (packed, member) == (1, 1), record
+        if record.status is DEFERRED:
+            assert record.run_after is not None
+            assert int(due) == int(record.run_after.timestamp() * 1000)
+        else:
+            assert due is None
+    # FIFO within a priority, across a lone call and a batch.
+    ready = backend.peek("a|b ü{x}", READY)
+    assert [r.id for r in ready] == [sent[2].id, sent[3].id, sent[4].id]
+
+
+def test_a_batch_answers_repeats_with_the_stored_record_and_keeps_the_first_payload(
+    harness: Harness,
+) -> None:
+    """Stored ids (READY or RUNNING) and ids given twice answer with stored records, unchanged."""
+    backend = backend_of(harness)
+    [first, second] = backend.enqueue(tasks(2))
+    [lease] = backend.claim(["default"], worker="w", lease_ttl=LEASE)
+    new = tasks(2)
+    sent = [
+        attrs.evolve(first, args=["changed"]),
+        new[0],
+        attrs.evolve(second, args=["changed"]),
+        attrs.evolve(new[0], args=["changed"]),
+        new[1],
+    ]
+    got = backend.enqueue(sent)
+    assert [r.status for r in got] == [RUNNING, READY, READY, READY, READY]
+    assert got[0] == lease.record
+    assert got[2] == second
+    assert got[3] == got[1]
+    assert got[3].args == new[0].args
+    assert [backend.get(r.id) for r in sent] == got
+    assert backend.counts()["default"].pending == 4
+
+
+def test_a_batch_longer_than_one_command_spreads_is_stored_in_order(
+    harness_on: Callable[..., Harness], client: redis.Redis
+) -> None:
+    """1,200 records in one script call: more ids and items than one command takes at once."""
+    backend = backend_of(harness_on(client, enqueue_batch=1500))
+    sent = tasks(1200)
+    repeat = backend.enqueue(sent[600:601])
+    got = backend.enqueue(sent)
+    assert [r.id for r in got] == [r.id for r in sent]
+    assert got[600] == repeat[0]
+    ready = backend.peek("default", READY, limit=2000)
+    assert [r.id for r in ready] == [sent[600].id] + [r.id for r in sent if r is not sent[600]]
+    assert backend.counts()["default"].ready == 1200
+
+
+def test_wake_ups_are_one_per_task_entering_ready_and_one_for_deferred_tasks(
+    harness: Harness,
+) -> None:
+    """Per queue: as many wake-ups as tasks entered READY, at least one if any was deferred."""
+    backend = backend_of(harness)
+    later = backend.now() + timedelta(hours=1)
+    backend.enqueue(
+        [
+            *tasks(3, queue="a"),
+            *tasks(2, queue="b", run_after=later),
+            *tasks(1, queue="c", run_after=later),
+            *tasks(1, queue="c"),
+            *tasks(1, queue="c", priority=3),
+        ]
+    )
+    backend.enqueue(tasks(1, queue="d", run_after=later))
+    backend.enqueue(tasks(1, queue="e"))
+    lengths = {q: backend.client.llen(backend.keys.notify(q)) for q in "abcde"}
+    assert lengths == {"a": 3, "b": 1, "c": 2, "d": 1, "e": 1}
+
+
+def test_only_new_tasks_count_as_entered(harness: Harness) -> None:
+    """Telemetry and queue sizes count the new tasks of a batch, not its repeats."""
+    backend = backend_of(harness)
+    [stored] = backend.enqueue(tasks(1))
+    backend.enqueue([stored, *tasks(2), stored])
+    backend.enqueue([stored])
+    rates = backend.rates(timedelta(minutes=1))
+    assert rates is not None
+    assert rates["default"].entered == 3
+    assert backend.counts()["default"].ready == 3
+
+
+def test_a_bad_record_anywhere_in_a_long_batch_stores_nothing(
+    harness_on: Callable[..., Harness], client: redis.Redis
+) -> None:
+    """Every record is checked before the first script call of a pipelined batch is sent."""
+    backend = backend_of(harness_on(client, enqueue_batch=10))
+    sent = tasks(45)
+    sent[41] = attrs.evolve(sent[41], kwargs={"when": {1, 2}})
+    with pytest.raises(UnsupportedValue, match=r"kwargs\['when'\]"):
+        backend.enqueue(sent)
+    assert backend.counts() == {}
+    assert backend.client.hlen(backend.keys.store("payload")) == 0
+
+
+def test_a_pipelined_batch_answers_in_order_across_calls(
+    harness_on: Callable[..., Harness], client: redis.Redis
+) -> None:
+    """Records split over several script calls come back in the order sent, repeats included."""
+    backend = backend_of(harness_on(client, enqueue_batch=4))
+    sent = tasks(10, queue="q")
+    sent[7] = sent[2]
+    got = backend.enqueue(sent)
+    assert [r.id for r in got] == [r.id for r in sent]
+    assert got[7] == got[2]
+    leases = backend.claim(["q"], worker="w", lease_ttl=LEASE, limit=20)
+    assert [x.task_id for x in leases] == [r.id for i, r in enumerate(sent) if i != 7]
+    done = TaskResultStatus.SUCCESSFUL
+    decided = backend.decide_many(
+        [Decision(lease=x, record=attrs.evolve(x.record, status=done)) for x in leases]
+    )
+    assert all(isinstance(r, TaskResult) for r in decided)
+
+
+def test_the_answer_to_a_new_task_copies_every_field_the_caller_gives() -> None:
+    """A bare OK row answers with each of the record's given fields, the scripts' at defaults."""
+    record = TaskResult(
+        id="given",
+        task_path="app:work",
+        args=[1],
+        kwargs={"a": 2},
+        queue="q",
+        priority=9,
+        retry=RetryPolicySpec(path="app:policy", options={"n": 1}),
+        attempts=3,  # the scripts' own: ignored
+    )
+    [answer] = arguments.enqueued_many([0], [record], 1_700_000_000_000)
+    assert {name: getattr(answer, name) for name in arguments._GIVEN} == {
+        name: getattr(record, name) for name in arguments._GIVEN
+    }
+    now = from_ms(1_700_000_000_000)
+    assert (answer.status, answer.attempts, answer.enqueued_at) == (READY, 0, now)
+
+
+@pytest.mark.redis
+def test_a_lone_task_costs_eight_commands_and_a_batch_a_fixed_number(
+    real_client: redis.Redis,
+) -> None:
+    """What the header of enqueue.lua promises, counted with MONITOR (telemetry index aside)."""
+    backend = RedisBackend(real_client, namespace=f"enqueue-cost-{uuid.uuid4().hex}")
+    index = backend.keys.store("rate_index")
+
+    def cost(records: list[TaskResult]) -> collections.Counter[str]:
+        """The commands enqueue.lua runs for `records`, by name."""
+        marker = f"end-{uuid.uuid4().hex}"
+        spent: collections.Counter[str] = collections.Counter()
+        with real_client.monitor() as monitor:
+            backend.enqueue(records)
+            real_client.echo(marker)
+            while marker not in (seen := monitor.next_command())["command"]:
+                name, _, rest = seen["command"].partition(" ")
+                if seen["client_type"] == "lua" and not rest.startswith(index):
+                    spent[name.upper()] += 1
+        return spent
+
+    try:
+        real_client.lpush(backend.keys.notify("default"), *[1] * backend.options.notify_cap)
+        backend.enqueue(tasks(1))  # the script loaded
+        lone = {"TIME": 1, "HSETNX": 1, "HSET": 1, "ZADD": 1, "HINCRBY": 3, "LLEN": 1}
+        assert cost(tasks(1)) == lone
+        later = backend.now() + timedelta(hours=1)
+        assert cost(tasks(1, run_after=later)) == dict(lone, ZADD=2, HINCRBY=2)
+        batch = {"TIME": 1, "HMGET": 1, "HSET": 2, "ZADD": 1, "HINCRBY": 3, "LLEN": 1}
+        assert cost(tasks(2)) == cost(tasks(500)) == batch
+    finally:
+        delete_namespace(backend)

@@ -1,0 +1,169 @@
+"""The scripts' held connections: reopened when the server closed them, reloaded scripts, forks.
+
+`RedisBackend` runs its scripts on connections it keeps out of the client's
+pool (`connection.HeldConnections`); these tests hold them to what the pool
+guaranteed: a connection the server closed is reopened, not failed, so no
+call rides on a dead connection; threads and forked children each get
+connections of their own.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from tests.conftest import RedisServer
+from tests.redis.conftest import tasks
+from threadmill_core.models import TaskResultStatus
+from threadmill_redis import RedisBackend, connection
+from threadmill_redis.testing import delete_namespace
+
+pytestmark = pytest.mark.redis
+
+REPEATING = "repeating the call"
+
+
+@pytest.fixture
+def admin(redis_server: RedisServer) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(redis_server.url)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def backend(redis_server: RedisServer) -> Iterator[RedisBackend]:
+    built = RedisBackend.from_url(f"{redis_server.url}?namespace=held-{uuid.uuid4().hex}")
+    try:
+        yield built
+    finally:
+        delete_namespace(built)
+
+
+def kill_clients(admin: redis.Redis) -> None:
+    """Have the server close every client connection but the admin's own."""
+    admin.client_kill_filter(_type="normal", skipme=True)
+
+
+def test_scripts_run_on_held_connections_for_a_plain_client_only(
+    redis_server: RedisServer,
+) -> None:
+    """A plain client's scripts skip the pool; a blocking pool or a single connection keep it."""
+    assert connection.HeldConnections.for_client(redis.Redis.from_url(redis_server.url))
+    blocking = redis.BlockingConnectionPool.from_url(redis_server.url)
+    assert connection.HeldConnections.for_client(redis.Redis(connection_pool=blocking)) is None
+    single = redis.Redis.from_url(redis_server.url, single_connection_client=True)
+    assert connection.HeldConnections.for_client(single) is None
+    single.close()
+
+
+@pytest.mark.parametrize("repeatable", [False, True], ids=["cancel", "enqueue"])
+def test_a_connection_the_server_closed_is_reopened_before_the_call(
+    backend: RedisBackend,
+    admin: redis.Redis,
+    caplog: pytest.LogCaptureFixture,
+    repeatable: bool,
+) -> None:
+    """Whether or not the call could be repeated, it never rides on a dead connection.
+
+    What the pool did on every get, the held connections do on every lend:
+    a connection the server closed a moment ago is reopened, not sent on.
+    """
+    caplog.set_level(logging.DEBUG, logger="threadmill_redis")
+    [record] = backend.enqueue(tasks(1))
+    kill_clients(admin)
+    if repeatable:
+        [record] = backend.enqueue(tasks(1))
+        assert backend.get(record.id) == record
+    else:
+        cancelled = backend.cancel(record.id)
+        assert cancelled is not None
+        assert cancelled.status is TaskResultStatus.CANCELLED
+    assert REPEATING not in caplog.text
+
+
+def test_scripts_the_server_forgot_are_loaded_again(
+    redis_server: RedisServer, admin: redis.Redis
+) -> None:
+    """After SCRIPT FLUSH, a lone call and a pipelined batch load their scripts and go through."""
+    built = RedisBackend.from_url(
+        f"{redis_server.url}?namespace=held-{uuid.uuid4().hex}&enqueue_batch=3"
+    )
+    try:
+        admin.script_flush()
+        [one] = built.enqueue(tasks(1))
+        admin.script_flush()
+        batch = built.enqueue(tasks(8))
+        assert [built.get(r.id) for r in [one, *batch]] == [one, *batch]
+    finally:
+        delete_namespace(built)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_opens_its_own_connections(
+    backend: RedisBackend, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A child forked after the parent's calls enqueues on new connections; the parent's live on."""
+    caplog.set_level(logging.DEBUG, logger="threadmill_redis")
+    backend.enqueue(tasks(1))
+    pid = os.fork()
+    if pid == 0:  # the child: report by exit status only
+        try:
+            [record] = backend.enqueue(tasks(1, queue="child"))
+            os._exit(0 if record.status is TaskResultStatus.READY else 1)
+        except BaseException:
+            os._exit(2)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    backend.enqueue(tasks(1))
+    assert REPEATING not in caplog.text
+    assert {q: c.ready for q, c in backend.counts().items()} == {"default": 2, "child": 1}
+
+
+def test_threads_enqueue_at_once_each_on_a_connection_of_its_own(backend: RedisBackend) -> None:
+    """Eight threads enqueueing together store every task once, in each thread's order."""
+    stored: dict[int, list[str]] = {}
+
+    def produce(n: int) -> None:
+        stored[n] = [backend.enqueue(tasks(1, queue=f"q{n}"))[0].id for _ in range(50)]
+
+    threads = [threading.Thread(target=produce, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for n, ids in stored.items():
+        assert [r.id for r in backend.peek(f"q{n}", TaskResultStatus.READY)] == ids
+
+
+def test_close_closes_the_held_connections_and_a_later_call_opens_one(
+    redis_server: RedisServer, admin: redis.Redis
+) -> None:
+    """close() disconnects every connection the backend opened; it still works afterwards."""
+
+    def clients() -> set[str]:
+        return {c["id"] for c in admin.client_list()}
+
+    before = clients()
+    built = RedisBackend.from_url(f"{redis_server.url}?namespace=held-{uuid.uuid4().hex}")
+    try:
+        built.enqueue(tasks(1))
+        mine = clients() - before
+        assert mine
+        built.close()
+        deadline = time.monotonic() + 10  # the server notices closed sockets as it gets to them
+        while mine & clients() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not mine & clients()
+        [record] = built.enqueue(tasks(1))
+        assert built.get(record.id) == record
+    finally:
+        delete_namespace(built)
