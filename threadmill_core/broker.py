@@ -19,7 +19,13 @@ from threadmill_core import codec
 from threadmill_core.backend import Backend
 from threadmill_core.clock import from_ms, to_ms
 from threadmill_core.errors import TaskNotFound, WaitTimeout
-from threadmill_core.models import QueueCounts, TaskResult, TaskResultStatus, new_task_id
+from threadmill_core.models import (
+    QueueCounts,
+    TaskResult,
+    TaskResultStatus,
+    evolve_unchecked,
+    new_task_id,
+)
 from threadmill_core.plugins import backend_for_url, notify_each
 from threadmill_core.task import Task, validate_run_after
 
@@ -56,24 +62,21 @@ class Broker:
         """Store many calls of `task` in one backend call; all are checked before any is stored."""
         if not isinstance(task, Task):
             raise TypeError(f"enqueue takes a @task function, got {task!r}")
-        run_after = self._absolute(task.run_after)
-        path, queue, priority, retry = task.path, task.queue, task.priority, task.retry_spec
+        # What every call shares, made (and so checked) once; each call is a
+        # copy with its own id and arguments, which are checked here.
+        shared = TaskResult(
+            id="",
+            task_path=task.path,
+            queue=task.queue,
+            priority=task.priority,
+            run_after=self._absolute(task.run_after),
+            retry=task.retry_spec,
+        )
         records = []
         for call_args, call_kwargs in calls:
             args, kwargs = list(call_args), dict(call_kwargs)
             codec.check_arguments(args, kwargs)
-            records.append(
-                TaskResult(
-                    id=new_task_id(),
-                    task_path=path,
-                    args=args,
-                    kwargs=kwargs,
-                    queue=queue,
-                    priority=priority,
-                    run_after=run_after,
-                    retry=retry,
-                )
-            )
+            records.append(evolve_unchecked(shared, id=new_task_id(), args=args, kwargs=kwargs))
         stored = self.backend.enqueue(records)
         notify_each("threadmill_task_enqueued", "record", stored)
         return stored

@@ -17,7 +17,7 @@ import attrs
 from threadmill_core import codec
 from threadmill_core.clock import duration_ms, from_ms, to_ms
 from threadmill_core.errors import UnsupportedValue
-from threadmill_core.models import RetryPolicySpec, TaskResult, TaskResultStatus
+from threadmill_core.models import RetryPolicySpec, TaskResult, TaskResultStatus, evolve_unchecked
 from threadmill_redis.replies import Row, Status
 
 _FINISHED = (TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED)
@@ -57,10 +57,13 @@ def queue_names(queues: Sequence[str]) -> list[str]:
 
 
 #: The fields of a record that `enqueue` takes from the caller; the scripts keep the rest.
-#: `enqueued_many` copies each of them (a test checks that it names them all).
-_GIVEN = tuple(
-    field.name for field in attrs.fields(TaskResult) if field.name not in codec.STATE_FIELDS
-)
+#: The fields the scripts keep, as a task stored now has them (`enqueued_many`
+#: sets the status, enqueued_at and run_after itself).
+_NEW_STATE: dict[str, Any] = {
+    field.name: field.default
+    for field in attrs.fields(TaskResult)
+    if field.name in codec.STATE_FIELDS - {"status", "enqueued_at", "run_after"}
+}
 
 
 def payloads(records: Sequence[TaskResult]) -> list[bytes]:
@@ -112,20 +115,12 @@ def enqueued_many(
             run_after = from_ms(ms)
             if ms > now_ms:
                 status = TaskResultStatus.DEFERRED
-        # Built afresh from the fields the caller gives (`_GIVEN`), not with attrs.evolve,
-        # which reads every field.
+        # The caller's record, with every field the scripts keep as stored now
+        # (not as the caller may have set it). Unchecked: the record was made
+        # by its class, and the changes are the scripts' own values.
         results.append(
-            TaskResult(
-                id=record.id,
-                task_path=record.task_path,
-                args=record.args,
-                kwargs=record.kwargs,
-                queue=record.queue,
-                priority=record.priority,
-                retry=record.retry,
-                status=status,
-                enqueued_at=enqueued_at,
-                run_after=run_after,
+            evolve_unchecked(
+                record, **_NEW_STATE, status=status, enqueued_at=enqueued_at, run_after=run_after
             )
         )
     return results

@@ -19,9 +19,16 @@ import pytest
 import redis
 
 from tests.redis.conftest import tasks
+from threadmill_core import codec
 from threadmill_core.clock import from_ms
 from threadmill_core.errors import UnsupportedValue
-from threadmill_core.models import Decision, RetryPolicySpec, TaskResult, TaskResultStatus
+from threadmill_core.models import (
+    Decision,
+    RetryPolicySpec,
+    TaskError,
+    TaskResult,
+    TaskResultStatus,
+)
 from threadmill_core.testing import Harness
 from threadmill_redis import RedisBackend, arguments, scripts
 from threadmill_redis.testing import delete_namespace
@@ -215,14 +222,20 @@ def test_the_answer_to_a_new_task_copies_every_field_the_caller_gives() -> None:
         queue="q",
         priority=9,
         retry=RetryPolicySpec(path="app:policy", options={"n": 1}),
-        attempts=3,  # the scripts' own: ignored
+        attempts=3,  # the scripts' own, like the errors and workers below: ignored
+    )
+    record = attrs.evolve(
+        record, errors=(TaskError(exception_class_path="x.E", message="m"),), worker_ids=("w",)
     )
     [answer] = arguments.enqueued_many([0], [record], 1_700_000_000_000)
-    assert {name: getattr(answer, name) for name in arguments._GIVEN} == {
-        name: getattr(record, name) for name in arguments._GIVEN
+    given = [f.name for f in attrs.fields(TaskResult) if f.name not in codec.STATE_FIELDS]
+    assert {name: getattr(answer, name) for name in given} == {
+        name: getattr(record, name) for name in given
     }
     now = from_ms(1_700_000_000_000)
-    assert (answer.status, answer.attempts, answer.enqueued_at) == (READY, 0, now)
+    assert answer == TaskResult(
+        **{name: getattr(record, name) for name in given}, status=READY, enqueued_at=now
+    )
 
 
 @pytest.mark.redis
