@@ -18,6 +18,15 @@ act again; a reaper claim whose reply was lost lapses after its claim TTL
 and is taken up again. Clients the backend builds itself do not retry
 inside redis-py, so this policy is the only one.
 
+Connections. With a plain `redis.Redis` (the usual case, and what
+``from_url`` builds), scripts run on connections made by the client's pool
+but lent by the backend (`connection.HeldConnections`), which skips the
+pool's per-call bookkeeping; each is checked before it is lent, as the pool
+checks its own. They count toward the pool's ``max_connections``, a retry
+policy configured on a given client does not apply to them (the policy
+above does), and `close` closes them, whether or not it closes the client.
+Blocking waits (`wait_for_tasks`) and a cluster's calls go through the pool.
+
 Redis Cluster. A `redis.RedisCluster` client works as well as a
 `redis.Redis`: every key of the namespace shares one hash tag, so every
 script runs on the namespace's shard, and `now()` reads that shard's clock.
