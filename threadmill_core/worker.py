@@ -483,10 +483,11 @@ class Worker:
         With several threads, half the prefetch: the other threads run what
         is left while one claims the next batch. With one, the whole of it:
         nothing runs while the only thread claims anyway, so it claims when
-        it has run out, and each claim brings a batch twice the size.
+        it has run out (all its room free), and each claim brings a batch
+        twice the size.
         """
         if self.threads == 1:
-            return max(1, self.prefetch)
+            return 1 + self.prefetch
         return max(1, (self.prefetch + 1) // 2)
 
     def _failed(self, plan: _Plan, exc: BaseException) -> None:

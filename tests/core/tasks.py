@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from datetime import UTC, datetime
 
 from threadmill_core import ExponentialBackoff, TaskContext, task
@@ -23,6 +24,11 @@ def record_call(name: str, value: object) -> None:
 def echo(value: object) -> object:
     record_call("echo", value)
     return value
+
+
+@task
+def nap(seconds: float) -> None:
+    time.sleep(seconds)
 
 
 @task(queue="other", priority=5)

@@ -251,6 +251,24 @@ def test_prefetch_claims_in_batches_and_every_task_is_acknowledged_once(broker: 
     assert counted.released == []
 
 
+def test_one_thread_claims_whole_batches_once_its_prefetch_has_run_out(broker: Broker) -> None:
+    """Nothing runs while the only thread claims, so it claims the whole prefetch each time.
+
+    A half-empty refill would only halve every batch (and double the round
+    trips); with several threads the others run the rest meanwhile.
+    """
+    # Tasks slow enough that outcomes are sent while the prefetch still holds
+    # some (each waits at most ACK_DELAY), which is when a refill could start.
+    broker.enqueue_many(tasks.nap, [((0.004,), {})] * 20)
+    w = worker(broker, threads=1, prefetch=8, maintenance=False)
+    counted = CountingBackend(broker)
+    counted.install(w)
+    assert w.run(burst=True) == 20
+    assert counted.claims[:3] == [9, 9, 2], counted.claims
+    assert sum(counted.decisions) == 20
+    assert len(counted.decisions) > len(counted.claims)  # outcomes did go mid-prefetch
+
+
 def test_prefetch_zero_claims_only_for_free_threads(broker: Broker) -> None:
     """prefetch=0 holds no task beyond the threads: each claim asks for what is free."""
     broker.enqueue_many(tasks.echo, [((i,), {}) for i in range(6)])
