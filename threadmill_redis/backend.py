@@ -22,9 +22,10 @@ Connections. With a plain `redis.Redis` (the usual case, and what
 ``from_url`` builds), scripts run on connections made by the client's pool
 but lent by the backend (`connection.HeldConnections`), which skips the
 pool's per-call bookkeeping; each is checked before it is lent, as the pool
-checks its own. They count toward the pool's ``max_connections``, a retry
-policy configured on a given client does not apply to them (the policy
-above does), and `close` closes them, whether or not it closes the client.
+checks its own. Backends on one client share them (as many as scripts ran
+at once), they count toward the pool's ``max_connections``, a retry policy
+configured on a given client does not apply to them (the policy above
+does), and they close with a client the backend built, or with the pool.
 Blocking waits (`wait_for_tasks`) and a cluster's calls go through the pool.
 
 Redis Cluster. A `redis.RedisCluster` client works as well as a
@@ -609,9 +610,11 @@ class RedisBackend(Backend):
     def close(self) -> None:
         """Close the client if this backend built it (`from_url`); a given client stays open.
 
-        The backend's held connections are closed either way (a later call opens new ones).
+        With it go the scripts' held connections. Those of a given client are
+        its pool's, shared by every backend on it: they stay, for the next
+        backend, and go when the pool is dropped.
         """
-        if self._held is not None:
-            self._held.close()
         if self._owns_client:
+            if self._held is not None:
+                self._held.close()
             self.client.close()

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import ssl
+import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
@@ -182,6 +183,7 @@ class HeldConnections:
     - A forked child forgets the parent's connections (redis-py closes them
       there without shutting the parent's sockets down) and opens its own.
 
+    Backends on one client share its pool's held connections (`for_client`).
     `for_client` gives None where the pool must stay in charge: a cluster,
     a client or pool of another kind (blocking, sentinel, fakeredis),
     client-side caching or a single-connection client.
@@ -195,12 +197,23 @@ class HeldConnections:
 
     @classmethod
     def for_client(cls, client: Client) -> HeldConnections | None:
+        """The held connections of `client`'s pool, one set per pool, made on first use.
+
+        Shared by every backend on that client, so however many backends
+        come and go, the pool makes only as many connections as scripts ran
+        at once: they count toward its ``max_connections``, and a pool never
+        forgets a connection it made.
+        """
         if type(client) is not redis.Redis or client.connection is not None:
             return None
         pool = client.connection_pool
         if type(pool) is not redis.ConnectionPool or getattr(pool, "cache", None) is not None:
             return None
-        return cls(pool)
+        with _BY_POOL_LOCK:
+            held = _BY_POOL.get(pool)
+            if held is None:
+                held = _BY_POOL[pool] = cls(pool)
+        return held
 
     def _lend(self) -> Any:
         """A connection, checked as the pool checks one: connected, and nothing unread."""
@@ -284,6 +297,11 @@ class HeldConnections:
 
 
 _HELD: weakref.WeakSet[HeldConnections] = weakref.WeakSet()
+#: Each pool's held connections (see `HeldConnections.for_client`); they go with the pool.
+_BY_POOL: weakref.WeakKeyDictionary[redis.ConnectionPool, HeldConnections] = (
+    weakref.WeakKeyDictionary()
+)
+_BY_POOL_LOCK = threading.Lock()
 
 
 def _forget_held() -> None:

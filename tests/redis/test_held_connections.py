@@ -167,3 +167,26 @@ def test_close_closes_the_held_connections_and_a_later_call_opens_one(
         assert built.get(record.id) == record
     finally:
         delete_namespace(built)
+
+
+def test_backends_on_one_client_share_its_held_connections(
+    redis_server: RedisServer, admin: redis.Redis
+) -> None:
+    """Backends come and go on one client; its pool's limit is never reached.
+
+    redis-py's pool counts every connection it ever made toward
+    ``max_connections`` (100 by default), so connections per backend would
+    run it out after a hundred backends, closed or not.
+    """
+    client = redis.Redis.from_url(redis_server.url, max_connections=5)
+    before = {c["id"] for c in admin.client_list()}
+    try:
+        for _ in range(3 * client.connection_pool.max_connections):
+            backend = RedisBackend(client, namespace=f"held-{uuid.uuid4().hex}")
+            [record] = backend.enqueue(tasks(1))
+            assert backend.get(record.id) == record
+            backend.close()
+            delete_namespace(backend)
+        assert len({c["id"] for c in admin.client_list()} - before) <= 2
+    finally:
+        client.close()
