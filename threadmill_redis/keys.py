@@ -13,9 +13,9 @@ it declared::
                             "status|priority|attempts|sort|enqueued_at|run_after|
                             started_at|last_attempted_at|finished_at|deadline|token|queue"
                             (times in server milliseconds, empty for none)
-    {ns}:errors       HASH  id -> the task's errors, codec bytes from the worker
+    {ns}:errors       HASH  id -> the task's errors, codec bytes (absent, or [], for none)
     {ns}:workers      HASH  id -> worker ids, each as b"<byte length>:<id>", concatenated
-    {ns}:result       HASH  id -> the return value, codec bytes (SUCCESSFUL only)
+    {ns}:result       HASH  id -> the return value, codec bytes (SUCCESSFUL only; absent for None)
 
 ``sort`` is the task's place in its segment and the time every scheduling
 decision reads: the entered-READY sequence for READY, else the due time,
