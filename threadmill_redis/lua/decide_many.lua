@@ -42,8 +42,10 @@
 --@include "lib/call_in_slices"
 --@include "lib/code"
 --@include "lib/complete_task"
+--@include "lib/completion_refused"
 --@include "lib/hmget_all"
 --@include "lib/load_task"
+--@include "lib/mark_finished"
 --@include "lib/notify"
 --@include "lib/now_ms"
 --@include "lib/pack_task"
@@ -59,7 +61,7 @@
 local result_ttl_ms = tonumber(ARGV[1])
 local prune_batch = tonumber(ARGV[2])
 local notify_cap = tonumber(ARGV[3])
-local OK, REPEAT, REFUSED = code('OK'), code('REPEAT'), code('REFUSED')
+local OK, REFUSED = code('OK'), code('REFUSED')
 
 local now = now_ms()
 local ids = {}
@@ -113,10 +115,7 @@ local function complete_later(t, status, errors, result)
   p.n = p.n + 1
   p.running[#p.running + 1] = segment_member(t)
   p.leases[#p.leases + 1] = t.id
-  t.status = status
-  t.finished_at = now
-  t.sort = now
-  t.deadline = nil
+  mark_finished(t, status, now)
   p.state[#p.state + 1] = t.id
   p.state[#p.state + 1] = pack_task(t)
   if errors == '[]' then
@@ -143,13 +142,8 @@ for n, id in ipairs(ids) do
   local t, status_code
   if kind == 'complete' and not seen[id] and pending.views[ARGV[i + 3]] then
     t = states[n] and parse_task(id, states[n]) or nil
-    if t == nil or t.token ~= token then
-      status_code = REFUSED
-    elseif t.status == 'SUCCESSFUL' or t.status == 'FAILED' then
-      status_code = REPEAT
-    elseif t.status ~= 'RUNNING' then
-      status_code = REFUSED
-    else
+    status_code = completion_refused(t, token)
+    if status_code == nil then
       complete_later(t, ARGV[i + 3], ARGV[i + 4], ARGV[i + 5])
       status_code = OK
     end
