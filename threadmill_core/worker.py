@@ -83,7 +83,9 @@ RECONNECT_BACKOFF = ExponentialBackoff(
 )
 
 
-#: Outcomes are acknowledged in batches of up to this many ...
+#: Outcomes are acknowledged in batches of up to this many (or the worker's
+#: whole room, threads plus prefetch, if that is more: a claim sends what has
+#: gathered anyway, and one more round trip per claim would only split it) ...
 ACK_BATCH = 64
 #: ... or once the oldest has waited this long (seconds), whichever comes first.
 #: Under load a batch fills first (64 tasks of 150 µs take 10 ms); the delay
@@ -234,11 +236,11 @@ class Worker:
     are retried like any lost lease, each having counted an attempt. Claims
     and acknowledgements go in batches: one `claim` refills the prefetch
     once it is half empty (with one thread, once it is empty: see
-    `_refill_at`), and outcomes are sent together in one
-    `decide_many` once `ACK_BATCH` have gathered, the oldest has waited
-    `ACK_DELAY`, a claim is due, or nothing is left to run. A task is held,
-    and its lease renewed, until its outcome is acknowledged, so batching
-    never weakens at-least-once.
+    `_refill_at`), and outcomes are sent together in one `decide_many`
+    once `ACK_BATCH` (or ``threads + prefetch``, if more) have gathered,
+    the oldest has waited `ACK_DELAY`, a claim is due, or nothing is left
+    to run. A task is held, and its lease renewed, until its outcome is
+    acknowledged, so batching never weakens at-least-once.
 
     `lease_ttl` is how long a claim lives without a heartbeat (a task's own
     ``lease_ttl`` option overrides it). `poll_interval` is the maintenance
@@ -281,6 +283,7 @@ class Worker:
         self.backend = broker.backend
         self.threads = threads
         self.prefetch = prefetch
+        self._ack_batch = max(ACK_BATCH, threads + prefetch)
         self.lease_ttl = validate_timedelta("lease_ttl", lease_ttl)
         self.poll_interval = validate_timedelta("poll_interval", poll_interval)
         self.maintenance = maintenance
@@ -443,7 +446,7 @@ class Worker:
                         claim
                         or stopping
                         or not plan.ready
-                        or len(plan.unsent) >= ACK_BATCH
+                        or len(plan.unsent) >= self._ack_batch
                         or now - plan.unsent_since >= ACK_DELAY
                     )
                 ):
@@ -590,7 +593,7 @@ class Worker:
             plan.unsent.append(_Done(held, decision))
             # Others may be waiting for the batch (it starts a clock, or is full) or for
             # work; a thread with more to run sends it itself, on its next step.
-            if len(plan.unsent) in (1, ACK_BATCH) or not plan.ready:
+            if len(plan.unsent) in (1, self._ack_batch) or not plan.ready:
                 self._cond.notify_all()
 
     def _idle_wait(self) -> None:

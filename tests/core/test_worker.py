@@ -269,6 +269,17 @@ def test_one_thread_claims_whole_batches_once_its_prefetch_has_run_out(broker: B
     assert len(counted.decisions) > len(counted.claims)  # outcomes did go mid-prefetch
 
 
+def test_a_claims_worth_of_outcomes_goes_in_one_acknowledgement(broker: Broker) -> None:
+    """A room bigger than ACK_BATCH is acknowledged whole, not as ACK_BATCH and a straggler."""
+    broker.enqueue_many(tasks.echo, [((i,), {}) for i in range(130)])
+    w = worker(broker, threads=1, prefetch=64, maintenance=False)
+    counted = CountingBackend(broker)
+    counted.install(w)
+    assert w.run(burst=True) == 130
+    assert counted.claims[:2] == [65, 65]
+    assert counted.decisions == [65, 65]
+
+
 def test_prefetch_zero_claims_only_for_free_threads(broker: Broker) -> None:
     """prefetch=0 holds no task beyond the threads: each claim asks for what is free."""
     broker.enqueue_many(tasks.echo, [((i,), {}) for i in range(6)])
