@@ -210,9 +210,13 @@ class HeldConnections:
         if type(pool) is not redis.ConnectionPool or getattr(pool, "cache", None) is not None:
             return None
         with _BY_POOL_LOCK:
-            held = _BY_POOL.get(pool)
+            held: HeldConnections | None = getattr(pool, _ON_POOL, None)
             if held is None:
-                held = _BY_POOL[pool] = cls(pool)
+                held = cls(pool)
+                # Kept on the pool itself, so the two live and go together: the
+                # connections a pool makes refer to it, so a mapping from pools
+                # would keep every pool it ever saw alive.
+                setattr(pool, _ON_POOL, held)
         return held
 
     def _lend(self) -> Any:
@@ -297,10 +301,8 @@ class HeldConnections:
 
 
 _HELD: weakref.WeakSet[HeldConnections] = weakref.WeakSet()
-#: Each pool's held connections (see `HeldConnections.for_client`); they go with the pool.
-_BY_POOL: weakref.WeakKeyDictionary[redis.ConnectionPool, HeldConnections] = (
-    weakref.WeakKeyDictionary()
-)
+#: The attribute of a pool that holds its `HeldConnections` (see `for_client`).
+_ON_POOL = "_threadmill_held_connections"
 _BY_POOL_LOCK = threading.Lock()
 
 

@@ -9,11 +9,13 @@ connections of their own.
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Iterator
 
 import pytest
@@ -190,3 +192,18 @@ def test_backends_on_one_client_share_its_held_connections(
         assert len({c["id"] for c in admin.client_list()} - before) <= 2
     finally:
         client.close()
+
+
+def test_held_connections_go_with_their_client(
+    redis_server: RedisServer, admin: redis.Redis
+) -> None:
+    """Nothing keeps a dropped client's pool, or the connections held for it, alive."""
+
+    client = redis.Redis.from_url(redis_server.url)
+    backend = RedisBackend(client, namespace=f"held-{uuid.uuid4().hex}")
+    backend.enqueue(tasks(1))
+    delete_namespace(backend)
+    pool = weakref.ref(client.connection_pool)
+    del backend, client
+    gc.collect()
+    assert pool() is None
