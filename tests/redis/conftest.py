@@ -6,6 +6,8 @@ that make sense on both take `client`, parametrized over fakeredis and redis.
 
 from __future__ import annotations
 
+import collections
+import uuid
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
@@ -126,3 +128,27 @@ def tasks(count: int, **fields: Any) -> list[TaskResult]:
         TaskResult(id=new_task_id(), task_path="app.tasks:work", args=[i], **fields)
         for i in range(count)
     ]
+
+
+def script_commands(
+    client: redis.Redis,
+    fn: Callable[[], object],
+    *,
+    on_key: Callable[[str], bool] = lambda key: True,
+) -> collections.Counter[str]:
+    """The commands Lua scripts ran on the server while `fn` ran, by name (MONITOR).
+
+    `on_key` picks commands by their first argument: the key, for every
+    command the scripts run. Only `client`'s server is watched, so `fn` must
+    use the same one.
+    """
+    marker = f"end-{uuid.uuid4().hex}"
+    spent: collections.Counter[str] = collections.Counter()
+    with client.monitor() as monitor:  # type: ignore[no-untyped-call]
+        fn()
+        client.echo(marker)
+        while marker not in (event := monitor.next_command())["command"]:
+            name, _, rest = event["command"].partition(" ")
+            if event.get("client_type") == "lua" and on_key(rest.split(" ", 1)[0]):
+                spent[name.upper()] += 1
+    return spent

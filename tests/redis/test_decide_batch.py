@@ -9,7 +9,7 @@ as the same decisions sent one at a time.
 
 from __future__ import annotations
 
-import collections
+import functools
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import timedelta
@@ -19,7 +19,7 @@ import attrs
 import pytest
 import redis
 
-from tests.redis.conftest import tasks
+from tests.redis.conftest import script_commands, tasks
 from threadmill_core.models import Decision, Lease, TaskError, TaskResult, TaskResultStatus
 from threadmill_core.testing import Harness
 from threadmill_redis import RedisBackend
@@ -125,48 +125,30 @@ def test_a_mixed_batch_answers_as_the_same_decisions_one_by_one(
 
 
 @pytest.fixture
-def script_commands(real_client: redis.Redis) -> Iterator[tuple[RedisBackend, Callable[..., Any]]]:
-    """A backend on a fresh namespace, and `spent(fn)`: the commands fn's scripts ran, by name.
-
-    Telemetry is left out: a script adds a pair to its index only when a
-    second starts, which has nothing to do with the size of the batch (see
-    test_rates.py for its own cost).
-    """
-    backend = RedisBackend(real_client, namespace=f"decide-cost-{uuid.uuid4().hex}")
-    telemetry = {backend.keys.store("rates"), backend.keys.store("rate_index")}
-
-    def spent(fn: Callable[[], object]) -> collections.Counter[str]:
-        marker = f"end-{uuid.uuid4().hex}"
-        counted: collections.Counter[str] = collections.Counter()
-        with real_client.monitor() as monitor:
-            fn()
-            real_client.echo(marker)
-            while True:
-                event = monitor.next_command()
-                if marker in event["command"]:
-                    return counted
-                name, _, rest = event["command"].partition(" ")
-                if event.get("client_type") == "lua" and rest.split(" ", 1)[0] not in telemetry:
-                    counted[name.upper()] += 1
-
+def backend(real_client: redis.Redis) -> Iterator[RedisBackend]:
+    made = RedisBackend(real_client, namespace=f"decide-cost-{uuid.uuid4().hex}")
     try:
-        yield backend, spent
+        yield made
     finally:
-        delete_namespace(backend)
+        delete_namespace(made)
 
 
 @pytest.mark.redis
 def test_completions_cost_the_same_commands_in_a_batch_of_two_or_a_hundred(
-    script_commands: tuple[RedisBackend, Callable[..., Any]],
+    real_client: redis.Redis, backend: RedisBackend
 ) -> None:
-    backend, spent = script_commands
+    # Telemetry is left out: a script adds a pair to its index only when a
+    # second starts, which has nothing to do with the size of the batch (see
+    # test_rates.py for its own cost).
+    telemetry = {backend.keys.store("rates"), backend.keys.store("rate_index")}
     costs = []
     for size in (2, 100):
         backend.enqueue(tasks(size))
         leases = backend.claim(["default"], worker="w", lease_ttl=LEASE, limit=size)
         # Half succeed with a value, half fail with an error: every write of a completion.
         batch = [succeeded(x, n) if n % 2 else failed(x) for n, x in enumerate(leases, 1)]
-        costs.append(spent(lambda batch=batch: backend.decide_many(batch)))
+        decide = functools.partial(backend.decide_many, batch)
+        costs.append(script_commands(real_client, decide, on_key=lambda k: k not in telemetry))
     two, hundred = costs
     assert two == hundred
     assert sum(two.values()) <= 12, two

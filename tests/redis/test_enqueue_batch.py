@@ -9,6 +9,7 @@ reads them with (``lib/parse_task``, ``lib/pack_task``, ``lib/segment_member``).
 from __future__ import annotations
 
 import collections
+import functools
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
@@ -18,7 +19,7 @@ import attrs
 import pytest
 import redis
 
-from tests.redis.conftest import tasks
+from tests.redis.conftest import script_commands, tasks
 from threadmill_core import codec
 from threadmill_core.clock import from_ms
 from threadmill_core.errors import UnsupportedValue
@@ -248,16 +249,8 @@ def test_a_lone_task_costs_eight_commands_and_a_batch_a_fixed_number(
 
     def cost(records: list[TaskResult]) -> collections.Counter[str]:
         """The commands enqueue.lua runs for `records`, by name."""
-        marker = f"end-{uuid.uuid4().hex}"
-        spent: collections.Counter[str] = collections.Counter()
-        with real_client.monitor() as monitor:
-            backend.enqueue(records)
-            real_client.echo(marker)
-            while marker not in (seen := monitor.next_command())["command"]:
-                name, _, rest = seen["command"].partition(" ")
-                if seen["client_type"] == "lua" and not rest.startswith(index):
-                    spent[name.upper()] += 1
-        return spent
+        enqueue = functools.partial(backend.enqueue, records)
+        return script_commands(real_client, enqueue, on_key=lambda key: key != index)
 
     try:
         real_client.lpush(backend.keys.notify("default"), *[1] * backend.options.notify_cap)

@@ -33,15 +33,6 @@ REPEATING = "repeating the call"
 
 
 @pytest.fixture
-def admin(redis_server: RedisServer) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(redis_server.url)
-    try:
-        yield client
-    finally:
-        client.close()
-
-
-@pytest.fixture
 def backend(redis_server: RedisServer) -> Iterator[RedisBackend]:
     built = RedisBackend.from_url(f"{redis_server.url}?namespace=held-{uuid.uuid4().hex}")
     try:
@@ -70,7 +61,7 @@ def test_scripts_run_on_held_connections_for_a_plain_client_only(
 @pytest.mark.parametrize("repeatable", [False, True], ids=["cancel", "enqueue"])
 def test_a_connection_the_server_closed_is_reopened_before_the_call(
     backend: RedisBackend,
-    admin: redis.Redis,
+    real_client: redis.Redis,
     caplog: pytest.LogCaptureFixture,
     repeatable: bool,
 ) -> None:
@@ -81,7 +72,7 @@ def test_a_connection_the_server_closed_is_reopened_before_the_call(
     """
     caplog.set_level(logging.DEBUG, logger="threadmill_redis")
     [record] = backend.enqueue(tasks(1))
-    kill_clients(admin)
+    kill_clients(real_client)
     if repeatable:
         [record] = backend.enqueue(tasks(1))
         assert backend.get(record.id) == record
@@ -93,16 +84,16 @@ def test_a_connection_the_server_closed_is_reopened_before_the_call(
 
 
 def test_scripts_the_server_forgot_are_loaded_again(
-    redis_server: RedisServer, admin: redis.Redis
+    redis_server: RedisServer, real_client: redis.Redis
 ) -> None:
     """After SCRIPT FLUSH, a lone call and a pipelined batch load their scripts and go through."""
     built = RedisBackend.from_url(
         f"{redis_server.url}?namespace=held-{uuid.uuid4().hex}&enqueue_batch=3"
     )
     try:
-        admin.script_flush()
+        real_client.script_flush()
         [one] = built.enqueue(tasks(1))
-        admin.script_flush()
+        real_client.script_flush()
         batch = built.enqueue(tasks(8))
         assert [built.get(r.id) for r in [one, *batch]] == [one, *batch]
     finally:
@@ -147,12 +138,12 @@ def test_threads_enqueue_at_once_each_on_a_connection_of_its_own(backend: RedisB
 
 
 def test_close_closes_the_held_connections_and_a_later_call_opens_one(
-    redis_server: RedisServer, admin: redis.Redis
+    redis_server: RedisServer, real_client: redis.Redis
 ) -> None:
     """close() disconnects every connection the backend opened; it still works afterwards."""
 
     def clients() -> set[str]:
-        return {c["id"] for c in admin.client_list()}
+        return {c["id"] for c in real_client.client_list()}
 
     before = clients()
     built = RedisBackend.from_url(f"{redis_server.url}?namespace=held-{uuid.uuid4().hex}")
@@ -172,7 +163,7 @@ def test_close_closes_the_held_connections_and_a_later_call_opens_one(
 
 
 def test_backends_on_one_client_share_its_held_connections(
-    redis_server: RedisServer, admin: redis.Redis
+    redis_server: RedisServer, real_client: redis.Redis
 ) -> None:
     """Backends come and go on one client; its pool's limit is never reached.
 
@@ -181,7 +172,7 @@ def test_backends_on_one_client_share_its_held_connections(
     run it out after a hundred backends, closed or not.
     """
     client = redis.Redis.from_url(redis_server.url, max_connections=5)
-    before = {c["id"] for c in admin.client_list()}
+    before = {c["id"] for c in real_client.client_list()}
     try:
         for _ in range(3 * client.connection_pool.max_connections):
             backend = RedisBackend(client, namespace=f"held-{uuid.uuid4().hex}")
@@ -189,13 +180,13 @@ def test_backends_on_one_client_share_its_held_connections(
             assert backend.get(record.id) == record
             backend.close()
             delete_namespace(backend)
-        assert len({c["id"] for c in admin.client_list()} - before) <= 2
+        assert len({c["id"] for c in real_client.client_list()} - before) <= 2
     finally:
         client.close()
 
 
 def test_held_connections_go_with_their_client(
-    redis_server: RedisServer, admin: redis.Redis
+    redis_server: RedisServer, real_client: redis.Redis
 ) -> None:
     """Nothing keeps a dropped client's pool, or the connections held for it, alive."""
 

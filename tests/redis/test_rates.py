@@ -19,7 +19,7 @@ import attrs
 import pytest
 import redis
 
-from tests.redis.conftest import tasks
+from tests.redis.conftest import script_commands, tasks
 from threadmill_core.backend import RATE_BUCKET_MAX, RATE_HISTORY
 from threadmill_core.models import Decision, Lease, QueueRates, TaskError, TaskResultStatus
 from threadmill_core.testing import Harness
@@ -266,18 +266,7 @@ def monitored(real_client: redis.Redis) -> Iterator[tuple[RedisBackend, Cost]]:
     ours = {backend.keys.store("rates"), backend.keys.store("rate_index")}
 
     def cost(fn: Callable[[], object]) -> collections.Counter[str]:
-        marker = f"end-{uuid.uuid4().hex}"
-        with real_client.monitor() as monitor:
-            fn()
-            real_client.echo(marker)
-            spent: collections.Counter[str] = collections.Counter()
-            while True:
-                command = monitor.next_command()["command"]
-                if marker in command:
-                    return spent
-                name, _, rest = command.partition(" ")
-                if rest.split(" ", 1)[0] in ours:
-                    spent[name.upper()] += 1
+        return script_commands(real_client, fn, on_key=ours.__contains__)
 
     try:
         yield backend, cost
