@@ -81,6 +81,8 @@ def client_from_url(url: str, query: str) -> Client:
     if parts.scheme in CLUSTER_SCHEMES and parts.path.strip("/") not in ("", "0"):
         raise InvalidOption(f"a Redis Cluster has database 0 only, not {parts.path!r}: {url!r}")
     driver_url = urlunsplit(parts._replace(scheme=SCHEMES[parts.scheme], query=query))
+    if not parts.netloc:  # urlunsplit writes "unix:/path"; redis-py reads only "unix:///path"
+        driver_url = driver_url.replace(":", "://", 1)
     no_retries = Retry(NoBackoff(), 0)
     try:
         if parts.scheme in CLUSTER_SCHEMES:

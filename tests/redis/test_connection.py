@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
 
+import attrs
 import pytest
 import redis
 from redis.exceptions import (
@@ -15,7 +19,11 @@ from redis.exceptions import (
     TryAgainError,
 )
 
+from tests.conftest import RedisServer
+from tests.core import tasks
+from threadmill_core import TaskResultStatus, connect
 from threadmill_core.errors import BackendUnavailable, InvalidOption
+from threadmill_core.models import Decision
 from threadmill_redis import RedisBackendError, RedisUnavailable, connection
 
 
@@ -114,3 +122,24 @@ def test_the_socket_timeout_is_read_from_the_client() -> None:
     with redis.Redis(socket_timeout=7.5) as timed, redis.Redis(socket_timeout=None) as untimed:
         assert connection.socket_timeout(timed) == 7.5
         assert connection.socket_timeout(untimed) is None
+
+
+@pytest.mark.redis
+def test_a_unix_socket_url_reaches_the_server(tmp_path: Path) -> None:
+    """``unix:///path/to/redis.sock`` works end to end: enqueue, claim and acknowledge."""
+    socket_path = tmp_path / "redis.sock"
+    server = RedisServer("--unixsocket", str(socket_path))
+    try:
+        broker = connect(f"unix://{socket_path}?namespace=unix-{uuid.uuid4().hex}")
+        try:
+            [record] = broker.enqueue_many(tasks.echo, [((1,), {})])
+            [lease] = broker.backend.claim(["default"], worker="w", lease_ttl=timedelta(minutes=1))
+            assert lease.task_id == record.id
+            done = attrs.evolve(lease.record, status=TaskResultStatus.SUCCESSFUL, return_value=1)
+            [stored] = broker.backend.decide_many([Decision(lease=lease, record=done)])
+            assert stored is not None
+            assert broker.get_result(record.id).return_value == 1
+        finally:
+            broker.close()
+    finally:
+        server.close()
