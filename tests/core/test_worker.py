@@ -234,13 +234,19 @@ class CountingBackend:
         w.backend.release = release  # type: ignore[attr-defined]
 
 
+def counted_burst(broker: Broker, *, threads: int, prefetch: int) -> tuple[int, CountingBackend]:
+    """Run a burst worker whose claims and acknowledgements are counted; (tasks run, counts)."""
+    w = worker(broker, threads=threads, prefetch=prefetch, maintenance=False)
+    counted = CountingBackend(broker)
+    counted.install(w)
+    return w.run(burst=True), counted
+
+
 def test_prefetch_claims_in_batches_and_every_task_is_acknowledged_once(broker: Broker) -> None:
     """One thread with a prefetch of 8: claims bring several tasks; every outcome lands."""
     records = broker.enqueue_many(tasks.echo, [((i,), {}) for i in range(40)])
-    w = worker(broker, threads=1, prefetch=8, maintenance=False)
-    counted = CountingBackend(broker)
-    counted.install(w)
-    assert w.run(burst=True) == 40
+    ran, counted = counted_burst(broker, threads=1, prefetch=8)
+    assert ran == 40
     finals = [broker.get_result(r.id) for r in records]
     assert [(f.status, f.return_value, f.attempts) for f in finals] == [
         (SUCCESSFUL, i, 1) for i in range(40)
@@ -260,10 +266,8 @@ def test_one_thread_claims_whole_batches_once_its_prefetch_has_run_out(broker: B
     # Tasks slow enough that outcomes are sent while the prefetch still holds
     # some (each waits at most ACK_DELAY), which is when a refill could start.
     broker.enqueue_many(tasks.nap, [((0.004,), {})] * 20)
-    w = worker(broker, threads=1, prefetch=8, maintenance=False)
-    counted = CountingBackend(broker)
-    counted.install(w)
-    assert w.run(burst=True) == 20
+    ran, counted = counted_burst(broker, threads=1, prefetch=8)
+    assert ran == 20
     assert counted.claims[:3] == [9, 9, 2], counted.claims
     assert sum(counted.decisions) == 20
     assert len(counted.decisions) > len(counted.claims)  # outcomes did go mid-prefetch
@@ -272,10 +276,8 @@ def test_one_thread_claims_whole_batches_once_its_prefetch_has_run_out(broker: B
 def test_a_claims_worth_of_outcomes_goes_in_one_acknowledgement(broker: Broker) -> None:
     """A room bigger than ACK_BATCH is acknowledged whole, not as ACK_BATCH and a straggler."""
     broker.enqueue_many(tasks.echo, [((i,), {}) for i in range(130)])
-    w = worker(broker, threads=1, prefetch=64, maintenance=False)
-    counted = CountingBackend(broker)
-    counted.install(w)
-    assert w.run(burst=True) == 130
+    ran, counted = counted_burst(broker, threads=1, prefetch=64)
+    assert ran == 130
     assert counted.claims[:2] == [65, 65]
     assert counted.decisions == [65, 65]
 
@@ -283,10 +285,8 @@ def test_a_claims_worth_of_outcomes_goes_in_one_acknowledgement(broker: Broker) 
 def test_prefetch_zero_claims_only_for_free_threads(broker: Broker) -> None:
     """prefetch=0 holds no task beyond the threads: each claim asks for what is free."""
     broker.enqueue_many(tasks.echo, [((i,), {}) for i in range(6)])
-    w = worker(broker, threads=2, prefetch=0, maintenance=False)
-    counted = CountingBackend(broker)
-    counted.install(w)
-    assert w.run(burst=True) == 6
+    ran, counted = counted_burst(broker, threads=2, prefetch=0)
+    assert ran == 6
     assert max(counted.claims) <= 2
 
 
