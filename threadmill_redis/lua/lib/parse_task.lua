@@ -1,3 +1,5 @@
+--@include "lib/parse_number"
+
 -- Task `id` as a table parsed from its packed state string `raw` (K.state's
 -- value). The state string is eleven '|'-separated fields, then the queue
 -- name (last, since it may itself contain '|'); empty fields are nil. `sort`
@@ -14,15 +16,15 @@ local function parse_task(id, raw)
   return {
     id = id,
     status = status,
-    priority = tonumber(priority),
-    attempts = tonumber(attempts),
-    sort = tonumber(sort),
-    enqueued_at = tonumber(enqueued_at),
-    run_after = tonumber(run_after),
-    started_at = tonumber(started_at),
-    last_attempted_at = tonumber(last_attempted_at),
-    finished_at = tonumber(finished_at),
-    deadline = tonumber(deadline),
+    priority = parse_number(priority),
+    attempts = parse_number(attempts),
+    sort = parse_number(sort),
+    enqueued_at = parse_number(enqueued_at),
+    run_after = parse_number(run_after),
+    started_at = parse_number(started_at),
+    last_attempted_at = parse_number(last_attempted_at),
+    finished_at = parse_number(finished_at),
+    deadline = parse_number(deadline),
     token = token ~= '' and token or nil,
     queue = queue,
   }
