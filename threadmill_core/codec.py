@@ -308,19 +308,25 @@ _ENQUEUED_KEYS = frozenset(field.name for field in attrs.fields(TaskResult)) - S
 _RETRY_KEYS = frozenset({"path", "options"})
 
 
-def decode_record(data: bytes | str) -> TaskResult:
-    """Decode a record made by `encode_record` or `encode_enqueued`; else `PayloadError`."""
+def decode_record(data: bytes | str, **fields: Any) -> TaskResult:
+    """Decode a record made by `encode_record` or `encode_enqueued`; else `PayloadError`.
+
+    `fields` are set on the record too, checked by its class: a backend that
+    keeps the state beside an `encode_enqueued` payload passes the state it
+    read back here, so the record is made once, not made and then copied.
+    """
     try:
         raw = _parse_json(data)
     except Exception as exc:  # not JSON (foreign or corrupt bytes), or nested too deep
         raise PayloadError(f"stored bytes are not a valid TaskResult: {exc}") from exc
-    record = _enqueued_record(raw)
+    record = _enqueued_record(raw, fields)
     if record is not None:
         return record
-    return _structure(raw, TaskResult)
+    record = _structure(raw, TaskResult)
+    return attrs.evolve(record, **fields) if fields else record
 
 
-def _enqueued_record(raw: Any) -> TaskResult | None:
+def _enqueued_record(raw: Any, extra: dict[str, Any]) -> TaskResult | None:
     """The record of a well-formed `encode_enqueued` payload, or None for any other shape.
 
     A worker decodes one per task it claims, so this is the fast path: plain
@@ -349,6 +355,7 @@ def _enqueued_record(raw: Any) -> TaskResult | None:
             queue=raw["queue"],
             priority=raw["priority"],
             retry=retry,
+            **extra,
         )
     except ValueError:  # a priority out of range: cattrs says so
         return None

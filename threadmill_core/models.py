@@ -16,7 +16,7 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, TypeAlias, TypeVar
 
@@ -262,7 +262,7 @@ _T = TypeVar("_T")
 
 
 #: `_copier`'s functions, one per class, made on first use.
-_copiers: dict[type[Any], Callable[[Any, dict[str, Any]], Any]] = {}
+_copiers: dict[type[Any], Callable[[Any, Mapping[str, Any]], Any]] = {}
 
 
 def _setter(name: str) -> Callable[[Any, Any], None]:
@@ -272,7 +272,7 @@ def _setter(name: str) -> Callable[[Any, Any], None]:
     return store
 
 
-def _copier(cls: type[Any]) -> Callable[[Any, dict[str, Any]], Any]:
+def _copier(cls: type[Any]) -> Callable[[Any, Mapping[str, Any]], Any]:
     """A function copying an attrs instance of `cls` with some fields replaced.
 
     Generated like attrs' own ``__init__``: one line per field, no loop, no
@@ -291,7 +291,7 @@ def _copier(cls: type[Any]) -> Callable[[Any, dict[str, Any]], Any]:
         lines.append(f"    set_{n}(new, {value})")
     lines.append("    return new")
     exec("\n".join(lines), scope)  # the code is built from the class's own field names
-    copy: Callable[[Any, dict[str, Any]], Any] = scope["copy"]
+    copy: Callable[[Any, Mapping[str, Any]], Any] = scope["copy"]
     _copiers[cls] = copy
     return copy
 
@@ -306,6 +306,11 @@ def evolve_unchecked(instance: _T, **changes: Any) -> _T:
     a caller's input must go through the class (or `attrs.evolve`), so that
     bad input is refused where it enters.
     """
+    return evolve_unchecked_with(instance, changes)
+
+
+def evolve_unchecked_with(instance: _T, changes: Mapping[str, Any]) -> _T:
+    """`evolve_unchecked` with the changes in a mapping, which a loop can make once."""
     copy = _copiers.get(type(instance)) or _copier(type(instance))
     copied: _T = copy(instance, changes)
     return copied

@@ -9,7 +9,7 @@ follow from what was sent and the server's time, so they are never read back.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import attrs
@@ -17,7 +17,12 @@ import attrs
 from threadmill_core import codec
 from threadmill_core.clock import duration_ms, from_ms, to_ms
 from threadmill_core.errors import UnsupportedValue
-from threadmill_core.models import RetryPolicySpec, TaskResult, TaskResultStatus, evolve_unchecked
+from threadmill_core.models import (
+    RetryPolicySpec,
+    TaskResult,
+    TaskResultStatus,
+    evolve_unchecked_with,
+)
 from threadmill_redis.replies import Row, Status
 
 _FINISHED = (TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED)
@@ -105,24 +110,31 @@ def enqueued_many(
     """
     enqueued_at = from_ms(now_ms)
     results: list[TaskResult] = []
+    # The changes for each run_after given (the records of a batch usually
+    # share one), made once: the caller's record, with every field the
+    # scripts keep as stored now (not as the caller may have set it).
+    changes_for: dict[datetime | None, dict[str, Any]] = {}
     for row, record in zip(rows, records, strict=True):
         if row != _OK:
             results.append(Row.parse(row).record())
             continue
-        status, run_after = TaskResultStatus.READY, record.run_after
-        if run_after is not None:
-            ms = to_ms(run_after)
-            run_after = from_ms(ms)
-            if ms > now_ms:
-                status = TaskResultStatus.DEFERRED
-        # The caller's record, with every field the scripts keep as stored now
-        # (not as the caller may have set it). Unchecked: the record was made
-        # by its class, and the changes are the scripts' own values.
-        results.append(
-            evolve_unchecked(
-                record, **_NEW_STATE, status=status, enqueued_at=enqueued_at, run_after=run_after
-            )
-        )
+        changes = changes_for.get(record.run_after)
+        if changes is None:
+            status, run_after = TaskResultStatus.READY, record.run_after
+            if run_after is not None:
+                ms = to_ms(run_after)
+                run_after = from_ms(ms)
+                if ms > now_ms:
+                    status = TaskResultStatus.DEFERRED
+            changes = changes_for[record.run_after] = {
+                **_NEW_STATE,
+                "status": status,
+                "enqueued_at": enqueued_at,
+                "run_after": run_after,
+            }
+        # Unchecked: the record was made by its class, and the changes are
+        # the scripts' own values.
+        results.append(evolve_unchecked_with(record, changes))
     return results
 
 

@@ -25,6 +25,7 @@ from threadmill_core.models import (
     TaskResult,
     TaskResultStatus,
     evolve_unchecked,
+    evolve_unchecked_with,
 )
 
 
@@ -75,6 +76,9 @@ class State(NamedTuple):
     queue: str
 
 
+#: Reply status codes, without the enum's own lookup (slower, and per task row).
+_BY_CODE = {int(status): status for status in Status}
+
 #: Status by its stored name, without the enum's own lookup.
 _STATUSES = {status.value.encode(): status for status in TaskResultStatus}
 
@@ -104,23 +108,27 @@ def parse_state(raw: bytes) -> State:
         raise PayloadError(f"stored task state is not valid: {raw!r}") from exc
 
 
+def state_fields(state: State, **rest: Any) -> dict[str, Any]:
+    """The record fields the scripts own, taken from `state`, and `rest`."""
+    return {
+        "status": state.status,
+        "enqueued_at": state.enqueued_at,
+        "run_after": state.run_after,
+        "started_at": state.started_at,
+        "last_attempted_at": state.last_attempted_at,
+        "finished_at": state.finished_at,
+        "attempts": state.attempts,
+        **rest,
+    }
+
+
 def with_state(base: TaskResult, state: State, **rest: Any) -> TaskResult:
     """`base` with the fields the scripts own taken from `state`, and `rest`.
 
     Unchecked (`evolve_unchecked`): the state was parsed from the store, and
     `rest` holds values decoded from it or already in a record.
     """
-    return evolve_unchecked(
-        base,
-        status=state.status,
-        enqueued_at=state.enqueued_at,
-        run_after=state.run_after,
-        started_at=state.started_at,
-        last_attempted_at=state.last_attempted_at,
-        finished_at=state.finished_at,
-        attempts=state.attempts,
-        **rest,
-    )
+    return evolve_unchecked_with(base, state_fields(state, **rest))
 
 
 def encode_worker(worker: str) -> bytes:
@@ -157,8 +165,11 @@ class Row:
 
     @classmethod
     def parse(cls, reply: Sequence[Any]) -> Row:
-        status, task_id, *rest = reply
-        return cls(Status(status), task_id.decode(), *rest)
+        code, task_id, *rest = reply
+        status = _BY_CODE.get(code)
+        if status is None:
+            status = Status(code)  # ValueError, naming the unknown code
+        return cls(status, task_id.decode(), *rest)
 
     def record(self, base: TaskResult | None = None) -> TaskResult:
         """The stored record; `base` stands in for the payload when the caller has it.
@@ -174,19 +185,21 @@ class Row:
             if self.state is None:
                 raise PayloadError("no stored state")
             state = parse_state(self.state)
-            if base is None:
-                if self.payload is None:
-                    raise PayloadError("no stored payload")
-                base = codec.decode_record(self.payload)
-                if base.id != self.id:
-                    raise PayloadError(f"the stored bytes hold task {base.id!r}")
-            record = with_state(
-                base,
+            fields = state_fields(
                 state,
                 errors=codec.decode_errors(self.errors) if self.errors else (),
                 worker_ids=decode_workers(self.workers),
                 return_value=None if self.result is None else codec.decode_value(self.result),
             )
+            if base is None:
+                if self.payload is None:
+                    raise PayloadError("no stored payload")
+                # Made once, with the state: the payload holds the rest.
+                record = codec.decode_record(self.payload, **fields)
+                if record.id != self.id:
+                    raise PayloadError(f"the stored bytes hold task {record.id!r}")
+            else:
+                record = evolve_unchecked_with(base, fields)
         except PayloadError as exc:
             raise PayloadError(f"task {self.id!r}: {exc}") from exc
         return record, state
