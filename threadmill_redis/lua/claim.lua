@@ -40,6 +40,7 @@
 --@include "lib/load_task"
 --@include "lib/member_id"
 --@include "lib/now_ms"
+--@include "lib/pack_number"
 --@include "lib/pack_task"
 --@include "lib/parse_task"
 --@include "lib/promote_task"
@@ -112,9 +113,9 @@ for i = 4, #ARGV do
       worker_args[#worker_args + 1] = id
       worker_args[#worker_args + 1] = workers
       -- RUNNING's view and the lease index, as lib/index_task adds them.
-      running[#running + 1] = 0
+      running[#running + 1] = '0'
       running[#running + 1] = segment_member(t)
-      leases[#leases + 1] = t.deadline
+      leases[#leases + 1] = pack_number(t.deadline)
       leases[#leases + 1] = id
       receipt[#receipt + 1] = id
       receipt[#receipt + 1] = token

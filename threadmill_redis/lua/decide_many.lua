@@ -48,6 +48,7 @@
 --@include "lib/mark_finished"
 --@include "lib/notify"
 --@include "lib/now_ms"
+--@include "lib/pack_number"
 --@include "lib/pack_task"
 --@include "lib/parse_task"
 --@include "lib/prune_expired"
@@ -64,6 +65,7 @@ local notify_cap = tonumber(ARGV[3])
 local OK, REFUSED = code('OK'), code('REFUSED')
 
 local now = now_ms()
+local now_text = pack_number(now)
 local ids = {}
 for i = 4, #ARGV, 7 do
   ids[#ids + 1] = ARGV[i + 1]
@@ -129,9 +131,9 @@ local function complete_later(t, status, errors, result)
     p.result[#p.result + 1] = result
   end
   local view = p.views[status]
-  view[#view + 1] = 0
+  view[#view + 1] = '0'
   view[#view + 1] = segment_member(t)
-  p.finished[#p.finished + 1] = now
+  p.finished[#p.finished + 1] = now_text
   p.finished[#p.finished + 1] = t.id
 end
 

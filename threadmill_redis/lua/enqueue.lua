@@ -89,13 +89,13 @@ if #ARGV == 8 then
   if deferred then
     redis.call('HSET', K.state, id,
       new_state('DEFERRED', priority_text, run_after_text, run_after_text, queue))
-    redis.call('ZADD', K.deferred, 0, prefix .. id)
-    redis.call('ZADD', K.due, run_after, id)
+    redis.call('ZADD', K.deferred, '0', prefix .. id)
+    redis.call('ZADD', K.due, run_after_text, id)
   else
     local seq = redis.call('HINCRBY', K.counters, 'seq', 1)
     redis.call('HSET', K.state, id,
       new_state('READY', priority_text, string.format('%d', seq), run_after_text, queue))
-    redis.call('ZADD', K.ready, 0, prefix .. string.format('%016d', seq) .. id)
+    redis.call('ZADD', K.ready, '0', prefix .. string.format('%016d', seq) .. id)
   end
   redis.call('HINCRBY', K.queues, queue, 1)
   record_rates(K, now, { [queue] = { e = 1 } })
@@ -191,8 +191,8 @@ for _, run in ipairs(runs) do
         local id = ARGV[i]
         states[ns + 1], states[ns + 2] = id, state
         ns = ns + 2
-        deferred[nd + 1], deferred[nd + 2] = 0, prefix .. id
-        due[nd + 1], due[nd + 2] = run.run_after, id
+        deferred[nd + 1], deferred[nd + 2] = '0', prefix .. id
+        due[nd + 1], due[nd + 2] = run_after_text, id
         nd = nd + 2
       end
     else
@@ -203,7 +203,7 @@ for _, run in ipairs(runs) do
         states[ns + 2] = new_state('READY', priority_text, string.format('%d', seq),
           run_after_text, queue)
         ns = ns + 2
-        ready[nr + 1], ready[nr + 2] = 0, prefix .. string.format('%016d', seq) .. id
+        ready[nr + 1], ready[nr + 2] = '0', prefix .. string.format('%016d', seq) .. id
         nr = nr + 2
       end
       ready_count = #fresh
