@@ -18,6 +18,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import redis
 
@@ -37,7 +38,15 @@ def free_port() -> int:
 class RedisServer:
     """A redis-server on a free loopback port, owned by this run."""
 
-    def __init__(self, executable: str = "redis-server") -> None:
+    def __init__(
+        self,
+        executable: str = "redis-server",
+        *,
+        wrapper: Sequence[str] = (),
+        stderr: Path | None = None,
+        start_timeout: float = 10.0,
+    ) -> None:
+        """`wrapper` goes before the command (a profiler, say), and `stderr` takes its output."""
         found = shutil.which(executable)
         if found is None:
             raise FileNotFoundError(
@@ -48,6 +57,9 @@ class RedisServer:
         self.port = free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="threadmill-bench-redis-"))
         self.process: subprocess.Popen[bytes] | None = None
+        self.wrapper = list(wrapper)
+        self.stderr = stderr
+        self.start_timeout = start_timeout
 
     @property
     def url(self) -> str:
@@ -55,6 +67,7 @@ class RedisServer:
 
     def start(self) -> None:
         args = [
+            *self.wrapper,
             self.executable,
             "--port", str(self.port),
             "--bind", "127.0.0.1",
@@ -64,8 +77,12 @@ class RedisServer:
             "--daemonize", "no",
             "--maxmemory-policy", "noeviction",
         ]  # fmt: skip
-        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
+        with contextlib.ExitStack() as files:
+            stderr: Any = subprocess.DEVNULL
+            if self.stderr is not None:
+                stderr = files.enter_context(self.stderr.open("wb"))
+            self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=stderr)
+        deadline = time.monotonic() + self.start_timeout
         client = redis.Redis(port=self.port)
         try:
             while time.monotonic() < deadline:
