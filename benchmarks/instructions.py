@@ -96,9 +96,12 @@ def _operation(name: str, url: str, n: int) -> Callable[[], object]:
     def claim(count: int) -> list[Lease]:
         leases: list[Lease] = []
         while len(leases) < count:
-            leases += backend.claim(
+            got = backend.claim(
                 ["default"], worker="w", lease_ttl=timedelta(minutes=5), limit=BATCH
             )
+            if not got:  # never loop on an empty queue
+                raise RuntimeError(f"claimed {len(leases)} of {count} tasks; no more are ready")
+            leases += got
         return leases
 
     def decide(leases: Sequence[Lease]) -> None:
