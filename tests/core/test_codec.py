@@ -151,3 +151,20 @@ def test_foreign_bytes_are_a_payload_error(data: bytes) -> None:
     """Bytes that are not a record raise PayloadError, never a bare decoding error."""
     with pytest.raises(PayloadError):
         decode_record(data)
+
+
+def test_fields_given_to_decode_are_set_on_the_record_and_checked() -> None:
+    """decode_record(data, **fields) equals the decoded record evolved with fields, either path."""
+    moment = datetime(2030, 5, 6, 7, 8, 9, 123000, tzinfo=UTC)
+    record = TaskResult(id=new_task_id(), task_path="pkg.mod:func", args=[1], priority=3)
+    state = {
+        "status": TaskResultStatus.RUNNING,
+        "enqueued_at": moment,
+        "started_at": moment,
+        "attempts": 2,
+        "worker_ids": ("w1", "w2"),
+    }
+    for data in (encode_enqueued(record), encode_record(record)):  # fast path, then cattrs
+        assert decode_record(data, **state) == attrs.evolve(decode_record(data), **state)
+        with pytest.raises(ValueError, match="naive"):
+            decode_record(data, started_at=datetime(2030, 5, 6))
