@@ -32,7 +32,7 @@
 --
 -- Costs: a fixed number of commands per call, whatever its size (lists of
 -- up to 1,000 items go in one command, longer ones in slices of that size;
--- see lib/call_spread). Stored ids are found with one HMGET of the payload
+-- see lib/call_in_slices). Stored ids are found with one HMGET of the payload
 -- hash (a lone task instead sets its payload with HSETNX, which is also the
 -- test); the new tasks' payloads, states and indexes are written with one
 -- HSET or ZADD each, their sequence numbers reserved with one HINCRBY;
@@ -42,8 +42,9 @@
 -- ZADD (DEFERRED), HINCRBY of its queue's size and of its telemetry, and
 -- LLEN, with an LPUSH when a worker waits.
 
---@include "lib/call_spread"
+--@include "lib/call_in_slices"
 --@include "lib/code"
+--@include "lib/hmget_all"
 --@include "lib/load_task"
 --@include "lib/notify_room"
 --@include "lib/now_ms"
@@ -126,17 +127,7 @@ end
 
 -- Which ids are stored already: the payload hash holds every stored id
 -- (lib/delete_task drops it with the rest).
-local stored
-if n <= 1000 then
-  stored = redis.call('HMGET', K.payload, unpack(ids))
-else
-  stored = {}
-  for _, values in ipairs(call_spread('HMGET', K.payload, ids)) do
-    for _, value in ipairs(values) do
-      stored[#stored + 1] = value
-    end
-  end
-end
+local stored = hmget_all(K.payload, ids)
 
 -- Each record is new, or a repeat of a stored id or of an id given earlier
 -- in this call (answered after the writes, with the first one's record).
@@ -224,15 +215,15 @@ for _, run in ipairs(runs) do
   end
 end
 if np > 0 then
-  call_spread('HSET', K.payload, payloads)
-  call_spread('HSET', K.state, states)
+  call_in_slices({ 'HSET', K.payload }, payloads)
+  call_in_slices({ 'HSET', K.state }, states)
 end
 if nr > 0 then
-  call_spread('ZADD', K.ready, ready)
+  call_in_slices({ 'ZADD', K.ready }, ready)
 end
 if nd > 0 then
-  call_spread('ZADD', K.deferred, deferred)
-  call_spread('ZADD', K.due, due)
+  call_in_slices({ 'ZADD', K.deferred }, deferred)
+  call_in_slices({ 'ZADD', K.due }, due)
 end
 for queue, kinds in pairs(counts) do
   redis.call('HINCRBY', K.queues, queue, kinds.e)
