@@ -2,7 +2,8 @@
 
 On a shared VM, wall-clock figures move by a third from one hour to the
 next, so a change worth a few percent cannot be told from noise by timing
-it. An instruction count does not move: this counts, with valgrind's
+it. An instruction count moves by a few percent at most (see the README
+in this folder): this counts, with valgrind's
 callgrind, what one threadmill operation costs the client process and what
 it costs redis-server, so a change to a hot path can be judged by a
 repeatable number before the interleaved benchmark (``python -m benchmarks``)
@@ -151,11 +152,10 @@ def _child(name: str, url: str, n: int, instrument: int) -> None:
 # --- the parent: who is counted, and how ----------------------------------------------
 
 
-def _client(name: str, url: str, n: int) -> int:
-    """Instructions of the client process running `name` `n` times."""
+def _run_child(name: str, url: str, n: int, instrument: str, wrapper: Sequence[str] = ()) -> bytes:
+    """Run `_child` in a process of its own (under `wrapper`); its stderr."""
     command = [
-        *CALLGRIND,
-        "--instr-atstart=no",
+        *wrapper,
         sys.executable,
         "-m",
         "benchmarks.instructions",
@@ -163,12 +163,17 @@ def _client(name: str, url: str, n: int) -> int:
         name,
         url,
         str(n),
-        "self",
+        instrument,
     ]
     done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"{name}: the client failed: {done.stderr[-800:]!r}")
-    return _collected(done.stderr)
+    return done.stderr
+
+
+def _client(name: str, url: str, n: int) -> int:
+    """Instructions of the client process running `name` `n` times."""
+    return _collected(_run_child(name, url, n, "self", [*CALLGRIND, "--instr-atstart=no"]))
 
 
 def _server(name: str, n: int) -> int:
@@ -179,20 +184,8 @@ def _server(name: str, n: int) -> int:
             wrapper=[*CALLGRIND, "--instr-atstart=no"], stderr=log, start_timeout=60
         )
         with server:
-            assert server.process is not None
-            command = [
-                sys.executable,
-                "-m",
-                "benchmarks.instructions",
-                "--child",
-                name,
-                server.url,
-                str(n),
-                str(server.process.pid),
-            ]
-            done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, check=False)
-            if done.returncode != 0:
-                raise RuntimeError(f"{name}: the client failed: {done.stderr[-800:]!r}")
+            assert server.process is not None  # valgrind runs redis-server in this process
+            _run_child(name, server.url, n, str(server.process.pid))
         return _collected(log.read_bytes())
 
 
