@@ -42,7 +42,7 @@
 --@include "lib/call_in_slices"
 --@include "lib/code"
 --@include "lib/complete_task"
---@include "lib/completion_refused"
+--@include "lib/decision_refused"
 --@include "lib/hmget_all"
 --@include "lib/load_task"
 --@include "lib/mark_finished"
@@ -144,7 +144,7 @@ for n, id in ipairs(ids) do
   local t, status_code
   if kind == 'complete' and not seen[id] and pending.views[ARGV[i + 3]] then
     t = states[n] and parse_task(id, states[n]) or nil
-    status_code = completion_refused(t, token)
+    status_code = decision_refused(t, token, 'SUCCESSFUL', 'FAILED')
     if status_code == nil then
       complete_later(t, ARGV[i + 3], ARGV[i + 4], ARGV[i + 5])
       status_code = OK

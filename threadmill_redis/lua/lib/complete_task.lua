@@ -1,5 +1,5 @@
 --@include "lib/code"
---@include "lib/completion_refused"
+--@include "lib/decision_refused"
 --@include "lib/index_task"
 --@include "lib/mark_finished"
 --@include "lib/save_task"
@@ -7,9 +7,9 @@
 
 -- Finalize RUNNING task `t` (nil if unknown) as `status` (SUCCESSFUL or
 -- FAILED) under lease `token`, storing the encoded `errors` and `result`
--- ('' for none). Returns OK, or what completion_refused answers.
+-- ('' for none). Returns OK, or what decision_refused answers.
 local function complete_task(K, t, token, status, errors, result, now)
-  local refused = completion_refused(t, token)
+  local refused = decision_refused(t, token, 'SUCCESSFUL', 'FAILED')
   if refused then
     return refused
   end

@@ -1,4 +1,5 @@
 --@include "lib/code"
+--@include "lib/decision_refused"
 --@include "lib/enter_ready"
 --@include "lib/index_task"
 --@include "lib/save_task"
@@ -10,14 +11,9 @@
 -- token already sent it back and it still waits (READY or DEFERRED); REFUSED
 -- otherwise.
 local function retry_task(K, t, token, delay_ms, errors, now)
-  if t == nil or t.token ~= token then
-    return code('REFUSED')
-  end
-  if t.status == 'READY' or t.status == 'DEFERRED' then
-    return code('REPEAT')
-  end
-  if t.status ~= 'RUNNING' then
-    return code('REFUSED')
+  local refused = decision_refused(t, token, 'READY', 'DEFERRED')
+  if refused ~= nil then
+    return refused
   end
   unindex_task(K, t)
   t.deadline = nil
