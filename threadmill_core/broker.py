@@ -23,8 +23,8 @@ from threadmill_core.models import (
     QueueCounts,
     TaskResult,
     TaskResultStatus,
-    evolve_unchecked,
-    new_task_id,
+    copier,
+    new_task_ids,
 )
 from threadmill_core.plugins import backend_for_url, notify_each
 from threadmill_core.task import Task, validate_run_after
@@ -72,11 +72,13 @@ class Broker:
             run_after=self._absolute(task.run_after),
             retry=task.retry_spec,
         )
+        calls = list(calls)
+        copy = copier(TaskResult, ("id", "args", "kwargs"))
         records = []
-        for call_args, call_kwargs in calls:
+        for task_id, (call_args, call_kwargs) in zip(new_task_ids(len(calls)), calls, strict=True):
             args, kwargs = list(call_args), dict(call_kwargs)
             codec.check_arguments(args, kwargs)
-            records.append(evolve_unchecked(shared, id=new_task_id(), args=args, kwargs=kwargs))
+            records.append(copy(shared, {"id": task_id, "args": args, "kwargs": kwargs}))
         stored = self.backend.enqueue(records)
         notify_each("threadmill_task_enqueued", "record", stored)
         return stored

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from threadmill_core import PayloadError, TaskResult, TaskResultStatus
 from threadmill_core.codec import converter, decode_record, encode_enqueued, encode_record
-from threadmill_core.models import Lease, TaskContext, evolve_unchecked, new_task_id
+from threadmill_core.models import Lease, TaskContext, copier, evolve_unchecked, new_task_id
 from threadmill_core.testing import strategies as ts
 
 records = st.builds(
@@ -141,3 +141,24 @@ def test_evolve_unchecked_copies_a_class_without_slots_too() -> None:
     assert evolve_unchecked(Unslotted(1), a=3) == Unslotted(3, 2)
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
         evolve_unchecked(Unslotted(1)).a = 5  # type: ignore[misc]
+
+
+def test_a_misspelled_field_is_refused_not_ignored() -> None:
+    """As `attrs.evolve` does: a change to a field the class lacks raises, naming it."""
+    record = TaskResult(id="t1", task_path="app:f")
+    with pytest.raises(TypeError, match=r"TaskResult has no field.* staus"):
+        evolve_unchecked(record, staus=TaskResultStatus.FAILED)
+    with pytest.raises(TypeError, match="staus"):
+        copier(TaskResult, ["status", "staus"])
+
+
+def test_a_copier_replaces_exactly_the_fields_it_was_made_for() -> None:
+    record = TaskResult(id="t1", task_path="app:f", priority=3)
+    copy = copier(TaskResult, ("id", "args"))
+    assert copier(TaskResult, ("id", "args")) is copy  # made once
+    first = copy(record, {"id": "t2", "args": [1]})
+    second = copy(record, {"id": "t3", "args": [2], "priority": 9})  # not its field: kept
+    assert (first.id, first.args, first.priority) == ("t2", [1], 3)
+    assert (second.id, second.args, second.priority) == ("t3", [2], 3)
+    with pytest.raises(KeyError, match="args"):
+        copy(record, {"id": "t4"})

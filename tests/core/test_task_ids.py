@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from threadmill_core.models import new_task_id
+from threadmill_core.models import new_task_id, new_task_ids
 
 
 def test_ids_are_uuid7_strings_that_increase_even_within_a_millisecond() -> None:
@@ -38,3 +38,22 @@ def test_a_forked_child_does_not_repeat_its_parents_random_bits() -> None:
     parent = new_task_id()
     assert uuid.UUID(child).version == 7
     assert child[-12:] != parent[-12:]
+
+
+@pytest.mark.parametrize("count", [2, 100, 300, 5000])  # within and beyond the bytes read ahead
+def test_ids_made_together_are_ids_as_made_one_by_one(count: int) -> None:
+    """`new_task_ids` and `new_task_id` share one order: each id is greater than those before."""
+    before = new_task_id()
+    together = new_task_ids(count)
+    after = new_task_id()
+    made = [before, *together, after]
+    assert made == sorted(made)
+    assert len(set(made)) == len(made)
+    assert len(together) == count
+    assert {uuid.UUID(made).version for made in together} == {7}
+    assert len({made[-16:] for made in together}) == count  # the random bits differ
+
+
+def test_no_ids_for_a_count_below_one() -> None:
+    assert new_task_ids(0) == []
+    assert new_task_ids(-1) == []
