@@ -100,7 +100,7 @@ def payloads(records: Sequence[TaskResult]) -> list[bytes]:
 def enqueued_many(
     rows: Sequence[Any], records: Sequence[TaskResult], now_ms: int
 ) -> list[TaskResult]:
-    """The records ``enqueue.lua``'s rows answer for `records` (as the caller sent them).
+    """The records the rows of ``enqueue.lua`` (or ``enqueue_one.lua``) answer for `records`.
 
     A bare OK means stored now, at server time `now_ms`: the record follows
     from what was sent, so nothing is read back or decoded. It is DEFERRED

@@ -61,7 +61,7 @@ from threadmill_core.models import (
 )
 from threadmill_redis import arguments, connection, scripts
 from threadmill_redis.connection import Client
-from threadmill_redis.keys import Keys
+from threadmill_redis.keys import STORE, TELEMETRY, Keys
 from threadmill_redis.options import RedisOptions, split_query
 from threadmill_redis.replies import (
     Row,
@@ -75,6 +75,10 @@ from threadmill_redis.replies import (
 log = logging.getLogger("threadmill_redis")
 
 SCHEMES = tuple(connection.SCHEMES)
+
+
+#: The names of the namespace-wide keys a script header may declare.
+SCHEMA = frozenset(STORE + TELEMETRY)
 
 
 class RedisBackend(Backend):
@@ -95,7 +99,7 @@ class RedisBackend(Backend):
         self.options = RedisOptions.from_mapping(options)
         self.client = client
         self.keys = Keys(self.options.namespace)
-        self._static_keys: dict[str, list[str]] = {}
+        self._static_keys: dict[str, list[str | None]] = {}
         self._ttl_ms = duration_ms(self.options.result_ttl)
         self._owns_client = False
         # The scripts' connections, past the pool's bookkeeping (None: through the pool).
@@ -168,14 +172,20 @@ class RedisBackend(Backend):
     def _script_keys(
         self, script: scripts.Script, named: Mapping[str, str], extra: Sequence[str]
     ) -> list[str]:
-        if not named:  # the common case: the namespace's keys, worked out once per script
-            keys = self._static_keys.get(script.name)
-            if keys is None:
-                keys = self._static_keys[script.name] = [
-                    self.keys.store(name) for name in script.key_names
-                ]
-            return [*keys, *extra]
-        return [named.get(name) or self.keys.store(name) for name in script.key_names] + list(extra)
+        """The KEYS of a `script` call: the namespace's keys by the names in its header, the
+        keys in `named` for the others (a claim's receipt, a queue's notify list), then `extra`.
+        """
+        keys: list[str | None] | None = self._static_keys.get(script.name)
+        if keys is None:  # worked out once per script
+            keys = self._static_keys[script.name] = [
+                self.keys.store(name) if name in SCHEMA else None for name in script.key_names
+            ]
+        if named:
+            keys = [named.get(name, key) for name, key in zip(script.key_names, keys, strict=True)]
+        if None in keys:
+            missing = [name for name, key in zip(script.key_names, keys, strict=True) if not key]
+            raise ValueError(f"{script.name}.lua needs the keys {missing}")
+        return [*keys, *extra]  # type: ignore[list-item]  # no None left, as checked
 
     def _check_server(self) -> None:
         """Raise `InvalidOption` for what cannot work; warn unless ``noeviction``.
@@ -233,11 +243,29 @@ class RedisBackend(Backend):
     def enqueue(self, records: Sequence[TaskResult]) -> list[TaskResult]:
         records = list(records)
         payloads = arguments.payloads(records)  # all checked and encoded before any is sent
+        if len(records) == 1:  # the usual call: Broker.enqueue
+            record = records[0]
+            run_after = record.run_after
+            script = scripts.load("enqueue_one")
+            now, row = self._evalsha(
+                script,
+                self._script_keys(script, {"notify": self.keys.notify(record.queue)}, ()),
+                [
+                    self.options.notify_cap,
+                    record.id,
+                    payloads[0],
+                    record.queue,
+                    record.priority,
+                    "" if run_after is None else to_ms(run_after),
+                ],
+                repeatable=True,
+            )
+            return arguments.enqueued_many([row], records, now)
         script = scripts.load("enqueue")
         size = self.options.enqueue_batch
         if not records:
             return []
-        if len(records) <= size:  # one script call, the common case
+        if len(records) <= size:  # one script call
             now, *rows = self._evalsha(
                 *self._enqueue_call(script, records, payloads), repeatable=True
             )

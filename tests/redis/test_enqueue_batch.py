@@ -133,6 +133,20 @@ def test_a_batch_answers_repeats_with_the_stored_record_and_keeps_the_first_payl
     assert backend.counts()["default"].pending == 4
 
 
+def test_a_lone_repeat_answers_with_the_stored_record_and_keeps_the_first_payload(
+    harness: Harness,
+) -> None:
+    """enqueue_one.lua answers a stored id (READY or RUNNING) as a batch does: stored, unchanged."""
+    backend = backend_of(harness)
+    [first, second] = backend.enqueue(tasks(2))
+    [lease] = backend.claim(["default"], worker="w", lease_ttl=LEASE)
+    assert backend.enqueue([attrs.evolve(first, args=["changed"])]) == [lease.record]
+    assert backend.enqueue([attrs.evolve(second, args=["changed"], priority=9)]) == [second]
+    assert [backend.get(first.id), backend.get(second.id)] == [lease.record, second]
+    counts = backend.counts()["default"]
+    assert (counts.ready, counts.running) == (1, 1)
+
+
 def test_a_batch_longer_than_one_command_spreads_is_stored_in_order(
     harness_on: Callable[..., Harness], client: redis.Redis
 ) -> None:
@@ -243,7 +257,7 @@ def test_the_answer_to_a_new_task_copies_every_field_the_caller_gives() -> None:
 def test_a_lone_task_costs_eight_commands_and_a_batch_a_fixed_number(
     real_client: redis.Redis,
 ) -> None:
-    """What the header of enqueue.lua promises, counted with MONITOR (telemetry index aside)."""
+    """What enqueue_one.lua and enqueue.lua promise, counted by MONITOR (rate index aside)."""
     backend = RedisBackend(real_client, namespace=f"enqueue-cost-{uuid.uuid4().hex}")
     index = backend.keys.store("rate_index")
 

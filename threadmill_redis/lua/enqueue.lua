@@ -33,77 +33,37 @@
 -- Costs: a fixed number of commands per call, whatever its size (lists of
 -- up to 1,000 items go in one command, longer ones in slices of that size;
 -- see lib/call_in_slices). Stored ids are found with one HMGET of the payload
--- hash (a lone task instead sets its payload with HSETNX, which is also the
--- test); the new tasks' payloads, states and indexes are written with one
+-- hash; the new tasks' payloads, states and indexes are written with one
 -- HSET or ZADD each, their sequence numbers reserved with one HINCRBY;
 -- queue sizes, telemetry and wake-ups take one or two commands per queue; a
--- repeat costs the six HGETs of its row. A lone task costs eight commands:
--- TIME, HSETNX, HSET, ZADD, HINCRBY of the sequence (READY) or a second
--- ZADD (DEFERRED), HINCRBY of its queue's size and of its telemetry, and
--- LLEN, with an LPUSH when a worker waits.
+-- repeat costs the six HGETs of its row. A lone task goes to enqueue_one.lua,
+-- which does the same in fewer steps.
 
 --@include "lib/call_in_slices"
 --@include "lib/code"
 --@include "lib/hmget_all"
 --@include "lib/load_task"
+--@include "lib/new_state"
 --@include "lib/notify_room"
 --@include "lib/now_ms"
---@include "lib/queue_prefix"
 --@include "lib/record_rates"
+--@include "lib/queue_prefix"
 --@include "lib/task_row"
 
 --@keys
 local notify_cap = tonumber(ARGV[1])
 local OK, EXISTS = code('OK'), code('EXISTS')
 
-local now = now_ms()
-local now_text = string.format('%d', now)
+local now, now_text = now_ms()
 
--- The state of a task stored now, packed as lib/pack_task packs it: no
--- attempts, no timestamps but enqueued_at and run_after, no token.
-local function new_state(status, priority_text, sort_text, run_after_text, queue)
-  return status .. '|' .. priority_text .. '|0|' .. sort_text .. '|' .. now_text .. '|'
-    .. run_after_text .. '||||||' .. queue
-end
-
--- What the tasks of a run share in their segment members (lib/segment_member):
--- the queue prefix, then the priority (READY) or the due time (DEFERRED).
+-- What the tasks of a run share in their segment members (lib/ready_member,
+-- lib/timed_member): the queue prefix, then the priority (READY) or the due
+-- time (DEFERRED); made once per run, not per task.
 local function member_prefix(queue, priority, deferred, run_after)
   if deferred then
     return queue_prefix(queue) .. string.format('%019d', run_after)
   end
   return queue_prefix(queue) .. string.format('%03d', 100 - priority)
-end
-
-if #ARGV == 8 then
-  -- A lone task, the usual call, in the fewest steps: setting its payload
-  -- only if absent both stores it and tests the id.
-  local id, queue = ARGV[7], ARGV[3]
-  if redis.call('HSETNX', K.payload, id, ARGV[8]) == 0 then
-    return { now, task_row(K, load_task(K, id), EXISTS, true) }
-  end
-  local priority, run_after = tonumber(ARGV[4]), tonumber(ARGV[5])
-  local priority_text = string.format('%d', priority)
-  local run_after_text = run_after and string.format('%d', run_after) or ''
-  local deferred = run_after ~= nil and run_after > now
-  local prefix = member_prefix(queue, priority, deferred, run_after)
-  if deferred then
-    redis.call('HSET', K.state, id,
-      new_state('DEFERRED', priority_text, run_after_text, run_after_text, queue))
-    redis.call('ZADD', K.deferred, '0', prefix .. id)
-    redis.call('ZADD', K.due, run_after_text, id)
-  else
-    local seq = redis.call('HINCRBY', K.counters, 'seq', 1)
-    redis.call('HSET', K.state, id,
-      new_state('READY', priority_text, string.format('%d', seq), run_after_text, queue))
-    redis.call('ZADD', K.ready, '0', prefix .. string.format('%016d', seq) .. id)
-  end
-  redis.call('HINCRBY', K.queues, queue, 1)
-  record_rates(K, now, { [queue] = { e = 1 } })
-  -- One wake-up, for a deferred task too: an idle worker then asks when the
-  -- next task falls due (next_due.lua) and claims it on time.
-  notify_room(KEYS[tonumber(ARGV[6])], 1, notify_cap)
-  return { now, OK }
 end
 
 -- A batch. The runs (each a table of what its records share, and where its
@@ -177,7 +137,8 @@ for _, run in ipairs(runs) do
     local prefix = member_prefix(queue, run.priority, run.deferred, run.run_after)
     local ready_count = 0
     if run.deferred then
-      local state = new_state('DEFERRED', priority_text, run_after_text, run_after_text, queue)
+      local state = new_state('DEFERRED', priority_text, run_after_text, now_text,
+        run_after_text, queue)
       for _, i in ipairs(fresh) do
         local id = ARGV[i]
         states[ns + 1], states[ns + 2] = id, state
@@ -191,10 +152,14 @@ for _, run in ipairs(runs) do
         local id = ARGV[i]
         seq = seq + 1
         states[ns + 1] = id
-        states[ns + 2] = new_state('READY', priority_text, string.format('%d', seq),
-          run_after_text, queue)
+        local seq_text = string.format('%d', seq)
+        states[ns + 2] =
+          new_state('READY', priority_text, seq_text, now_text, run_after_text, queue)
         ns = ns + 2
-        ready[nr + 1], ready[nr + 2] = '0', prefix .. string.format('%016d', seq) .. id
+        -- The member's 16 digits of sequence (lib/ready_member), padded
+        -- without a second string.format, which costs more.
+        ready[nr + 1] = '0'
+        ready[nr + 2] = prefix .. string.rep('0', 16 - #seq_text) .. seq_text .. id
         nr = nr + 2
       end
       ready_count = #fresh
@@ -210,7 +175,7 @@ for _, run in ipairs(runs) do
     end
     of_queue.e = of_queue.e + #fresh
     -- A wake-up per task entering READY, and at least one per queue for
-    -- deferred tasks too (see the lone task above).
+    -- deferred tasks too (an idle worker then asks next_due.lua when to claim).
     woken[run.notify] = (woken[run.notify] or 0) + ready_count
   end
 end

@@ -1,0 +1,17 @@
+--@include "lib/queue_prefix"
+
+-- See lib/ready_member for the layout of segment members.
+
+-- The 19-digit sort keys of this script call: the tasks of a batch share
+-- their due time, lease deadline or finished time.
+local sort_keys = {}
+
+-- The member of a task in any other segment: `sort` is a time in ms.
+local function timed_member(queue, sort, id)
+  local key = sort_keys[sort]
+  if key == nil then
+    key = string.format('%019d', sort)
+    sort_keys[sort] = key
+  end
+  return queue_prefix(queue) .. key .. id
+end
