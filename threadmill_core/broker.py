@@ -15,6 +15,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+import attrs
+
 from threadmill_core import codec
 from threadmill_core.backend import Backend
 from threadmill_core.clock import from_ms, to_ms
@@ -62,16 +64,13 @@ class Broker:
         """Store many calls of `task` in one backend call; all are checked before any is stored."""
         if not isinstance(task, Task):
             raise TypeError(f"enqueue takes a @task function, got {task!r}")
-        # What every call shares, made (and so checked) once; each call is a
-        # copy with its own id and arguments, which are checked here.
-        shared = TaskResult(
-            id="",
-            task_path=task.path,
-            queue=task.queue,
-            priority=task.priority,
-            run_after=self._absolute(task.run_after),
-            retry=task.retry_spec,
-        )
+        # What every call shares, made (and so checked) once per task, and per
+        # call where the task runs after a delay; each call is a copy with its
+        # own id and arguments, which are checked here.
+        shared = task.template
+        run_after = self._absolute(task.run_after)
+        if run_after is not None:
+            shared = attrs.evolve(shared, run_after=run_after)
         calls = list(calls)
         copy = copier(TaskResult, ("id", "args", "kwargs"))
         records = []

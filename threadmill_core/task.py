@@ -31,12 +31,12 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 import attrs
 
 from threadmill_core.errors import InvalidOption, InvalidTaskDefinition
-from threadmill_core.models import validate_priority, validate_timedelta
+from threadmill_core.models import TaskResult, validate_priority, validate_timedelta
 from threadmill_core.retry import RetryPolicy, policy_spec
 
 if TYPE_CHECKING:
     from threadmill_core.broker import Broker
-    from threadmill_core.models import RetryPolicySpec, TaskResult
+    from threadmill_core.models import RetryPolicySpec
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -125,10 +125,23 @@ class Task(Generic[P, R]):
     takes_context: bool = False
     #: Whether `func` is a coroutine function, asked once (a worker asks per task).
     is_async: bool = attrs.field(init=False, repr=False)
+    #: What every stored call of this task starts from (made, so checked, once):
+    #: `Broker.enqueue_many` copies it with each call's id and arguments.
+    template: TaskResult = attrs.field(init=False, repr=False)
 
     @is_async.default
     def _is_async(self) -> bool:
         return inspect.iscoroutinefunction(self.func)
+
+    @template.default
+    def _template(self) -> TaskResult:
+        return TaskResult(
+            id="",
+            task_path=self.path,
+            queue=self.queue,
+            priority=self.priority,
+            retry=self.retry_spec,
+        )
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.func(*args, **kwargs)

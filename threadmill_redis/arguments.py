@@ -21,7 +21,7 @@ from threadmill_core.models import (
     RetryPolicySpec,
     TaskResult,
     TaskResultStatus,
-    evolve_unchecked_with,
+    copier,
 )
 from threadmill_redis.replies import Row, Status
 
@@ -69,6 +69,8 @@ _NEW_STATE: dict[str, Any] = {
     for field in attrs.fields(TaskResult)
     if field.name in codec.STATE_FIELDS - {"status", "enqueued_at", "run_after"}
 }
+#: Copies a record with those fields, as `enqueued_many` sets them.
+_enqueued_copy = copier(TaskResult, [*_NEW_STATE, "status", "enqueued_at", "run_after"])
 
 
 def payloads(records: Sequence[TaskResult]) -> list[bytes]:
@@ -134,7 +136,7 @@ def enqueued_many(
             }
         # Unchecked: the record was made by its class, and the changes are
         # the scripts' own values.
-        results.append(evolve_unchecked_with(record, changes))
+        results.append(_enqueued_copy(record, changes))
     return results
 
 

@@ -100,6 +100,8 @@ class RedisBackend(Backend):
         self.client = client
         self.keys = Keys(self.options.namespace)
         self._static_keys: dict[str, list[str | None]] = {}
+        #: enqueue_one.lua's keys by queue (its notify list is the queue's).
+        self._enqueue_one_keys: dict[str, list[str]] = {}
         self._ttl_ms = duration_ms(self.options.result_ttl)
         self._owns_client = False
         # The scripts' connections, past the pool's bookkeeping (None: through the pool).
@@ -247,9 +249,16 @@ class RedisBackend(Backend):
             record = records[0]
             run_after = record.run_after
             script = scripts.load("enqueue_one")
+            keys = self._enqueue_one_keys.get(record.queue)
+            if keys is None:
+                if len(self._enqueue_one_keys) >= 1000:  # bounded, whatever queues come and go
+                    self._enqueue_one_keys.clear()
+                keys = self._enqueue_one_keys[record.queue] = self._script_keys(
+                    script, {"notify": self.keys.notify(record.queue)}, ()
+                )
             now, row = self._evalsha(
                 script,
-                self._script_keys(script, {"notify": self.keys.notify(record.queue)}, ()),
+                keys,
                 [
                     self.options.notify_cap,
                     record.id,

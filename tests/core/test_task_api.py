@@ -92,6 +92,10 @@ def test_using_returns_a_changed_copy(broker: Broker) -> None:
     changed = tasks.add.using(broker=broker, queue="fast", priority=-3)
     assert (changed.queue, changed.priority, changed.broker) == ("fast", -3, broker)
     assert (tasks.add.queue, tasks.add.priority, tasks.add.broker) == ("other", 5, None)
+    # Each copy's calls are stored with its own options, not the original's.
+    record = changed.enqueue(1, 2)
+    assert (record.queue, record.priority, record.task_path) == ("fast", -3, tasks.add.path)
+    assert (tasks.add.template.queue, tasks.add.template.priority) == ("other", 5)
 
 
 @pytest.mark.parametrize(
