@@ -1,7 +1,7 @@
-"""``enqueue.lua``: a lone task and a batch store the same layout, answer repeats, count and wake.
+"""``enqueue.lua`` and ``enqueue_one.lua``: both store the same layout, answer repeats, count, wake.
 
-The script writes a lone task in a few commands and a batch with one
-command per hash or index, building states and segment members itself; the
+The scripts write a lone task in a few commands and a batch with one
+command per hash or index, building states and segment members themselves; the
 first test checks them against the shared functions every other script
 reads them with (``lib/parse_task``, ``lib/pack_task``, ``lib/segment_member``).
 """

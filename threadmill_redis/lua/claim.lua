@@ -34,20 +34,17 @@
 -- in the same order.
 
 --@include "lib/call_in_slices"
---@include "lib/claim_task"
+--@include "lib/claimed_state"
 --@include "lib/code"
 --@include "lib/hmget_all"
 --@include "lib/load_task"
 --@include "lib/member_id"
 --@include "lib/now_ms"
---@include "lib/pack_number"
---@include "lib/pack_task"
---@include "lib/parse_task"
 --@include "lib/promote_task"
 --@include "lib/queue_prefix"
---@include "lib/segment_member"
 --@include "lib/sort_bound"
 --@include "lib/task_row"
+--@include "lib/timed_member"
 
 --@keys
 local worker_entry = ARGV[1]
@@ -66,7 +63,10 @@ if redis.call('EXISTS', K.receipt) == 1 then
   return rows
 end
 
-local now = now_ms()
+local now, now_text = now_ms()
+local deadline = now + lease_ms
+local deadline_text = string.format('%d', deadline)
+local OK = code('OK')
 -- Every due task, as the protocol says (not a batch): the maintenance loop's
 -- promote_due keeps this backlog short.
 for i = 4, #ARGV do
@@ -103,25 +103,21 @@ for i = 4, #ARGV do
     local errors = hmget_all(K.errors, ids)
     local old_workers = hmget_all(K.workers, ids)
     local state_args, worker_args, running, leases = {}, {}, {}, {}
+    local first, at = last - #members, #receipt -- tokens first + n; where receipt goes on
     for n, id in ipairs(ids) do
-      local t = parse_task(id, states[n])
-      local token = string.format('%d', last - #members + n)
-      claim_task(t, now, lease_ms, token)
+      local token = string.format('%d', first + n)
+      local state, queue = claimed_state(states[n], now_text, deadline_text, token)
       local workers = (old_workers[n] or '') .. worker_entry
-      state_args[#state_args + 1] = id
-      state_args[#state_args + 1] = pack_task(t)
-      worker_args[#worker_args + 1] = id
-      worker_args[#worker_args + 1] = workers
+      local two = 2 * n
+      state_args[two - 1], state_args[two] = id, state
+      worker_args[two - 1], worker_args[two] = id, workers
       -- RUNNING's view and the lease index, as lib/index_task adds them.
-      running[#running + 1] = '0'
-      running[#running + 1] = segment_member(t)
-      leases[#leases + 1] = pack_number(t.deadline)
-      leases[#leases + 1] = id
-      receipt[#receipt + 1] = id
-      receipt[#receipt + 1] = token
+      running[two - 1], running[two] = '0', timed_member(queue, deadline, id)
+      leases[two - 1], leases[two] = deadline_text, id
+      receipt[at + two - 1], receipt[at + two] = id, token
       -- The row of lib/task_row, from what is being written: a RUNNING task
       -- has no result.
-      rows[#rows + 1] = { code('OK'), id, t.saved, payloads[n], errors[n], workers, false }
+      rows[#rows + 1] = { OK, id, state, payloads[n], errors[n], workers, false }
     end
     call_in_slices({ 'HSET', K.state }, state_args)
     call_in_slices({ 'HSET', K.workers }, worker_args)

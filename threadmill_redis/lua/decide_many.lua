@@ -43,20 +43,19 @@
 --@include "lib/code"
 --@include "lib/complete_task"
 --@include "lib/decision_refused"
+--@include "lib/finished_state"
 --@include "lib/hmget_all"
 --@include "lib/load_task"
---@include "lib/mark_finished"
 --@include "lib/notify"
 --@include "lib/now_ms"
 --@include "lib/pack_number"
---@include "lib/pack_task"
 --@include "lib/parse_task"
 --@include "lib/prune_expired"
 --@include "lib/record_rates"
 --@include "lib/retry_task"
---@include "lib/segment_member"
 --@include "lib/tally"
 --@include "lib/task_row"
+--@include "lib/timed_member"
 
 --@keys
 local result_ttl_ms = tonumber(ARGV[1])
@@ -64,8 +63,7 @@ local prune_batch = tonumber(ARGV[2])
 local notify_cap = tonumber(ARGV[3])
 local OK, REFUSED = code('OK'), code('REFUSED')
 
-local now = now_ms()
-local now_text = pack_number(now)
+local now, now_text = now_ms()
 local ids = {}
 for i = 4, #ARGV, 7 do
   ids[#ids + 1] = ARGV[i + 1]
@@ -110,44 +108,48 @@ local function flush()
   reset()
 end
 
--- Finalize RUNNING task `t` as lib/complete_task does, its writes left in
--- `pending`. An empty error list is stored as no entry, which reads the same.
-local function complete_later(t, status, errors, result)
+-- Finalize RUNNING task `id` of `queue` as lib/complete_task does, its writes
+-- left in `pending`: `state` is its new state and `sort` its lease deadline
+-- (lib/finished_state). An empty error list is stored as no entry, which
+-- reads the same.
+local function complete_later(id, sort, queue, state, status, errors, result)
   local p = pending
-  p.n = p.n + 1
-  p.running[#p.running + 1] = segment_member(t)
-  p.leases[#p.leases + 1] = t.id
-  mark_finished(t, status, now)
-  p.state[#p.state + 1] = t.id
-  p.state[#p.state + 1] = pack_task(t)
+  local n = p.n + 1
+  p.n = n
+  p.running[n] = timed_member(queue, tonumber(sort), id)
+  p.leases[n] = id
+  p.state[2 * n - 1], p.state[2 * n] = id, state
   if errors == '[]' then
-    p.no_errors[#p.no_errors + 1] = t.id
+    p.no_errors[#p.no_errors + 1] = id
   else
-    p.errors[#p.errors + 1] = t.id
+    p.errors[#p.errors + 1] = id
     p.errors[#p.errors + 1] = errors
   end
   if result ~= '' then
-    p.result[#p.result + 1] = t.id
+    p.result[#p.result + 1] = id
     p.result[#p.result + 1] = result
   end
   local view = p.views[status]
   view[#view + 1] = '0'
-  view[#view + 1] = segment_member(t)
-  p.finished[#p.finished + 1] = now_text
-  p.finished[#p.finished + 1] = t.id
+  view[#view + 1] = timed_member(queue, now, id)
+  p.finished[2 * n - 1], p.finished[2 * n] = now_text, id
 end
 
 local rows, counts, seen = {}, {}, {}
 for n, id in ipairs(ids) do
   local i = 4 + (n - 1) * 7
   local kind, token = ARGV[i], ARGV[i + 2]
-  local t, status_code
+  local t, status_code, saved, queue
   if kind == 'complete' and not seen[id] and pending.views[ARGV[i + 3]] then
-    t = states[n] and parse_task(id, states[n]) or nil
-    status_code = decision_refused(t, token, 'SUCCESSFUL', 'FAILED')
-    if status_code == nil then
-      complete_later(t, ARGV[i + 3], ARGV[i + 4], ARGV[i + 5])
+    local sort
+    saved, sort, queue = finished_state(states[n], token, ARGV[i + 3], now_text)
+    if saved ~= nil then
+      complete_later(id, sort, queue, saved, ARGV[i + 3], ARGV[i + 4], ARGV[i + 5])
       status_code = OK
+    else -- refused, or a repeat: answered from the task as stored
+      t = states[n] and parse_task(id, states[n]) or nil
+      status_code = decision_refused(t, token, 'SUCCESSFUL', 'FAILED')
+      assert(status_code ~= nil, 'lib/finished_state and lib/decision_refused disagree')
     end
   else
     -- Applied on its own, on the task as stored now.
@@ -161,16 +163,17 @@ for n, id in ipairs(ids) do
         notify(KEYS[tonumber(ARGV[i + 6])], 1, notify_cap)
       end
     end
+    saved, queue = t and t.saved, t and t.queue
   end
   seen[id] = true
   if status_code == OK and kind == 'complete' then
-    tally(counts, t.queue, 'f')
+    tally(counts, queue, 'f')
   end
   if status_code == REFUSED then
     rows[#rows + 1] = { status_code, id }
   elseif status_code == OK then
     -- Applied now: the caller has the errors and result it sent; only the state is news.
-    rows[#rows + 1] = { status_code, id, t.saved }
+    rows[#rows + 1] = { status_code, id, saved }
   else
     rows[#rows + 1] = task_row(K, t, status_code, false)
   end
