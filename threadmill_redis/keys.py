@@ -17,6 +17,11 @@ it declared::
     {ns}:workers      HASH  id -> worker ids, each as b"<byte length>:<id>", concatenated
     {ns}:result       HASH  id -> the return value, codec bytes (SUCCESSFUL only; absent for None)
 
+Scripts read and write that string with ``lib/parse_task`` and
+``lib/pack_task``; the hot paths build it directly (``lib/new_state`` for an
+enqueue, ``lib/claimed_state`` for a claim, ``lib/finished_state`` for a
+completion), and tests hold each of those to the pair.
+
 ``sort`` is the task's place in its segment and the time every scheduling
 decision reads: the entered-READY sequence for READY, else the due time,
 lease deadline or finished time. It starts equal to that timestamp, but is
