@@ -174,8 +174,10 @@ class RedisBackend(Backend):
     def _script_keys(
         self, script: scripts.Script, named: Mapping[str, str], extra: Sequence[str]
     ) -> list[str]:
-        """The KEYS of a `script` call: the namespace's keys by the names in its header, the
-        keys in `named` for the others (a claim's receipt, a queue's notify list), then `extra`.
+        """The KEYS of a `script` call, in the order its header names them, then `extra`.
+
+        The namespace's own keys are filled in by name; `named` gives the
+        others (a claim's receipt, a queue's notify list), and may override.
         """
         keys: list[str | None] | None = self._static_keys.get(script.name)
         if keys is None:  # worked out once per script
@@ -246,30 +248,7 @@ class RedisBackend(Backend):
         records = list(records)
         payloads = arguments.payloads(records)  # all checked and encoded before any is sent
         if len(records) == 1:  # the usual call: Broker.enqueue
-            record = records[0]
-            run_after = record.run_after
-            script = scripts.load("enqueue_one")
-            keys = self._enqueue_one_keys.get(record.queue)
-            if keys is None:
-                if len(self._enqueue_one_keys) >= 1000:  # bounded, whatever queues come and go
-                    self._enqueue_one_keys.clear()
-                keys = self._enqueue_one_keys[record.queue] = self._script_keys(
-                    script, {"notify": self.keys.notify(record.queue)}, ()
-                )
-            now, row = self._evalsha(
-                script,
-                keys,
-                [
-                    self.options.notify_cap,
-                    record.id,
-                    payloads[0],
-                    record.queue,
-                    record.priority,
-                    "" if run_after is None else to_ms(run_after),
-                ],
-                repeatable=True,
-            )
-            return arguments.enqueued_many([row], records, now)
+            return self._enqueue_one(records, payloads[0])
         script = scripts.load("enqueue")
         size = self.options.enqueue_batch
         if not records:
@@ -296,6 +275,29 @@ class RedisBackend(Backend):
 
         self._evalsha_many(calls, answer)
         return [result for chunk in answered for result in chunk]
+
+    def _enqueue_one(self, records: list[TaskResult], payload: bytes) -> list[TaskResult]:
+        """`enqueue` of one record, by ``enqueue_one.lua``: the batch script's work, in less."""
+        record = records[0]
+        script = scripts.load("enqueue_one")
+        keys = self._enqueue_one_keys.get(record.queue)
+        if keys is None:
+            if len(self._enqueue_one_keys) >= 1000:  # bounded, whatever queues come and go
+                self._enqueue_one_keys.clear()
+            keys = self._enqueue_one_keys[record.queue] = self._script_keys(
+                script, {"notify": self.keys.notify(record.queue)}, ()
+            )
+        run_after = record.run_after
+        args = [
+            self.options.notify_cap,
+            record.id,
+            payload,
+            record.queue,
+            record.priority,
+            "" if run_after is None else to_ms(run_after),
+        ]
+        now, row = self._evalsha(script, keys, args, repeatable=True)
+        return arguments.enqueued_many([row], records, now)
 
     def _enqueue_call(
         self, script: scripts.Script, records: Sequence[TaskResult], payloads: Sequence[bytes]
