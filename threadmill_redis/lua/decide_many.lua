@@ -48,7 +48,6 @@
 --@include "lib/load_task"
 --@include "lib/notify"
 --@include "lib/now_ms"
---@include "lib/pack_number"
 --@include "lib/parse_task"
 --@include "lib/prune_expired"
 --@include "lib/record_rates"
