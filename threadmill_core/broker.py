@@ -26,12 +26,16 @@ from threadmill_core.models import (
     TaskResult,
     TaskResultStatus,
     copier,
+    new_task_id,
     new_task_ids,
 )
-from threadmill_core.plugins import backend_for_url, notify_each
+from threadmill_core.plugins import backend_for_url, notify, notify_each
 from threadmill_core.task import Task, validate_run_after
 
 DEFAULT_URL = "memory://"
+
+#: A call's record: the task's shared record with the call's id and arguments.
+_copy_call = copier(TaskResult, ("id", "args", "kwargs"))
 
 
 class Broker:
@@ -54,7 +58,13 @@ class Broker:
         Arguments the codec cannot carry raise `UnsupportedValue` naming them
         (e.g. ``kwargs['when']``), and nothing is stored.
         """
-        return self.enqueue_many(task, [(args, kwargs)])[0]
+        # enqueue_many's work for one call, without its loop: this is the usual call.
+        call_args = list(args)  # `kwargs` is already this call's own dict
+        codec.check_arguments(call_args, kwargs)
+        changes = {"id": new_task_id(), "args": call_args, "kwargs": kwargs}
+        [stored] = self.backend.enqueue([_copy_call(self._shared(task), changes)])
+        notify("threadmill_task_enqueued", record=stored)
+        return stored
 
     def enqueue_many(
         self,
@@ -62,25 +72,30 @@ class Broker:
         calls: Iterable[tuple[Sequence[Any], Mapping[str, Any]]],
     ) -> list[TaskResult]:
         """Store many calls of `task` in one backend call; all are checked before any is stored."""
-        if not isinstance(task, Task):
-            raise TypeError(f"enqueue takes a @task function, got {task!r}")
-        # What every call shares, made (and so checked) once per task, and per
-        # call where the task runs after a delay; each call is a copy with its
-        # own id and arguments, which are checked here.
-        shared = task.template
-        run_after = self._absolute(task.run_after)
-        if run_after is not None:
-            shared = attrs.evolve(shared, run_after=run_after)
+        shared = self._shared(task)
         calls = list(calls)
-        copy = copier(TaskResult, ("id", "args", "kwargs"))
         records = []
         for task_id, (call_args, call_kwargs) in zip(new_task_ids(len(calls)), calls, strict=True):
             args, kwargs = list(call_args), dict(call_kwargs)
             codec.check_arguments(args, kwargs)
-            records.append(copy(shared, {"id": task_id, "args": args, "kwargs": kwargs}))
+            records.append(_copy_call(shared, {"id": task_id, "args": args, "kwargs": kwargs}))
         stored = self.backend.enqueue(records)
         notify_each("threadmill_task_enqueued", "record", stored)
         return stored
+
+    def _shared(self, task: Task[Any, Any]) -> TaskResult:
+        """The record every call of `task` stored now starts from.
+
+        Made (and so checked) once per task, or once per call for a task that
+        runs after a delay. Each call is a copy with its own id and arguments
+        (`_copy_call`), which the caller checks.
+        """
+        if not isinstance(task, Task):
+            raise TypeError(f"enqueue takes a @task function, got {task!r}")
+        run_after = self._absolute(task.run_after)
+        if run_after is None:
+            return task.template
+        return attrs.evolve(task.template, run_after=run_after)
 
     def _absolute(self, run_after: datetime | timedelta | None) -> datetime | None:
         run_after = validate_run_after(run_after)
