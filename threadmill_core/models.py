@@ -354,6 +354,21 @@ def _forget_random() -> None:
 os.register_at_fork(after_in_child=_forget_random)
 
 
+def _advance(now: int, ms: int, counter: int) -> tuple[int, int]:
+    """The millisecond and counter of the next id, after one made at `ms` and `counter`."""
+    if now > ms:
+        return now, secrets.randbelow(1 << 8)
+    if counter + 1 >= 1 << 12:  # the counter is full: borrow the next millisecond
+        return ms + 1, 0
+    return ms, counter + 1
+
+
+def _uuid7(ms: int, counter: int, random: int) -> str:
+    value = (ms << 80) | (0x7 << 76) | (counter << 64) | (0b10 << 62) | (random & _RAND_B)
+    hex_ = value.to_bytes(16).hex()
+    return f"{hex_[:8]}-{hex_[8:12]}-{hex_[12:16]}-{hex_[16:20]}-{hex_[20:]}"
+
+
 def new_task_id() -> str:
     """A UUIDv7 string: 48 bits of Unix milliseconds, then a counter, then random bits.
 
@@ -364,22 +379,14 @@ def new_task_id() -> str:
     """
     global _last_ms, _counter, _random, _random_at
     with _id_lock:
-        ms = time.time_ns() // 1_000_000
-        if ms > _last_ms:
-            _last_ms, _counter = ms, secrets.randbelow(1 << 8)
-        else:
-            _counter += 1
-            if _counter >= 1 << 12:
-                _last_ms, _counter = _last_ms + 1, 0
+        _last_ms, _counter = _advance(time.time_ns() // 1_000_000, _last_ms, _counter)
         ms, counter = _last_ms, _counter
         at = _random_at
         if at >= len(_random):
             _random, at = os.urandom(8 * _RANDOM_IDS), 0
         _random_at = at + 8
-        rand_b = int.from_bytes(_random[at : at + 8]) & _RAND_B
-    value = (ms << 80) | (0x7 << 76) | (counter << 64) | (0b10 << 62) | rand_b
-    hex_ = value.to_bytes(16).hex()
-    return f"{hex_[:8]}-{hex_[8:12]}-{hex_[12:16]}-{hex_[16:20]}-{hex_[20:]}"
+        random = int.from_bytes(_random[at : at + 8])
+    return _uuid7(ms, counter, random)
 
 
 def new_task_ids(count: int) -> list[str]:
@@ -396,13 +403,8 @@ def new_task_ids(count: int) -> list[str]:
         ms, counter = _last_ms, _counter
         stamps = []
         for _ in range(count):
-            if now > ms:
-                ms, counter = now, secrets.randbelow(1 << 8)
-            else:
-                counter += 1
-                if counter >= 1 << 12:
-                    ms, counter = ms + 1, 0
-            stamps.append((ms << 80) | (0x7 << 76) | (counter << 64) | (0b10 << 62))
+            ms, counter = _advance(now, ms, counter)
+            stamps.append((ms, counter))
         _last_ms, _counter = ms, counter
         need = 8 * count
         if need > 8 * _RANDOM_IDS:
@@ -412,11 +414,8 @@ def new_task_ids(count: int) -> list[str]:
                 _random, _random_at = os.urandom(8 * _RANDOM_IDS), 0
             block = _random[_random_at : _random_at + need]
             _random_at += need
-    ids = []
-    for stamp, random in zip(stamps, struct.unpack(f">{count}Q", block), strict=True):
-        hex_ = (stamp | (random & _RAND_B)).to_bytes(16).hex()
-        ids.append(f"{hex_[:8]}-{hex_[8:12]}-{hex_[12:16]}-{hex_[16:20]}-{hex_[20:]}")
-    return ids
+    randoms = struct.unpack(f">{count}Q", block)
+    return [_uuid7(*stamp, random) for stamp, random in zip(stamps, randoms, strict=True)]
 
 
 def validate_priority(priority: object) -> int:
