@@ -126,7 +126,7 @@ class Task(Generic[P, R]):
     #: Whether `func` is a coroutine function, asked once (a worker asks per task).
     is_async: bool = attrs.field(init=False, repr=False)
     #: What every stored call of this task starts from (made, so checked, once):
-    #: `Broker.enqueue_many` copies it with each call's id and arguments.
+    #: the broker copies it with each call's id and arguments.
     template: TaskResult = attrs.field(init=False, repr=False)
 
     @is_async.default
