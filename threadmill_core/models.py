@@ -363,8 +363,12 @@ def _advance(now: int, ms: int, counter: int) -> tuple[int, int]:
     return ms, counter + 1
 
 
-def _uuid7(ms: int, counter: int, random: int) -> str:
-    value = (ms << 80) | (0x7 << 76) | (counter << 64) | (0b10 << 62) | (random & _RAND_B)
+def _version_bits(ms: int, counter: int) -> int:
+    """An id's 128 bits but its 62 random ones: time, version 7, counter, variant."""
+    return (ms << 80) | (0x7 << 76) | (counter << 64) | (0b10 << 62)
+
+
+def _uuid_text(value: int) -> str:
     hex_ = value.to_bytes(16).hex()
     return f"{hex_[:8]}-{hex_[8:12]}-{hex_[12:16]}-{hex_[16:20]}-{hex_[20:]}"
 
@@ -386,7 +390,7 @@ def new_task_id() -> str:
             _random, at = os.urandom(8 * _RANDOM_IDS), 0
         _random_at = at + 8
         random = int.from_bytes(_random[at : at + 8])
-    return _uuid7(ms, counter, random)
+    return _uuid_text(_version_bits(ms, counter) | (random & _RAND_B))
 
 
 def new_task_ids(count: int) -> list[str]:
@@ -404,7 +408,7 @@ def new_task_ids(count: int) -> list[str]:
         stamps = []
         for _ in range(count):
             ms, counter = _advance(now, ms, counter)
-            stamps.append((ms, counter))
+            stamps.append(_version_bits(ms, counter))
         _last_ms, _counter = ms, counter
         need = 8 * count
         if need > 8 * _RANDOM_IDS:
@@ -415,7 +419,7 @@ def new_task_ids(count: int) -> list[str]:
             block = _random[_random_at : _random_at + need]
             _random_at += need
     randoms = struct.unpack(f">{count}Q", block)
-    return [_uuid7(*stamp, random) for stamp, random in zip(stamps, randoms, strict=True)]
+    return [_uuid_text(bits | (r & _RAND_B)) for bits, r in zip(stamps, randoms, strict=True)]
 
 
 def validate_priority(priority: object) -> int:
