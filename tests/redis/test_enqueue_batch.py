@@ -25,6 +25,7 @@ from threadmill_core.clock import from_ms
 from threadmill_core.errors import UnsupportedValue
 from threadmill_core.models import (
     Decision,
+    Lease,
     RetryPolicySpec,
     TaskError,
     TaskResult,
@@ -108,13 +109,19 @@ def test_lone_tasks_and_batches_are_stored_as_the_shared_functions_read_them(
     assert [r.id for r in ready] == [sent[2].id, sent[3].id, sent[4].id]
 
 
+def running_and_ready(harness: Harness) -> tuple[RedisBackend, TaskResult, TaskResult, Lease]:
+    """Two stored tasks, the first claimed (RUNNING, its lease returned), the second READY."""
+    backend = backend_of(harness)
+    [first, second] = backend.enqueue(tasks(2))
+    [lease] = backend.claim(["default"], worker="w", lease_ttl=LEASE)
+    return backend, first, second, lease
+
+
 def test_a_batch_answers_repeats_with_the_stored_record_and_keeps_the_first_payload(
     harness: Harness,
 ) -> None:
     """Stored ids (READY or RUNNING) and ids given twice answer with stored records, unchanged."""
-    backend = backend_of(harness)
-    [first, second] = backend.enqueue(tasks(2))
-    [lease] = backend.claim(["default"], worker="w", lease_ttl=LEASE)
+    backend, first, second, lease = running_and_ready(harness)
     new = tasks(2)
     sent = [
         attrs.evolve(first, args=["changed"]),
@@ -137,9 +144,7 @@ def test_a_lone_repeat_answers_with_the_stored_record_and_keeps_the_first_payloa
     harness: Harness,
 ) -> None:
     """enqueue_one.lua answers a stored id (READY or RUNNING) as a batch does: stored, unchanged."""
-    backend = backend_of(harness)
-    [first, second] = backend.enqueue(tasks(2))
-    [lease] = backend.claim(["default"], worker="w", lease_ttl=LEASE)
+    backend, first, second, lease = running_and_ready(harness)
     assert backend.enqueue([attrs.evolve(first, args=["changed"])]) == [lease.record]
     assert backend.enqueue([attrs.evolve(second, args=["changed"], priority=9)]) == [second]
     assert [backend.get(first.id), backend.get(second.id)] == [lease.record, second]
