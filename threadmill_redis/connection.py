@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import logging
 import os
+import select
+import socket
 import ssl
 import threading
 import time
@@ -176,9 +178,9 @@ class HeldConnections:
     there were concurrent calls, and a thread that ends leaves nothing behind.
 
     - Each connection is checked before it is lent, as the pool checks
-      each one it hands out (a poll of the socket, a few microseconds): one
-      the server closed meanwhile (a restart, an idle timeout, CLIENT KILL)
-      is reopened, not failed.
+      each one it hands out (see `_readable`): one the server closed
+      meanwhile (a restart, an idle timeout, CLIENT KILL) is reopened, not
+      failed.
     - After any error but the server's error reply, the connection is
       disconnected before it is given back (it is reopened when next lent),
       so a reply left half read is never taken for the next one.
@@ -229,7 +231,7 @@ class HeldConnections:
             conn = self._pool.make_connection()
         try:
             conn.connect()
-            if conn.can_read():
+            if _readable(conn):
                 raise redis.ConnectionError("the connection has unread data")
         except (redis.ConnectionError, redis.TimeoutError, OSError):
             # Closed by the server meanwhile: open it again (failing here is an outage).
@@ -300,6 +302,32 @@ class HeldConnections:
 
     def _forget(self) -> None:
         self._idle = []
+
+
+#: select.poll where the platform has it (not on Windows).
+_POLL: Callable[[], Any] | None = getattr(select, "poll", None)
+
+
+def _readable(conn: Any) -> bool:
+    """Whether the server sent `conn` anything unasked: data, an error, or the end of the stream.
+
+    A connection that is lent is in step (every reply read whole, or it was
+    disconnected), so anything readable means the server closed it or it
+    is out of step. A plain socket is asked with one poll(2). redis-py's
+    ``can_read`` makes the socket non-blocking, tries a read and makes it
+    blocking again: three system calls, 6.6 µs against 1.6 µs on a 2-core
+    VM, and a lone enqueue pays it once. A TLS socket (whose layer may hold
+    bytes already read) and anything unexpected go through ``can_read``.
+    """
+    sock = getattr(conn, "_sock", None)
+    if type(sock) is socket.socket and _POLL is not None:
+        poller = _POLL()
+        poller.register(sock, select.POLLIN)
+        return bool(poller.poll(0))
+    try:
+        return bool(conn.can_read())
+    except redis.ConnectionError:  # what can_read says of a connection the server closed
+        return True
 
 
 _HELD: weakref.WeakSet[HeldConnections] = weakref.WeakSet()

@@ -83,6 +83,43 @@ def test_a_connection_the_server_closed_is_reopened_before_the_call(
     assert REPEATING not in caplog.text
 
 
+@pytest.mark.parametrize("poll", [True, False], ids=["poll", "can_read"])
+def test_a_connection_is_lent_only_with_nothing_to_read(
+    redis_server: RedisServer,
+    real_client: redis.Redis,
+    monkeypatch: pytest.MonkeyPatch,
+    poll: bool,
+) -> None:
+    """The check before a lend sees a reply nobody read, and a connection the server closed.
+
+    A plain socket is asked with poll(2); without poll (Windows), or for a
+    TLS socket, redis-py's ``can_read`` answers.
+    """
+    if not poll:
+        monkeypatch.setattr(connection, "_POLL", None)
+
+    def soon_readable(conn: redis.Connection) -> bool:
+        deadline = time.monotonic() + 10
+        while not connection._readable(conn) and time.monotonic() < deadline:
+            time.sleep(0.001)  # on its way from the server
+        return connection._readable(conn)
+
+    client = redis.Redis.from_url(redis_server.url)
+    conn = client.connection_pool.make_connection()
+    try:
+        conn.connect()
+        assert not connection._readable(conn)
+        conn.send_command("PING")
+        assert soon_readable(conn)
+        assert conn.read_response() in (b"PONG", "PONG", True)
+        assert not connection._readable(conn)
+        kill_clients(real_client)
+        assert soon_readable(conn)
+    finally:
+        conn.disconnect()
+        client.close()
+
+
 def test_scripts_the_server_forgot_are_loaded_again(
     redis_server: RedisServer, real_client: redis.Redis
 ) -> None:
