@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import enum
 import os
-import secrets
 import struct
 import threading
 import time
@@ -337,8 +336,11 @@ def evolve_unchecked_with(instance: _T, changes: Mapping[str, Any]) -> _T:
 _id_lock = threading.Lock()
 _last_ms = 0
 _counter = 0
-#: Random bytes read from the OS ahead, 8 per id: one read per this many ids, not per id.
+#: Random bytes read from the OS ahead, 9 per id (8 for its random bits, one to
+#: start the counter at in a new millisecond): one read per this many ids, not
+#: per id, nor per millisecond.
 _RANDOM_IDS = 256
+_ID_BYTES = 9
 _random = b""
 _random_at = 0
 #: The 62 random bits of an id (``rand_b``).
@@ -354,10 +356,25 @@ def _forget_random() -> None:
 os.register_at_fork(after_in_child=_forget_random)
 
 
-def _advance(now: int, ms: int, counter: int) -> tuple[int, int]:
-    """The millisecond and counter of the next id, after one made at `ms` and `counter`."""
+def _take(count: int) -> bytes:
+    """`count` random bytes, from those read ahead; call it holding `_id_lock`."""
+    global _random, _random_at
+    at = _random_at
+    if at + count > len(_random):
+        if count > _ID_BYTES * _RANDOM_IDS:
+            return os.urandom(count)
+        _random, at = os.urandom(_ID_BYTES * _RANDOM_IDS), 0
+    _random_at = at + count
+    return _random[at : at + count]
+
+
+def _advance(now: int, ms: int, counter: int, seed: int) -> tuple[int, int]:
+    """The millisecond and counter of the next id, after one made at `ms` and `counter`.
+
+    A new millisecond starts the counter at `seed`, a random byte.
+    """
     if now > ms:
-        return now, secrets.randbelow(1 << 8)
+        return now, seed
     if counter + 1 >= 1 << 12:  # the counter is full: borrow the next millisecond
         return ms + 1, 0
     return ms, counter + 1
@@ -377,19 +394,17 @@ def new_task_id() -> str:
     """A UUIDv7 string: 48 bits of Unix milliseconds, then a counter, then random bits.
 
     Ids made by one process are strictly increasing, also within one millisecond
-    (the 12-bit ``rand_a`` field counts, and the millisecond is borrowed forward
-    if it overflows), so sorting ids sorts tasks by creation. The 62 random bits
-    come from `os.urandom`, read for many ids at once.
+    (the 12-bit ``rand_a`` field counts from a random start, and the millisecond
+    is borrowed forward if it overflows), so sorting ids sorts tasks by
+    creation. The 62 random bits and the counter's start come from
+    `os.urandom`, read for many ids at once.
     """
-    global _last_ms, _counter, _random, _random_at
+    global _last_ms, _counter
     with _id_lock:
-        _last_ms, _counter = _advance(time.time_ns() // 1_000_000, _last_ms, _counter)
+        block = _take(_ID_BYTES)
+        _last_ms, _counter = _advance(time.time_ns() // 1_000_000, _last_ms, _counter, block[8])
         ms, counter = _last_ms, _counter
-        at = _random_at
-        if at >= len(_random):
-            _random, at = os.urandom(8 * _RANDOM_IDS), 0
-        _random_at = at + 8
-        random = int.from_bytes(_random[at : at + 8])
+    random = int.from_bytes(block[:8])
     return _uuid_text(_version_bits(ms, counter) | (random & _RAND_B))
 
 
@@ -399,26 +414,19 @@ def new_task_ids(count: int) -> list[str]:
     The clock is read and the lock taken once, and the random bits of every
     id are read from the OS in one call (or from what `new_task_id` read ahead).
     """
-    global _last_ms, _counter, _random, _random_at
+    global _last_ms, _counter
     if count <= 1:  # one id costs less the plain way
         return [new_task_id()] if count == 1 else []
     with _id_lock:
+        block = _take(8 * count + 1)  # the last byte starts the counter in a new millisecond
         now = time.time_ns() // 1_000_000
         ms, counter = _last_ms, _counter
         stamps = []
         for _ in range(count):
-            ms, counter = _advance(now, ms, counter)
+            ms, counter = _advance(now, ms, counter, block[-1])
             stamps.append(_version_bits(ms, counter))
         _last_ms, _counter = ms, counter
-        need = 8 * count
-        if need > 8 * _RANDOM_IDS:
-            block = os.urandom(need)
-        else:
-            if _random_at + need > len(_random):
-                _random, _random_at = os.urandom(8 * _RANDOM_IDS), 0
-            block = _random[_random_at : _random_at + need]
-            _random_at += need
-    randoms = struct.unpack(f">{count}Q", block)
+    randoms = struct.unpack(f">{count}Q", block[:-1])
     return [_uuid_text(bits | (r & _RAND_B)) for bits, r in zip(stamps, randoms, strict=True)]
 
 
