@@ -140,6 +140,36 @@ def test_poison_is_quarantined_and_the_claim_is_filled_from_the_rest(harness: Ha
     assert backend.purge("default", TaskResultStatus.FAILED) == 2
 
 
+@pytest.mark.parametrize(
+    ("store", "corrupt"),
+    [
+        ("workers", lambda stored: b"x:w"),
+        ("state", lambda stored: stored.replace(b"|0|", b"|zero|", 1)),
+        (
+            "state",
+            lambda stored: b"|".join([*stored.split(b"|")[:4], b"soon", *stored.split(b"|")[5:]]),
+        ),
+    ],
+    ids=["worker ids", "attempts", "enqueued_at"],
+)
+def test_bad_stored_fields_name_the_task_every_time_they_are_read(
+    harness: Harness, store: str, corrupt: Callable[[bytes], bytes]
+) -> None:
+    """Decoded fields are remembered by their bytes; bad bytes never are, good ones read alike."""
+    backend = harness.backend
+    [bad, good] = backend.enqueue(tasks(2))
+    leases = backend.claim(["default"], worker="w", lease_ttl=LEASE, limit=2)
+    key = backend.keys.store(store)
+    stored = backend.client.hget(key, bad.id)
+    backend.client.hset(key, bad.id, corrupt(stored))
+    for _ in range(2):
+        with pytest.raises(PayloadError, match=bad.id):
+            backend.get(bad.id)
+    assert backend.get(good.id) == leases[1].record
+    backend.client.hset(key, bad.id, stored)
+    assert backend.get(bad.id) == leases[0].record
+
+
 def test_poison_found_by_the_reaper_is_quarantined_too(harness: Harness) -> None:
     """A running task whose payload went bad is never handed to the reaper."""
     backend = harness.backend
