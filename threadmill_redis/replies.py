@@ -87,6 +87,8 @@ class _Memo(dict[bytes, Any]):
     The rows of one reply share most of their times (one claim's time and
     deadline, one batch's enqueue time) and worker ids, and a lookup here
     costs a small part of a call that decodes. Bounded: emptied when full.
+    Empty bytes stand for `empty` (None, or no worker ids), also while
+    another thread is emptying it.
     """
 
     def __init__(self, decode: Callable[[bytes], Any], empty: Any) -> None:
@@ -95,6 +97,8 @@ class _Memo(dict[bytes, Any]):
         self._empty = empty
 
     def __missing__(self, field: bytes) -> Any:
+        if not field:
+            return self._empty
         value = self._decode(field)
         if len(self) >= _MEMO_SIZE:
             self.clear()

@@ -13,10 +13,11 @@ import redis
 from redis.crc import key_slot
 
 from tests.redis.conftest import RESULT_TTL, tasks
+from threadmill_core.clock import from_ms
 from threadmill_core.errors import PayloadError
 from threadmill_core.models import Decision, TaskResultStatus
 from threadmill_core.testing import Harness
-from threadmill_redis import RedisBackend
+from threadmill_redis import RedisBackend, replies
 
 LEASE = timedelta(minutes=5)
 READY, DEFERRED = TaskResultStatus.READY, TaskResultStatus.DEFERRED
@@ -168,6 +169,19 @@ def test_bad_stored_fields_name_the_task_every_time_they_are_read(
     assert backend.get(good.id) == leases[1].record
     backend.client.hset(key, bad.id, stored)
     assert backend.get(bad.id) == leases[0].record
+
+
+def test_empty_stored_times_read_as_none_even_as_the_memo_is_emptied() -> None:
+    """Decoded times are remembered, and the memo is emptied when full; empty bytes stay None.
+
+    Another thread may look up an empty field between the memo being
+    emptied and it being seeded again: that lookup must not decode ``b""``.
+    """
+    replies._TIMES.clear()  # that moment, held still
+    state = replies.parse_state(b"READY|0|0|1|1700000000000|||||||default")
+    assert state.enqueued_at == from_ms(1_700_000_000_000)
+    assert (state.run_after, state.started_at, state.deadline, state.token) == (None,) * 4
+    assert replies.decode_workers(b"") == ()
 
 
 def test_poison_found_by_the_reaper_is_quarantined_too(harness: Harness) -> None:
