@@ -109,6 +109,34 @@ def check_arguments(args: tuple[object, ...] | list[object], kwargs: dict[str, o
         check_value(kwargs, "kwargs")
 
 
+#: The fields of a record that backends key by, which must be str.
+_NAMES = ("id", "task_path", "queue")
+
+
+def check_record(record: TaskResult) -> None:
+    """Check a record to enqueue, but for its retry policy: `UnsupportedValue` naming the field.
+
+    Its args and kwargs as `check_arguments` checks them, then its id, task
+    path and queue: each must be a str the codec carries. Backends key
+    their stores and queues by these, so another type would be stored as
+    its text (the id 5 as ``"5"``) and read back changed, or not stored at all.
+    """
+    check_arguments(record.args, record.kwargs)
+    record_id, task_path, queue = record.id, record.task_path, record.queue
+    if (
+        type(record_id) is str
+        and type(task_path) is str
+        and type(queue) is str
+        and (record_id + task_path + queue).isascii()
+    ):
+        return  # the usual record, checked in one test
+    for name in _NAMES:
+        value = getattr(record, name)
+        if type(value) is not str:
+            raise UnsupportedValue(name, value, reason=f"must be a str, got {value!r}")
+        check_value(value, name)
+
+
 @functools.cache
 def _ten_to(power: int) -> int:
     result: int = 10**power

@@ -21,8 +21,7 @@ def encode(record: TaskResult) -> tuple[bytes, TaskResult]:
     Raises `UnsupportedValue` for any value the codec cannot carry unchanged:
     `codec.encode_record` itself would turn a tuple into a list without a word.
     """
-    codec.check_value(record.args, "args")
-    codec.check_value(record.kwargs, "kwargs")
+    codec.check_record(record)
     codec.check_value(record.return_value, "return_value")
     if record.retry is not None and record.retry.options is not None:
         codec.check_value(record.retry.options, "retry.options")

@@ -86,7 +86,7 @@ def payloads(records: Sequence[TaskResult]) -> list[bytes]:
     checked: RetryPolicySpec | None = None  # the retry policy whose options were checked last
     encoded: list[bytes] = []
     for record in records:
-        codec.check_arguments(record.args, record.kwargs)
+        codec.check_record(record)
         retry = record.retry
         if retry is not None and retry is not checked and retry.options is not None:
             codec.check_value(retry.options, "retry.options")

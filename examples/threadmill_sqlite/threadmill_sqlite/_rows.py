@@ -50,13 +50,7 @@ def encode_payload(record: TaskResult) -> bytes:
     Raises `UnsupportedValue` naming the part the codec cannot carry unchanged
     (`codec.encode_record` alone would turn a tuple into a list silently).
     """
-    codec.check_value(record.args, "args")
-    codec.check_value(record.kwargs, "kwargs")
-    for name in ("id", "task_path", "queue"):
-        value = getattr(record, name)
-        if type(value) is not str:
-            raise UnsupportedValue(name, value, reason="must be a str")
-        codec.check_value(value, name)
+    codec.check_record(record)
     if record.retry is not None:
         codec.check_value(record.retry.path, "retry.path")
         if record.retry.options is not None:
