@@ -171,11 +171,12 @@ class HeldConnections:
     redis-py's pool does bookkeeping on every get and release (a fork check,
     a lock, a readiness poll and, in recent versions, metrics attributes)
     that costs more CPU than a small script's round trip. These connections
-    are made by the client's pool (`make_connection`: its connection class,
-    address, credentials and TLS, and they count toward its
-    ``max_connections``), but lent from a plain list: a caller takes one,
-    sends, reads the reply and gives it back, so there are as many as
-    there were concurrent calls, and a thread that ends leaves nothing behind.
+    are taken from the client's pool once (its connection class, address,
+    credentials and TLS; they count toward its ``max_connections``) and
+    stay in use there, so closing the client or its pool closes them too;
+    but they are lent from a plain list: a caller takes one, sends, reads
+    the reply and gives it back, so there are as many as there were
+    concurrent calls, and a thread that ends leaves nothing behind.
 
     - Each connection is checked before it is lent, as the pool checks
       each one it hands out (see `_readable`): one the server closed
@@ -204,9 +205,8 @@ class HeldConnections:
         """The held connections of `client`'s pool, one set per pool, made on first use.
 
         Shared by every backend on that client, so however many backends
-        come and go, the pool makes only as many connections as scripts ran
-        at once: they count toward its ``max_connections``, and a pool never
-        forgets a connection it made.
+        come and go, the pool gives only as many connections as scripts ran
+        at once: they count toward its ``max_connections``.
         """
         if type(client) is not redis.Redis or client.connection is not None:
             return None
@@ -228,7 +228,7 @@ class HeldConnections:
         try:
             conn = self._idle.pop()
         except IndexError:
-            conn = self._pool.make_connection()
+            conn = self._pool.get_connection()  # in use from now on, as far as the pool knows
         try:
             conn.connect()
             if _readable(conn):
@@ -292,13 +292,17 @@ class HeldConnections:
         return replies
 
     def close(self) -> None:
-        """Disconnect the connections not lent out now (lent ones are given back as they finish)."""
+        """Disconnect the connections not lent out now and give them back to the pool.
+
+        Lent ones come back to this list as they finish, for a later call.
+        """
         while self._idle:
             try:
                 conn = self._idle.pop()
             except IndexError:
                 break
             conn.disconnect()
+            self._pool.release(conn)
 
     def _forget(self) -> None:
         self._idle = []

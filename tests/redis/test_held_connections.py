@@ -199,6 +199,39 @@ def test_close_closes_the_held_connections_and_a_later_call_opens_one(
         delete_namespace(built)
 
 
+def test_closing_a_given_client_closes_the_connections_held_for_it(
+    redis_server: RedisServer, real_client: redis.Redis
+) -> None:
+    """The held connections stay in use in the client's pool, so its close() closes them.
+
+    A backend on a client it was given leaves the client open; whoever
+    closes the client then closes every socket it made, these included.
+    """
+
+    def clients() -> set[str]:
+        return {c["id"] for c in real_client.client_list()}
+
+    before = clients()
+    client = redis.Redis.from_url(redis_server.url)
+    backend = RedisBackend(client, namespace=f"held-{uuid.uuid4().hex}")
+    try:
+        backend.enqueue(tasks(1))
+        mine = clients() - before
+        assert mine
+        backend.close()  # a given client: its connections stay for the next backend
+        assert mine <= clients()
+        client.close()
+        deadline = time.monotonic() + 10  # the server notices closed sockets as it gets to them
+        while mine & clients() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not mine & clients()
+        [record] = backend.enqueue(tasks(1))  # a closed client opens connections again
+        assert backend.get(record.id) == record
+    finally:
+        delete_namespace(backend)
+        client.close()
+
+
 def test_backends_on_one_client_share_its_held_connections(
     redis_server: RedisServer, real_client: redis.Redis
 ) -> None:
