@@ -116,12 +116,16 @@ _NAMES = ("id", "task_path", "queue")
 def check_record(record: TaskResult) -> None:
     """Check a record to enqueue, but for its retry policy: `UnsupportedValue` naming the field.
 
-    Its args and kwargs as `check_arguments` checks them, then its id, task
-    path and queue: each must be a str the codec carries. Backends key
-    their stores and queues by these, so another type would be stored as
-    its text (the id 5 as ``"5"``) and read back changed, or not stored at all.
+    Its args (a list: a tuple would read back as one) and kwargs as
+    `check_arguments` checks them, then its id, task path and queue: each
+    must be a str the codec carries. Backends key their stores and queues by
+    these, so another type would be stored as its text (the id 5 as
+    ``"5"``) and read back changed, or not stored at all.
     """
-    check_arguments(record.args, record.kwargs)
+    args = record.args
+    if type(args) is not list:
+        check_value(args, "args")
+    check_arguments(args, record.kwargs)
     record_id, task_path, queue = record.id, record.task_path, record.queue
     if (
         type(record_id) is str
