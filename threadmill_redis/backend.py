@@ -258,9 +258,11 @@ class RedisBackend(Backend):
                 *self._enqueue_call(script, records, payloads), repeatable=True
             )
             return arguments.enqueued_many(rows, records, now)
-        # Larger batches: one pipeline of script calls. Each reply (the server
-        # time, then a row per record; see enqueue.lua) is answered as it is
-        # read, while the server runs the next call.
+        # Larger batches: one pipeline of script calls, each written as soon
+        # as it is packed (every record is checked and encoded by now), so the
+        # server runs the first while the rest are packed. Each reply (the
+        # server time, then a row per record; see enqueue.lua) is answered as
+        # it is read, while the server runs the next call.
         starts = range(0, len(records), size)
         calls = [
             self._enqueue_call(script, records[at : at + size], payloads[at : at + size])

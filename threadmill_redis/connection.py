@@ -23,7 +23,7 @@ import ssl
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeAlias, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
@@ -263,20 +263,40 @@ class HeldConnections:
         return reply
 
     def execute_many(
-        self, commands: Sequence[Sequence[Any]], *, each: Callable[[int, Any], None] | None = None
+        self, commands: Iterable[Sequence[Any]], *, each: Callable[[int, Any], None] | None = None
     ) -> list[Any]:
         """Pipeline `commands`: send them all, then read every reply, in order.
 
         Error replies are returned (as redis-py's exceptions), not raised.
-        The commands go out in one write; `each(position, reply)`, if given,
-        is called as each reply is read, so the caller's work on one reply
-        overlaps the server's on the next.
+        Commands are packed one at a time, as `commands` yields them, and
+        sent whenever at least `SEND_CUTOFF` bytes are packed, so the server
+        runs the first of a long pipeline while the rest are still being made
+        and packed. `each(position, reply)`, if given, is called as each reply
+        is read, so the caller's work on one reply overlaps the server's on
+        the next.
+
+        A command that cannot be packed (an argument hiredis refuses) raises
+        after the commands before it may have been sent; callers check their
+        arguments first.
         """
         conn = self._lend()
         replies: list[Any] = []
         try:
-            conn.send_packed_command(conn.pack_commands(commands))
-            for position in range(len(commands)):
+            pack, send = conn.pack_command, conn.send_packed_command
+            packed: list[Any] = []
+            size = count = 0
+            first = True  # only the first write may check health: a later PING's reply
+            for command in commands:  # would be read among ours
+                for piece in pack(*command):
+                    packed.append(piece)
+                    size += len(piece)
+                count += 1
+                if size >= SEND_CUTOFF:
+                    send([b"".join(packed)], check_health=first)
+                    packed, size, first = [], 0, False
+            if packed:
+                send([b"".join(packed)], check_health=first)
+            for position in range(count):
                 try:
                     reply = conn.read_response()
                 except redis.ResponseError as exc:
@@ -308,6 +328,8 @@ class HeldConnections:
         self._idle = []
 
 
+#: Bytes of packed commands `HeldConnections.execute_many` gathers before a write.
+SEND_CUTOFF = 64 * 1024
 #: select.poll where the platform has it (not on Windows).
 _POLL: Callable[[], Any] | None = getattr(select, "poll", None)
 

@@ -201,10 +201,10 @@ def _pipeline(
     Returns the calls answered NOSCRIPT when `noscript_ok`; raises the first
     other error reply once every reply is read.
     """
-    commands = []
-    for index in pending:
-        script, keys, args = calls[index]
-        commands.append(("EVALSHA", script.sha, len(keys), *keys, *args))
+    commands = (
+        ("EVALSHA", script.sha, len(keys), *keys, *args)
+        for script, keys, args in (calls[index] for index in pending)
+    )
     missing: list[int] = []
     errors: list[Exception] = []
 

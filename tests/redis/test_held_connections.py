@@ -268,3 +268,68 @@ def test_held_connections_go_with_their_client(
     del backend, client
     gc.collect()
     assert pool() is None
+
+
+def test_a_long_pipeline_runs_its_first_commands_while_the_rest_are_made(
+    redis_server: RedisServer, real_client: redis.Redis
+) -> None:
+    """`execute_many` writes as it packs, so the server works while the caller still builds.
+
+    Each command here is larger than the write cutoff. The generator that
+    yields them asks another connection, before yielding the next, whether
+    the server has run the last one, waiting up to ten seconds.
+    """
+    key = f"held-{uuid.uuid4().hex}"
+    big = "x" * connection.SEND_CUTOFF
+    seen: list[int] = []
+
+    def commands() -> Iterator[tuple[str, ...]]:
+        for n in range(1, 4):
+            if n > 1:
+                deadline = time.monotonic() + 10
+                while real_client.llen(key) < n - 1 and time.monotonic() < deadline:
+                    time.sleep(0.001)
+                seen.append(real_client.llen(key))
+            yield ("RPUSH", key, big)
+
+    client = redis.Redis.from_url(redis_server.url)
+    held = connection.HeldConnections.for_client(client)
+    assert held is not None
+    try:
+        assert held.execute_many(commands()) == [1, 2, 3]
+        assert seen == [1, 2]
+    finally:
+        real_client.delete(key)
+        held.close()
+        client.close()
+
+
+def test_a_health_check_never_comes_between_a_pipelines_writes(
+    redis_server: RedisServer, real_client: redis.Redis
+) -> None:
+    """With redis-py's health checks on, a long pipeline still reads its own replies.
+
+    A check due before a later write would send a PING and read a reply that
+    belongs to the pipeline. Only the first write may check, before any
+    command is sent.
+    """
+    key = f"held-{uuid.uuid4().hex}"
+    big = "x" * connection.SEND_CUTOFF
+
+    def commands() -> Iterator[tuple[str, ...]]:
+        yield ("RPUSH", key, big)
+        time.sleep(1.1)  # the next write is past the check's interval
+        yield ("RPUSH", key, big)
+        yield ("LLEN", key)
+
+    client = redis.Redis.from_url(redis_server.url, health_check_interval=1)
+    held = connection.HeldConnections.for_client(client)
+    assert held is not None
+    try:
+        held.execute(("PING",))  # the connection made, and its next check due in a second
+        assert held.execute_many(commands()) == [1, 2, 2]
+        assert real_client.llen(key) == 2
+    finally:
+        real_client.delete(key)
+        held.close()
+        client.close()
