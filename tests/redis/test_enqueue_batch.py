@@ -109,6 +109,25 @@ def test_lone_tasks_and_batches_are_stored_as_the_shared_functions_read_them(
     assert [r.id for r in ready] == [sent[2].id, sent[3].id, sent[4].id]
 
 
+def test_sequence_numbers_are_written_alike_across_tens_and_hundreds(harness: Harness) -> None:
+    """enqueue.lua spells READY sequence numbers from their hundreds and two last digits.
+
+    A batch entering READY at sequence 8 crosses one digit to two, and two
+    hundreds: every state must still pack as lib/pack_task packs it and
+    every member be the one lib/segment_member makes, or a later cancel or
+    claim would miss it.
+    """
+    backend = backend_of(harness)
+    sent = tasks(7) + tasks(250)
+    backend.enqueue(sent[:7])
+    stored = backend.enqueue(sent[7:])
+    assert {r.status for r in stored} == {READY}
+    checks = layout(backend, [record.id for record in sent])
+    assert [tuple(check[:2]) for check in checks] == [(1, 1)] * len(sent)
+    ready = backend.peek("default", READY, limit=300)
+    assert [r.id for r in ready] == [r.id for r in sent]
+
+
 def running_and_ready(harness: Harness) -> tuple[RedisBackend, TaskResult, TaskResult, Lease]:
     """Two stored tasks, the first claimed (RUNNING, its lease returned), the second READY."""
     backend = backend_of(harness)
