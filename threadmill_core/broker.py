@@ -7,11 +7,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import gc
 import os
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -36,6 +38,58 @@ DEFAULT_URL = "memory://"
 
 #: A call's record: the task's shared record with the call's id and arguments.
 _copy_call = copier(TaskResult, ("id", "args", "kwargs"))
+
+
+_pause_lock = threading.Lock()
+_pauses = 0  # enqueue_many calls under way, in any thread
+_resume = False  # whether the first of them found the collector on
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """CPython's cyclic garbage collector off while `enqueue_many` builds, then as it was.
+
+    A batch makes a few objects per call (its record, its args, the stored
+    record the backend answers) that all live until the batch returns, and
+    no reference cycles. With the collector on, a batch of 5,000 sets off
+    about thirty collections that scan those objects again and again, and
+    often one of the whole heap for having promoted them: about a sixth of
+    the batch's time on a 2-core VM. Paused, they are scanned once, by the
+    first collection after it, if they live that long.
+
+    Overlapping batches, in any threads, share one pause: the first turns
+    the collector off if it was on, the last turns it back on. So a
+    ``gc.disable()`` made elsewhere while a batch runs is undone when the
+    batches end. Code the caller gave (plugins, the calls' iterable) runs
+    outside the pause. A child forked meanwhile starts with the collector
+    as it was (`_after_fork`).
+    """
+    global _pauses, _resume
+    with _pause_lock:
+        if _pauses == 0:
+            _resume = gc.isenabled()
+            gc.disable()
+        _pauses += 1
+    try:
+        yield
+    finally:
+        with _pause_lock:
+            _pauses -= 1
+            if _pauses == 0 and _resume:
+                gc.enable()
+
+
+def _after_fork() -> None:
+    """In a forked child: the parent's batches under way will never end here."""
+    global _pause_lock, _pauses
+    _pause_lock = threading.Lock()  # the parent's may have been held by another thread
+    if _pauses:
+        _pauses = 0
+        if _resume:
+            gc.enable()
+
+
+os.register_at_fork(after_in_child=_after_fork)
 
 
 class Broker:
@@ -71,15 +125,21 @@ class Broker:
         task: Task[Any, Any],
         calls: Iterable[tuple[Sequence[Any], Mapping[str, Any]]],
     ) -> list[TaskResult]:
-        """Store many calls of `task` in one backend call; all are checked before any is stored."""
+        """Store many calls of `task` in one backend call; all are checked before any is stored.
+
+        CPython's cyclic garbage collector is paused while the batch is built
+        and stored, and then left as it was (see `_collector_paused`).
+        """
         shared = self._shared(task)
         calls = list(calls)
-        records = []
-        for task_id, (call_args, call_kwargs) in zip(new_task_ids(len(calls)), calls, strict=True):
-            args, kwargs = list(call_args), dict(call_kwargs)
-            codec.check_arguments(args, kwargs)
-            records.append(_copy_call(shared, {"id": task_id, "args": args, "kwargs": kwargs}))
-        stored = self.backend.enqueue(records)
+        with _collector_paused():
+            records = []
+            ids = new_task_ids(len(calls))
+            for task_id, (call_args, call_kwargs) in zip(ids, calls, strict=True):
+                args, kwargs = list(call_args), dict(call_kwargs)
+                codec.check_arguments(args, kwargs)
+                records.append(_copy_call(shared, {"id": task_id, "args": args, "kwargs": kwargs}))
+            stored = self.backend.enqueue(records)
         notify_each("threadmill_task_enqueued", "record", stored)
         return stored
 

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import gc
+import os
 import threading
+import warnings
+from collections.abc import Iterator, Sequence
 
 import pytest
 
@@ -11,14 +15,17 @@ from threadmill_core import (
     Broker,
     InvalidOption,
     TaskNotFound,
+    TaskResult,
     TaskResultStatus,
     UnknownBackend,
+    UnsupportedValue,
     WaitTimeout,
     Worker,
     connect,
     plugins,
 )
 from threadmill_core import broker as broker_module
+from threadmill_memory import MemoryBackend
 
 
 def test_connect_memory_gives_a_working_broker() -> None:
@@ -96,3 +103,107 @@ def test_default_broker_follows_threadmill_url(monkeypatch: pytest.MonkeyPatch) 
     assert shared.url == "memory://?result_ttl=60"
     assert shared.get_result(first.id).args == [1]
     assert shared.get_result(second.id).args == [2]
+
+
+class _Watching(MemoryBackend):
+    """A memory backend that notes whether the collector ran during each enqueue.
+
+    `hold`, if set, is waited on inside enqueue (after `entered` is set), so
+    a test can keep a batch under way while another starts or ends.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.collecting: list[bool] = []
+        self.entered = threading.Event()
+        self.hold: threading.Event | None = None
+
+    def enqueue(self, records: Sequence[TaskResult]) -> list[TaskResult]:
+        self.collecting.append(gc.isenabled())
+        self.entered.set()
+        if self.hold is not None:
+            assert self.hold.wait(10)
+        return super().enqueue(records)
+
+
+@pytest.fixture
+def collector_on() -> Iterator[None]:
+    """The collector on for the test, and as it was after."""
+    was = gc.isenabled()
+    gc.enable()
+    try:
+        yield
+    finally:
+        (gc.enable if was else gc.disable)()
+
+
+@pytest.mark.usefixtures("collector_on")
+def test_enqueue_many_builds_with_the_collector_off_and_leaves_it_as_it_was() -> None:
+    """Off while the batch is built and stored; then on again, or still off if it was off."""
+    backend = _Watching()
+    with Broker(backend) as broker:
+        stored = broker.enqueue_many(tasks.echo, [((n,), {}) for n in range(3)])
+        assert gc.isenabled()
+        gc.disable()
+        broker.enqueue_many(tasks.echo, [((3,), {})])
+        assert not gc.isenabled()
+        gc.enable()
+        with pytest.raises(UnsupportedValue):
+            broker.enqueue_many(tasks.echo, [((4,), {}), (({5},), {})])
+        assert gc.isenabled()
+        assert backend.collecting == [False, False]  # the bad batch never reached it
+        assert [broker.get_result(r.id).args for r in stored] == [[0], [1], [2]]
+
+
+@pytest.mark.usefixtures("collector_on")
+def test_overlapping_batches_in_threads_share_one_pause() -> None:
+    """The collector comes back on when the last batch under way ends, not the first."""
+    slow, fast = _Watching(), _Watching()
+    slow.hold = threading.Event()
+    with Broker(slow) as held, Broker(fast) as quick:
+        thread = threading.Thread(target=held.enqueue_many, args=(tasks.echo, [((1,), {})]))
+        thread.start()
+        try:
+            assert slow.entered.wait(10)
+            quick.enqueue_many(tasks.echo, [((2,), {})])
+            assert fast.collecting == [False]
+            assert not gc.isenabled()  # the held batch still runs
+        finally:
+            slow.hold.set()
+            thread.join(10)
+        assert gc.isenabled()
+        assert held.backend.counts()["default"].ready == 1
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX only")
+@pytest.mark.usefixtures("collector_on")
+def test_a_child_forked_during_a_batch_has_its_collector_on() -> None:
+    """The parent's batch never ends in the child, so the child must not wait for it."""
+    backend = _Watching()
+    backend.hold = threading.Event()
+    with Broker(backend) as broker:
+        thread = threading.Thread(target=broker.enqueue_many, args=(tasks.echo, [((1,), {})]))
+        thread.start()
+        try:
+            assert backend.entered.wait(10)
+            read, write = os.pipe()
+            with warnings.catch_warnings():  # 3.12+ warns of forking with threads: the point here
+                warnings.simplefilter("ignore", DeprecationWarning)
+                pid = os.fork()
+            if pid == 0:  # the child: report, and leave without running the parent's cleanup
+                try:
+                    with Broker(MemoryBackend()) as own:
+                        own.enqueue_many(tasks.echo, [((2,), {})])
+                    os.write(write, b"on" if gc.isenabled() else b"off")
+                finally:
+                    os._exit(0)
+            os.close(write)
+            with os.fdopen(read, "rb") as reader:
+                said = reader.read()
+            os.waitpid(pid, 0)
+            assert said == b"on"
+            assert not gc.isenabled()
+        finally:
+            backend.hold.set()
+            thread.join(10)
+        assert gc.isenabled()
