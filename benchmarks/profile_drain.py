@@ -1,11 +1,14 @@
 """``python -m benchmarks.profile_drain``: where a threadmill worker's time goes in a drain.
 
 Starts its own redis-server, enqueues a backlog of ``incr`` tasks, then
-drains it with an in-process `Worker` (one thread, maintenance off, logging
-at INFO to a file as ``threadmill worker`` does) under cProfile, while
-``MONITOR`` counts what reaches the server. Prints the requests per task by
-command (each one a round trip unless pipelined), the commands the Lua
-scripts run per task, and the functions that take the time.
+drains it with an in-process `Worker` (one thread and the benchmark's
+prefetch by default, maintenance off, logging at INFO to a file as
+``threadmill worker`` does) with each task thread under cProfile (the task
+threads claim, acknowledge and run tasks; the calling thread only waits),
+while ``MONITOR`` counts what reaches the server. Prints the requests per
+task by command (each one a round trip unless pipelined), the commands the
+Lua scripts run per task, and the functions that take the time, summed over
+the task threads.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import cast
 
 from benchmarks.measure import Bench
 from benchmarks.peers._common import COUNT_KEY, URL_VARIABLE
+from benchmarks.peers.threadmill_peer import PREFETCH
 from benchmarks.server import RedisServer
 
 
@@ -33,7 +37,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.profile_drain")
     parser.add_argument("--tasks", type=int, default=3000)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--prefetch", type=int, default=None, help="default: the Worker's")
+    parser.add_argument(
+        "--prefetch", type=int, default=PREFETCH, help="default: the benchmark's, %(default)s"
+    )
     parser.add_argument("--top", type=int, default=30, help="functions to list")
     parser.add_argument("--quiet", action="store_true", help="log at WARNING, not INFO")
     args = parser.parse_args(argv)
@@ -62,11 +68,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         watching.start()
         time.sleep(0.2)
-        profile = cProfile.Profile()
+        profiles: list[cProfile.Profile] = []
+        run_thread = worker._task_thread
+
+        def profiled_thread() -> None:  # what each task thread runs, under its own profile
+            profile = cProfile.Profile()
+            profiles.append(profile)
+            profile.enable()
+            try:
+                run_thread()
+            finally:
+                profile.disable()
+
+        worker._task_thread = profiled_thread  # type: ignore[method-assign]
         begin = time.perf_counter()
-        profile.enable()
         worker.run(burst=True)
-        profile.disable()
         elapsed = time.perf_counter() - begin
         stop_monitor.set()
         watching.join()
@@ -86,7 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"  {command:<16} {count / done:6.2f}")
     for order in ("cumulative", "tottime"):
         out = io.StringIO()
-        pstats.Stats(profile, stream=out).sort_stats(order).print_stats(args.top)
+        pstats.Stats(*profiles, stream=out).sort_stats(order).print_stats(args.top)
         print(f"\nby {order}:")
         print("\n".join(out.getvalue().splitlines()[4:]))
     return 0
