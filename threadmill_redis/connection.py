@@ -198,6 +198,9 @@ class HeldConnections:
         self._pool = pool
         # list.pop and list.append are atomic, so lending needs no lock.
         self._idle: list[Any] = []
+        #: SHAs of the scripts the server was seen to know (see `evalsha_many_held`).
+        #: It may forget them (a restart, SCRIPT FLUSH): NOSCRIPT is still handled.
+        self.loaded: set[str] = set()
         _HELD.add(self)
 
     @classmethod
@@ -285,8 +288,10 @@ class HeldConnections:
             pack, send = conn.pack_command, conn.send_packed_command
             packed: list[Any] = []
             size = count = 0
-            first = True  # only the first write may check health: a later PING's reply
-            for command in commands:  # would be read among ours
+            # Only the first write may check the connection's health: a PING
+            # sent after our first commands would have its reply read as theirs.
+            first = True
+            for command in commands:
                 for piece in pack(*command):
                     packed.append(piece)
                     size += len(piece)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import re
 from collections.abc import Callable, Sequence
 from importlib import resources
@@ -177,13 +178,20 @@ def evalsha_many_held(
     is read (see `HeldConnections.execute_many`); a call repeated after
     NOSCRIPT is answered after the others. A result passed to `each` may
     still be followed by an error raised for another call.
+
+    A script this process has not seen the server run is loaded at the head
+    of the pipeline: otherwise, on a fresh server, every call would be
+    answered NOSCRIPT and sent twice, a batch's records with them.
     """
     results: list[Any] = [None] * len(calls)
-    missing = _pipeline(held, calls, list(range(len(calls))), results, each, noscript_ok=True)
+    load = list({s.sha: s for s, _, _ in calls if s.sha not in held.loaded}.values())
+    pending = list(range(len(calls)))
+    missing = _pipeline(held, calls, pending, results, each, noscript_ok=True, load=load)
     if missing:
         for script in {calls[index][0] for index in missing}:
             held.execute(("SCRIPT", "LOAD", script.source))
         _pipeline(held, calls, missing, results, each, noscript_ok=False)
+    held.loaded.update(script.sha for script, _, _ in calls)
     return results
 
 
@@ -195,21 +203,31 @@ def _pipeline(
     each: Callable[[int, Any], None] | None,
     *,
     noscript_ok: bool,
+    load: Sequence[Script] = (),
 ) -> list[int]:
     """Run `calls[i]` for i in `pending` in one pipeline, into `results` (and `each`).
 
-    Returns the calls answered NOSCRIPT when `noscript_ok`; raises the first
-    other error reply once every reply is read.
+    The scripts in `load` are loaded first, in the same pipeline. Returns
+    the calls answered NOSCRIPT when `noscript_ok`; raises the first other
+    error reply once every reply is read.
     """
-    commands = (
-        ("EVALSHA", script.sha, len(keys), *keys, *args)
-        for script, keys, args in (calls[index] for index in pending)
+    commands = itertools.chain(
+        (("SCRIPT", "LOAD", script.source) for script in load),
+        (
+            ("EVALSHA", script.sha, len(keys), *keys, *args)
+            for script, keys, args in (calls[index] for index in pending)
+        ),
     )
     missing: list[int] = []
     errors: list[Exception] = []
+    skip = len(load)
 
     def take(position: int, reply: Any) -> None:
-        index = pending[position]
+        if position < skip:  # a SCRIPT LOAD's reply: its SHA, or an error
+            if isinstance(reply, Exception):
+                errors.append(reply)
+            return
+        index = pending[position - skip]
         if isinstance(reply, redis.exceptions.NoScriptError) and noscript_ok:
             missing.append(index)
         elif isinstance(reply, Exception):

@@ -123,7 +123,11 @@ def test_a_connection_is_lent_only_with_nothing_to_read(
 def test_scripts_the_server_forgot_are_loaded_again(
     redis_server: RedisServer, real_client: redis.Redis
 ) -> None:
-    """After SCRIPT FLUSH, a lone call and a pipelined batch load their scripts and go through."""
+    """After SCRIPT FLUSH, a lone call and a pipelined batch load their scripts and go through.
+
+    The second batch's script was run before the flush, so its calls are
+    sent without a load ahead of them and answered NOSCRIPT.
+    """
     built = RedisBackend.from_url(
         f"{redis_server.url}?namespace=held-{uuid.uuid4().hex}&enqueue_batch=3"
     )
@@ -131,8 +135,38 @@ def test_scripts_the_server_forgot_are_loaded_again(
         real_client.script_flush()
         [one] = built.enqueue(tasks(1))
         real_client.script_flush()
-        batch = built.enqueue(tasks(8))
-        assert [built.get(r.id) for r in [one, *batch]] == [one, *batch]
+        first = built.enqueue(tasks(8))
+        real_client.script_flush()
+        second = built.enqueue(tasks(8))
+        stored = [one, *first, *second]
+        assert [built.get(r.id) for r in stored] == stored
+    finally:
+        delete_namespace(built)
+
+
+def test_a_pipeline_loads_a_script_new_to_it_ahead_of_its_calls(
+    redis_server: RedisServer, real_client: redis.Redis
+) -> None:
+    """On a server without the script, each of a batch's calls is sent once, not again."""
+    built = RedisBackend.from_url(
+        f"{redis_server.url}?namespace=held-{uuid.uuid4().hex}&enqueue_batch=10"
+    )
+
+    def calls() -> dict[str, int]:
+        stats = real_client.info("commandstats")  # SCRIPT LOAD counts as script|load
+        names = ("evalsha", "script|load")
+        return {name: stats.get(f"cmdstat_{name}", {}).get("calls", 0) for name in names}
+
+    try:
+        real_client.script_flush()
+        before = calls()
+        batch = built.enqueue(tasks(45))
+        after = calls()
+        assert after["evalsha"] - before["evalsha"] == 5
+        assert after["script|load"] - before["script|load"] == 1
+        more = built.enqueue(tasks(20))  # known now: no load ahead of it
+        assert calls() == {"evalsha": after["evalsha"] + 2, "script|load": after["script|load"]}
+        assert [built.get(r.id) for r in [*batch, *more]] == [*batch, *more]
     finally:
         delete_namespace(built)
 
