@@ -109,6 +109,10 @@ def check_arguments(args: tuple[object, ...] | list[object], kwargs: dict[str, o
         check_value(kwargs, "kwargs")
 
 
+def _kind(value: object) -> str:
+    return f"a {type(value).__module__}.{type(value).__qualname__}"
+
+
 #: The fields of a record that backends key by, which must be str.
 _NAMES = ("id", "task_path", "queue")
 
@@ -116,16 +120,20 @@ _NAMES = ("id", "task_path", "queue")
 def check_record(record: TaskResult) -> None:
     """Check a record to enqueue, but for its retry policy: `UnsupportedValue` naming the field.
 
-    Its args (a list: a tuple would read back as one) and kwargs as
-    `check_arguments` checks them, then its id, task path and queue: each
-    must be a str the codec carries. Backends key their stores and queues by
-    these, so another type would be stored as its text (the id 5 as
-    ``"5"``) and read back changed, or not stored at all.
+    Its args must be a list (a tuple would read back as one, None as None)
+    and its kwargs a dict, their values as `check_arguments` checks them;
+    then its id, task path and queue must each be a str the codec carries.
+    Backends key their stores and queues by these, so another type would be
+    stored as its text (the id 5 as ``"5"``) and read back changed, or not
+    stored at all. A record this passes always encodes (the codec writes
+    whatever these checks let through).
     """
-    args = record.args
+    args, kwargs = record.args, record.kwargs
     if type(args) is not list:
-        check_value(args, "args")
-    check_arguments(args, record.kwargs)
+        raise UnsupportedValue("args", args, reason=f"must be a list, got {_kind(args)}")
+    if type(kwargs) is not dict:
+        raise UnsupportedValue("kwargs", kwargs, reason=f"must be a dict, got {_kind(kwargs)}")
+    check_arguments(args, kwargs)
     record_id, task_path, queue = record.id, record.task_path, record.queue
     if (
         type(record_id) is str

@@ -7,7 +7,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from threadmill_core.codec import EnqueuedEncoder, check_arguments, check_value, encode_enqueued
+from threadmill_core.codec import (
+    EnqueuedEncoder,
+    check_arguments,
+    check_record,
+    check_value,
+    encode_enqueued,
+)
 from threadmill_core.errors import UnsupportedValue
 from threadmill_core.models import RetryPolicySpec, TaskResult, new_task_id
 from threadmill_core.testing import strategies
@@ -91,3 +97,57 @@ def test_plain_values_of_every_kind_pass_the_checks() -> None:
     """Long ints up to the parse limit, non-ASCII text, nested containers: all carried."""
     check_arguments([2**6000, -(2**1900), "日本語", [None, {"x": [0.5]}]], {"k": "ü"})
     check_value({"a": [1, 2, 3]}, "value")
+
+
+#: Values of every kind, the codec's own and others: tuples, sets, bytes, objects,
+#: lone surrogates, dicts keyed by ints.
+anything = st.recursive(
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(),
+        st.floats(),
+        st.text(st.characters(exclude_categories=())),  # surrogates too
+        st.binary(max_size=4),
+        st.builds(object),
+    ),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.tuples(inner),
+        st.frozensets(st.integers(), max_size=2),
+        st.dictionaries(st.one_of(st.text(max_size=3), st.integers()), inner, max_size=3),
+    ),
+    max_leaves=8,
+)
+names = st.one_of(st.text(st.characters(exclude_categories=()), max_size=6), anything)
+
+
+@given(
+    id_=names,
+    task_path=names,
+    queue=names,
+    args=st.one_of(st.lists(anything, max_size=3), anything),
+    kwargs=st.one_of(st.dictionaries(st.text(max_size=3), anything, max_size=3), anything),
+    options=st.one_of(st.none(), st.dictionaries(st.text(max_size=3), anything, max_size=2)),
+)
+def test_a_record_the_checks_pass_always_encodes(
+    id_: object, task_path: object, queue: object, args: object, kwargs: object,
+    options: dict[str, object] | None,
+) -> None:  # fmt: skip
+    """`check_record` refuses whatever the encoder cannot write.
+
+    So a backend may check every record of a batch first and encode each
+    part of it only as it sends it, as the Redis backend does: no record
+    can fail after the first part was sent.
+    """
+    record = TaskResult(
+        id=id_, task_path=task_path, queue=queue, args=args, kwargs=kwargs,  # type: ignore[arg-type]
+        retry=RetryPolicySpec(path="app:policy", options=options),
+    )  # fmt: skip
+    try:
+        check_record(record)
+        if options is not None:
+            check_value(options, "retry.options")
+    except UnsupportedValue:
+        return
+    assert EnqueuedEncoder()(record) == encode_enqueued(record)

@@ -909,6 +909,10 @@ _BAD_CALLS: dict[str, tuple[type[Exception], BadCall]] = {
         UnsupportedValue,
         lambda b, _: b.enqueue([new_task("fresh-1", args=(1, 2))]),
     ),
+    "enqueue() of a record whose kwargs are not a dict": (
+        UnsupportedValue,
+        lambda b, _: b.enqueue([new_task("fresh-1", kwargs=None)]),
+    ),
     "enqueue() of a record whose id is not a str": (
         UnsupportedValue,
         lambda b, _: b.enqueue([new_task(5)]),  # type: ignore[arg-type]  # on purpose
@@ -923,8 +927,8 @@ _BAD_CALLS: dict[str, tuple[type[Exception], BadCall]] = {
 
 #: Bad arguments at the storage interface: each raises (ValueError; TypeError for
 #: a bare str as queues; UnsupportedValue for a return value the codec cannot
-#: carry, or a record to enqueue whose args are a tuple or whose id or queue is not
-#: a str) and changes nothing.
+#: carry, or a record to enqueue whose args are not a list, whose kwargs are not a
+#: dict, or whose id or queue is not a str) and changes nothing.
 BAD_INPUT_CASES: dict[str, Scenario] = {
     rule: _refused(rule, error, call) for rule, (error, call) in _BAD_CALLS.items()
 }
