@@ -78,25 +78,42 @@ def payloads(records: Sequence[TaskResult]) -> list[bytes]:
 
     That is the id, function, arguments, queue, priority and retry policy;
     the fields that change, and `run_after`, are left out, whatever the
-    caller set, and kept beside it by the scripts. Records are checked in
-    order and the first bad one raises; records of one task's calls share
-    the encoding of what they share (see `codec.EnqueuedEncoder`).
+    caller set, and kept beside it by the scripts. Every record is checked
+    (`check_records`) before any is encoded (`encoded`).
     """
-    encode = codec.EnqueuedEncoder()
+    check_records(records)
+    return encoded(records, codec.EnqueuedEncoder())
+
+
+def check_records(records: Sequence[TaskResult]) -> None:
+    """Raise `UnsupportedValue` for the first record `enqueue` must refuse, naming the field.
+
+    A record that passes encodes (`encoded`): `codec.check_record` and
+    `codec.check_value` refuse exactly what the codec cannot write.
+    """
     checked: RetryPolicySpec | None = None  # the retry policy whose options were checked last
-    encoded: list[bytes] = []
     for record in records:
         codec.check_record(record)
         retry = record.retry
         if retry is not None and retry is not checked and retry.options is not None:
             codec.check_value(retry.options, "retry.options")
             checked = retry
+
+
+def encoded(records: Sequence[TaskResult], encode: codec.EnqueuedEncoder) -> list[bytes]:
+    """The payloads of checked records (`check_records`), in order.
+
+    Records of one task's calls share the encoding of what they share (see
+    `codec.EnqueuedEncoder`); one encoder serves all of a call's records.
+    """
+    payloads: list[bytes] = []
+    for record in records:
         try:
-            encoded.append(encode(record))
-        except (TypeError, ValueError) as exc:  # what check_value cannot see, e.g. in task_path
+            payloads.append(encode(record))
+        except (TypeError, ValueError) as exc:  # never for a checked record: a codec bug
             reason = f"cannot be encoded: {exc}"
             raise UnsupportedValue(f"task {record.id!r}", record, reason=reason) from exc
-    return encoded
+    return payloads
 
 
 def enqueued_many(

@@ -246,29 +246,33 @@ class RedisBackend(Backend):
 
     def enqueue(self, records: Sequence[TaskResult]) -> list[TaskResult]:
         records = list(records)
-        payloads = arguments.payloads(records)  # all checked and encoded before any is sent
-        if len(records) == 1:  # the usual call: Broker.enqueue
-            return self._enqueue_one(records, payloads[0])
-        script = scripts.load("enqueue")
         size = self.options.enqueue_batch
-        if not records:
-            return []
-        if len(records) <= size:  # one script call
+        if len(records) <= size:
+            payloads = arguments.payloads(records)  # all checked and encoded before any is sent
+            if len(records) == 1:  # the usual call: Broker.enqueue
+                return self._enqueue_one(records, payloads[0])
+            if not records:
+                return []
             now, *rows = self._evalsha(
-                *self._enqueue_call(script, records, payloads), repeatable=True
+                *self._enqueue_call(scripts.load("enqueue"), records, payloads), repeatable=True
             )
             return arguments.enqueued_many(rows, records, now)
-        # Larger batches: one pipeline of script calls, each written as soon
-        # as it is packed (every record is checked and encoded by now), so the
-        # server runs the first while the rest are packed. Each reply (the
-        # server time, then a row per record; see enqueue.lua) is answered as
-        # it is read, while the server runs the next call.
+        # Larger batches: one pipeline of script calls. Every record is
+        # checked before any call is sent; each call is then encoded, packed
+        # and written in turn, so the server runs the first while the rest
+        # are made. Each reply (the server time, then a row per record; see
+        # enqueue.lua) is answered as it is read, while the server runs the
+        # next call.
+        arguments.check_records(records)
+        script, encode = scripts.load("enqueue"), codec.EnqueuedEncoder()
         starts = range(0, len(records), size)
-        calls = [
-            self._enqueue_call(script, records[at : at + size], payloads[at : at + size])
-            for at in starts
-        ]
-        answered: list[list[TaskResult]] = [[] for _ in calls]
+
+        def call(index: int) -> scripts.Call:
+            chunk = records[starts[index] : starts[index] + size]
+            return self._enqueue_call(script, chunk, arguments.encoded(chunk, encode))
+
+        calls = scripts.LazyCalls(len(starts), call)
+        answered: list[list[TaskResult]] = [[] for _ in starts]
 
         def answer(index: int, reply: Any) -> None:
             now, *rows = reply

@@ -22,11 +22,10 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import itertools
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from importlib import resources
-from typing import Any
+from typing import Any, overload
 
 import attrs
 import redis
@@ -167,6 +166,35 @@ def evalsha_held(
         return held.execute(command)
 
 
+class LazyCalls(Sequence[Call]):
+    """`count` script calls, each made by `make(index)` when first read, then kept.
+
+    For `evalsha_many_held`, which reads them in order as it sends them: a
+    long pipeline's later calls are made while the server runs the first.
+    """
+
+    def __init__(self, count: int, make: Callable[[int], Call]) -> None:
+        self._made: list[Call | None] = [None] * count
+        self._make = make
+
+    def __len__(self) -> int:
+        return len(self._made)
+
+    @overload
+    def __getitem__(self, index: int) -> Call: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Call]: ...
+
+    def __getitem__(self, index: int | slice) -> Call | list[Call]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(len(self._made))[index]]
+        call = self._made[index]
+        if call is None:
+            call = self._made[index] = self._make(range(len(self._made))[index])
+        return call
+
+
 def evalsha_many_held(
     held: HeldConnections,
     calls: Sequence[Call],
@@ -177,21 +205,22 @@ def evalsha_many_held(
     `each(index, result)`, if given, is called with each call's result as it
     is read (see `HeldConnections.execute_many`); a call repeated after
     NOSCRIPT is answered after the others. A result passed to `each` may
-    still be followed by an error raised for another call.
+    still be followed by an error raised for another call. `calls` is read
+    in order, one call at a time as the pipeline is sent (see `LazyCalls`).
 
-    A script this process has not seen the server run is loaded at the head
-    of the pipeline: otherwise, on a fresh server, every call would be
-    answered NOSCRIPT and sent twice, a batch's records with them.
+    A script this process has not seen the server run is loaded in the
+    pipeline, ahead of its first call: otherwise, on a fresh server, every
+    call would be answered NOSCRIPT and sent twice, a batch's records with
+    them.
     """
     results: list[Any] = [None] * len(calls)
-    load = list({s.sha: s for s, _, _ in calls if s.sha not in held.loaded}.values())
     pending = list(range(len(calls)))
-    missing = _pipeline(held, calls, pending, results, each, noscript_ok=True, load=load)
+    missing = _pipeline(held, calls, pending, results, each, noscript_ok=True)
     if missing:
         for script in {calls[index][0] for index in missing}:
             held.execute(("SCRIPT", "LOAD", script.source))
         _pipeline(held, calls, missing, results, each, noscript_ok=False)
-    held.loaded.update(script.sha for script, _, _ in calls)
+    held.loaded.update(call[0].sha for call in calls)
     return results
 
 
@@ -203,32 +232,36 @@ def _pipeline(
     each: Callable[[int, Any], None] | None,
     *,
     noscript_ok: bool,
-    load: Sequence[Script] = (),
 ) -> list[int]:
     """Run `calls[i]` for i in `pending` in one pipeline, into `results` (and `each`).
 
-    The scripts in `load` are loaded first, in the same pipeline. Returns
-    the calls answered NOSCRIPT when `noscript_ok`; raises the first other
+    With `noscript_ok`, a script not in ``held.loaded`` is loaded ahead of
+    its first call, in the same pipeline, and the calls answered NOSCRIPT
+    anyway (the server forgot a script) are returned. Raises the first other
     error reply once every reply is read.
     """
-    commands = itertools.chain(
-        (("SCRIPT", "LOAD", script.source) for script in load),
-        (
-            ("EVALSHA", script.sha, len(keys), *keys, *args)
-            for script, keys, args in (calls[index] for index in pending)
-        ),
-    )
+    what: list[int | None] = []  # per command sent: its call's index, None for a SCRIPT LOAD
+    loading: set[str] = set()
+
+    def commands() -> Iterator[tuple[Any, ...]]:
+        for index in pending:
+            script, keys, args = calls[index]
+            if noscript_ok and script.sha not in held.loaded and script.sha not in loading:
+                loading.add(script.sha)
+                what.append(None)
+                yield ("SCRIPT", "LOAD", script.source)
+            what.append(index)
+            yield ("EVALSHA", script.sha, len(keys), *keys, *args)
+
     missing: list[int] = []
     errors: list[Exception] = []
-    skip = len(load)
 
     def take(position: int, reply: Any) -> None:
-        if position < skip:  # a SCRIPT LOAD's reply: its SHA, or an error
+        index = what[position]
+        if index is None:  # a SCRIPT LOAD's reply: the SHA, or an error
             if isinstance(reply, Exception):
                 errors.append(reply)
-            return
-        index = pending[position - skip]
-        if isinstance(reply, redis.exceptions.NoScriptError) and noscript_ok:
+        elif isinstance(reply, redis.exceptions.NoScriptError) and noscript_ok:
             missing.append(index)
         elif isinstance(reply, Exception):
             errors.append(reply)
@@ -237,7 +270,7 @@ def _pipeline(
             if each is not None:
                 each(index, reply)
 
-    held.execute_many(commands, each=take)
+    held.execute_many(commands(), each=take)
     if errors:
         raise errors[0]
     return missing
