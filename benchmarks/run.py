@@ -240,8 +240,12 @@ def schedule(run: Run, settings: dict[str, Any], depth_names: Sequence[str]) -> 
         if "depth" in skip:
             continue
         window = settings["depth_window"]
-        for depth in settings["depths"]:
-            for name in [name for name in order if name in depth_names]:
+        scanned = [name for name in order if name in depth_names]
+        before = {name: dict(run.figures[name]) for name in scanned}
+        # The depths in turn, in an order rotated each repeat like the systems'.
+        depths = list(settings["depths"])
+        for depth in rotated(depths, repeat) if depths else []:
+            for name in scanned:
                 label = f"r{repeat + 1}-depth{depth}"
                 run.attempt(
                     name,
@@ -252,6 +256,15 @@ def schedule(run: Run, settings: dict[str, Any], depth_names: Sequence[str]) -> 
                     ),
                     {"depth_rate": f"depth_{depth}"},
                 )
+        # 100k ÷ 1k within this repeat: both measured a minute apart at most,
+        # so the machine's drift between repeats does not enter the ratio.
+        for name in scanned:
+            figures, earlier = run.figures[name], before[name]
+            shallow, deep = figures.get("depth_1000", []), figures.get("depth_100000", [])
+            if len(shallow) > len(earlier.get("depth_1000", [])) and len(deep) > len(
+                earlier.get("depth_100000", [])
+            ):
+                run.record(name, "depth_ratio", deep[-1] / shallow[-1])
 
 
 def wait_for_quiet(longest: float, load: float) -> None:
