@@ -109,6 +109,30 @@ def check_arguments(args: tuple[object, ...] | list[object], kwargs: dict[str, o
         check_value(kwargs, "kwargs")
 
 
+def check_retry(retry: object) -> None:
+    """Check a record's retry policy: None, or a `RetryPolicySpec` the codec carries.
+
+    Its path must be a str and its options None or a dict, each as
+    `check_value` checks it; `UnsupportedValue` names the part that is not.
+    """
+    if retry is None:
+        return
+    if type(retry) is not RetryPolicySpec:
+        raise UnsupportedValue(
+            "retry", retry, reason=f"must be a RetryPolicySpec or None, got {_kind(retry)}"
+        )
+    path, options = retry.path, retry.options
+    if type(path) is not str:
+        raise UnsupportedValue("retry.path", path, reason=f"must be a str, got {_kind(path)}")
+    check_value(path, "retry.path")
+    if options is not None:
+        if type(options) is not dict:
+            raise UnsupportedValue(
+                "retry.options", options, reason=f"must be a dict or None, got {_kind(options)}"
+            )
+        check_value(options, "retry.options")
+
+
 def _kind(value: object) -> str:
     return f"a {type(value).__module__}.{type(value).__qualname__}"
 
@@ -125,8 +149,9 @@ def check_record(record: TaskResult) -> None:
     then its id, task path and queue must each be a str the codec carries.
     Backends key their stores and queues by these, so another type would be
     stored as its text (the id 5 as ``"5"``) and read back changed, or not
-    stored at all. A record this passes always encodes (the codec writes
-    whatever these checks let through).
+    stored at all. The retry policy is `check_retry`'s, once per policy
+    object (a batch's records share one). A record both pass always
+    encodes: the codec writes whatever these checks let through.
     """
     args, kwargs = record.args, record.kwargs
     if type(args) is not list:

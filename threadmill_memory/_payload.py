@@ -22,9 +22,8 @@ def encode(record: TaskResult) -> tuple[bytes, TaskResult]:
     `codec.encode_record` itself would turn a tuple into a list without a word.
     """
     codec.check_record(record)
+    codec.check_retry(record.retry)
     codec.check_value(record.return_value, "return_value")
-    if record.retry is not None and record.retry.options is not None:
-        codec.check_value(record.retry.options, "retry.options")
     try:
         data = codec.encode_record(record)
     except (TypeError, ValueError) as exc:  # a lone surrogate in a str, an int of 5000 digits

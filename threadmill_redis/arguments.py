@@ -18,7 +18,6 @@ from threadmill_core import codec
 from threadmill_core.clock import duration_ms, from_ms, to_ms
 from threadmill_core.errors import UnsupportedValue
 from threadmill_core.models import (
-    RetryPolicySpec,
     TaskResult,
     TaskResultStatus,
     copier,
@@ -89,14 +88,14 @@ def check_records(records: Sequence[TaskResult]) -> None:
     """Raise `UnsupportedValue` for the first record `enqueue` must refuse, naming the field.
 
     A record that passes encodes (`encoded`): `codec.check_record` and
-    `codec.check_value` refuse exactly what the codec cannot write.
+    `codec.check_retry` refuse whatever the codec cannot write.
     """
-    checked: RetryPolicySpec | None = None  # the retry policy whose options were checked last
+    checked: object = None  # the retry policy checked last: a batch's records share one
     for record in records:
         codec.check_record(record)
         retry = record.retry
-        if retry is not None and retry is not checked and retry.options is not None:
-            codec.check_value(retry.options, "retry.options")
+        if retry is not None and retry is not checked:
+            codec.check_retry(retry)
             checked = retry
 
 

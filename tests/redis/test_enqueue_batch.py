@@ -32,7 +32,7 @@ from threadmill_core.models import (
     TaskResultStatus,
 )
 from threadmill_core.testing import Harness
-from threadmill_redis import RedisBackend, arguments, scripts
+from threadmill_redis import RedisBackend, arguments, connection, scripts
 from threadmill_redis.testing import delete_namespace
 
 READY, DEFERRED = TaskResultStatus.READY, TaskResultStatus.DEFERRED
@@ -113,14 +113,18 @@ def test_sequence_numbers_are_written_alike_across_tens_and_hundreds(harness: Ha
     """enqueue.lua spells READY sequence numbers from their hundreds and two last digits.
 
     A batch entering READY at sequence 8 crosses one digit to two, and two
-    hundreds: every state must still pack as lib/pack_task packs it and
+    hundreds, and a later one three digits to four: every state must still
+    pack as lib/pack_task packs it and
     every member be the one lib/segment_member makes, or a later cancel or
     claim would miss it.
     """
     backend = backend_of(harness)
-    sent = tasks(7) + tasks(250)
+    sent = tasks(7) + tasks(250) + tasks(20)
     backend.enqueue(sent[:7])
-    stored = backend.enqueue(sent[7:])
+    stored = backend.enqueue(sent[7:257])
+    # The next batch enters at 995: it crosses from three digits to four.
+    backend.client.hset(backend.keys.store("counters"), "seq", 994)
+    stored += backend.enqueue(sent[257:])
     assert {r.status for r in stored} == {READY}
     checks = layout(backend, [record.id for record in sent])
     assert [tuple(check[:2]) for check in checks] == [(1, 1)] * len(sent)
@@ -227,6 +231,25 @@ def test_a_bad_record_anywhere_in_a_long_batch_stores_nothing(
     sent = tasks(45)
     sent[41] = attrs.evolve(sent[41], kwargs={"when": {1, 2}})
     with pytest.raises(UnsupportedValue, match=r"kwargs\['when'\]"):
+        backend.enqueue(sent)
+    assert backend.counts() == {}
+    assert backend.client.hlen(backend.keys.store("payload")) == 0
+
+
+def test_a_bad_retry_policy_after_calls_already_written_stores_nothing(
+    harness_on: Callable[..., Harness], client: redis.Redis
+) -> None:
+    """A long batch is written call by call, but only after every record, policy too, is checked.
+
+    The records before the bad one fill more than a write's worth of calls
+    (`SEND_CUTOFF`), so had the last been found bad only when encoded, the
+    first calls would have been stored already.
+    """
+    backend = backend_of(harness_on(client, enqueue_batch=2))
+    big = "x" * (connection.SEND_CUTOFF // 2)
+    sent = tasks(6, kwargs={"big": big})
+    sent[5] = attrs.evolve(sent[5], retry=RetryPolicySpec(path="\ud800"))
+    with pytest.raises(UnsupportedValue, match=r"retry\.path"):
         backend.enqueue(sent)
     assert backend.counts() == {}
     assert backend.client.hlen(backend.keys.store("payload")) == 0

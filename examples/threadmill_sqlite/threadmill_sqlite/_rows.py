@@ -51,10 +51,7 @@ def encode_payload(record: TaskResult) -> bytes:
     (`codec.encode_record` alone would turn a tuple into a list silently).
     """
     codec.check_record(record)
-    if record.retry is not None:
-        codec.check_value(record.retry.path, "retry.path")
-        if record.retry.options is not None:
-            codec.check_value(record.retry.options, "retry.options")
+    codec.check_retry(record.retry)
     as_enqueued = attrs.evolve(
         record,
         status=TaskResultStatus.READY,
