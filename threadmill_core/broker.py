@@ -41,8 +41,7 @@ _copy_call = copier(TaskResult, ("id", "args", "kwargs"))
 
 
 _pause_lock = threading.Lock()
-_pauses = 0  # enqueue_many calls under way, in any thread
-_resume = False  # whether the first of them found the collector on
+_paused = False  # the collector is off because a batch turned it off
 
 
 @contextlib.contextmanager
@@ -57,36 +56,36 @@ def _collector_paused() -> Iterator[None]:
     the batch's time on a 2-core VM. Paused, they are scanned once, by the
     first collection after it, if they live that long.
 
-    Overlapping batches, in any threads, share one pause: the first turns
-    the collector off if it was on, the last turns it back on. So a
-    ``gc.disable()`` made elsewhere while a batch runs is undone when the
-    batches end. Code the caller gave (plugins, the calls' iterable) runs
-    outside the pause. A child forked meanwhile starts with the collector
-    as it was (`_after_fork`).
+    Only the batch that turned the collector off turns it back on, when it
+    ends, so the collector is never off for longer than one batch, however
+    many threads enqueue; a batch that found it off (another's pause, or
+    the application's own ``gc.disable()``) leaves it alone. A
+    ``gc.disable()`` made elsewhere during a batch's pause is undone when
+    the batch ends. The caller's plugins run outside the pause. A child
+    forked during a pause starts with the collector on (`_after_fork`).
     """
-    global _pauses, _resume
+    global _paused
     with _pause_lock:
-        if _pauses == 0:
-            _resume = gc.isenabled()
+        mine = not _paused and gc.isenabled()
+        if mine:
             gc.disable()
-        _pauses += 1
+            _paused = True
     try:
         yield
     finally:
-        with _pause_lock:
-            _pauses -= 1
-            if _pauses == 0 and _resume:
+        if mine:
+            with _pause_lock:
+                _paused = False
                 gc.enable()
 
 
 def _after_fork() -> None:
-    """In a forked child: the parent's batches under way will never end here."""
-    global _pause_lock, _pauses
+    """In a forked child: a batch of the parent's under way will never end here."""
+    global _pause_lock, _paused
     _pause_lock = threading.Lock()  # the parent's may have been held by another thread
-    if _pauses:
-        _pauses = 0
-        if _resume:
-            gc.enable()
+    if _paused:
+        _paused = False
+        gc.enable()
 
 
 os.register_at_fork(after_in_child=_after_fork)

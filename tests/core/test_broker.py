@@ -156,23 +156,33 @@ def test_enqueue_many_builds_with_the_collector_off_and_leaves_it_as_it_was() ->
 
 
 @pytest.mark.usefixtures("collector_on")
-def test_overlapping_batches_in_threads_share_one_pause() -> None:
-    """The collector comes back on when the last batch under way ends, not the first."""
-    slow, fast = _Watching(), _Watching()
-    slow.hold = threading.Event()
-    with Broker(slow) as held, Broker(fast) as quick:
-        thread = threading.Thread(target=held.enqueue_many, args=(tasks.echo, [((1,), {})]))
-        thread.start()
+def test_a_batch_that_found_the_collector_off_leaves_it_to_the_one_that_turned_it_off() -> None:
+    """The collector comes back on when the batch that paused it ends, whatever others run.
+
+    So it is never off for longer than one batch, even while batches in
+    other threads overlap without end.
+    """
+    first, second = _Watching(), _Watching()
+    first.hold, second.hold = threading.Event(), threading.Event()
+    with Broker(first) as pausing, Broker(second) as joining:
+        one = threading.Thread(target=pausing.enqueue_many, args=(tasks.echo, [((1,), {})]))
+        two = threading.Thread(target=joining.enqueue_many, args=(tasks.echo, [((2,), {})]))
+        one.start()
         try:
-            assert slow.entered.wait(10)
-            quick.enqueue_many(tasks.echo, [((2,), {})])
-            assert fast.collecting == [False]
-            assert not gc.isenabled()  # the held batch still runs
+            assert first.entered.wait(10)
+            two.start()
+            assert second.entered.wait(10)
+            assert (first.collecting, second.collecting) == ([False], [False])
+            first.hold.set()
+            one.join(10)
+            assert gc.isenabled()  # the second batch still runs
         finally:
-            slow.hold.set()
-            thread.join(10)
+            first.hold.set()
+            second.hold.set()
+            one.join(10)
+            two.join(10)
         assert gc.isenabled()
-        assert held.backend.counts()["default"].ready == 1
+        assert [b.backend.counts()["default"].ready for b in (pausing, joining)] == [1, 1]
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX only")
