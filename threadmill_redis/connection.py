@@ -278,9 +278,9 @@ class HeldConnections:
         is read, so the caller's work on one reply overlaps the server's on
         the next.
 
-        A command that cannot be packed (an argument hiredis refuses) raises
-        after the commands before it may have been sent; callers check their
-        arguments first.
+        A command that cannot be packed (an argument the packer refuses,
+        `redis.DataError`) raises after the commands before it may have been
+        sent; callers check their arguments first.
         """
         conn = self._lend()
         replies: list[Any] = []
@@ -297,10 +297,10 @@ class HeldConnections:
                     size += len(piece)
                 count += 1
                 if size >= SEND_CUTOFF:
-                    send([b"".join(packed)], check_health=first)
+                    send(_joined(packed), check_health=first)
                     packed, size, first = [], 0, False
             if packed:
-                send([b"".join(packed)], check_health=first)
+                send(_joined(packed), check_health=first)
             for position in range(count):
                 try:
                     reply = conn.read_response()
@@ -331,6 +331,11 @@ class HeldConnections:
 
     def _forget(self) -> None:
         self._idle = []
+
+
+def _joined(pieces: list[Any]) -> list[Any]:
+    """Packed pieces as one write: a lone piece (hiredis packs a command whole) as it is."""
+    return pieces if len(pieces) == 1 else [b"".join(pieces)]
 
 
 #: Bytes of packed commands `HeldConnections.execute_many` gathers before a write.

@@ -11,7 +11,9 @@ that; a cycle is an error naming the chain. Scripts run with EVALSHA; on
 NOSCRIPT (a restarted or flushed server) the source is loaded and the call
 repeated, which is safe because NOSCRIPT means the script never ran.
 `evalsha_held` and `evalsha_many_held` do the same on the backend's held
-connections (see `threadmill_redis.connection.HeldConnections`).
+connections (see `threadmill_redis.connection.HeldConnections`); a pipeline
+also loads, ahead of their first call, the scripts those connections have
+not seen the server run, so a long batch is not sent twice.
 
 The header of each script names its keys as ``--   KEYS[i]  name``; callers
 pass keys by those names (see `Script.key_names`), so Python and Lua cannot
@@ -208,10 +210,10 @@ def evalsha_many_held(
     still be followed by an error raised for another call. `calls` is read
     in order, one call at a time as the pipeline is sent (see `LazyCalls`).
 
-    A script this process has not seen the server run is loaded in the
-    pipeline, ahead of its first call: otherwise, on a fresh server, every
-    call would be answered NOSCRIPT and sent twice, a batch's records with
-    them.
+    A script the server has not been seen to know on these connections
+    (``held.loaded``) is loaded in the pipeline, ahead of its first call:
+    otherwise, on a fresh server, every call would be answered NOSCRIPT and
+    sent twice, a batch's records with them.
     """
     results: list[Any] = [None] * len(calls)
     pending = list(range(len(calls)))
@@ -258,10 +260,12 @@ def _pipeline(
 
     def take(position: int, reply: Any) -> None:
         index = what[position]
-        if index is None:  # a SCRIPT LOAD's reply: the SHA, or an error
-            if isinstance(reply, Exception):
-                errors.append(reply)
-        elif isinstance(reply, redis.exceptions.NoScriptError) and noscript_ok:
+        if index is None:
+            # A SCRIPT LOAD's reply. An error (say, a user not allowed SCRIPT)
+            # is not raised: the calls ran if the server knew the script, and
+            # a NOSCRIPT answer sends them to the load and repeat below.
+            return
+        if isinstance(reply, redis.exceptions.NoScriptError) and noscript_ok:
             missing.append(index)
         elif isinstance(reply, Exception):
             errors.append(reply)

@@ -153,9 +153,13 @@ def test_a_pipeline_loads_a_script_new_to_it_ahead_of_its_calls(
     )
 
     def calls() -> dict[str, int]:
-        stats = real_client.info("commandstats")  # SCRIPT LOAD counts as script|load
-        names = ("evalsha", "script|load")
-        return {name: stats.get(f"cmdstat_{name}", {}).get("calls", 0) for name in names}
+        stats = real_client.info("commandstats")
+        count = {n: stats.get(f"cmdstat_{n}", {}).get("calls", 0) for n in ("evalsha", "script")}
+        # Redis 7 counts SCRIPT LOAD apart, as script|load; 6 counts it as script.
+        count["script|load"] = stats.get("cmdstat_script|load", {}).get(
+            "calls", count.pop("script")
+        )
+        return count
 
     try:
         real_client.script_flush()
@@ -311,7 +315,7 @@ def test_a_long_pipeline_runs_its_first_commands_while_the_rest_are_made(
 
     Each command here is larger than the write cutoff. The generator that
     yields them asks another connection, before yielding the next, whether
-    the server has run the last one, waiting up to ten seconds.
+    the server has run the last one, waiting up to five seconds.
     """
     key = f"held-{uuid.uuid4().hex}"
     big = "x" * connection.SEND_CUTOFF
@@ -320,7 +324,7 @@ def test_a_long_pipeline_runs_its_first_commands_while_the_rest_are_made(
     def commands() -> Iterator[tuple[str, ...]]:
         for n in range(1, 4):
             if n > 1:
-                deadline = time.monotonic() + 10
+                deadline = time.monotonic() + 5
                 while real_client.llen(key) < n - 1 and time.monotonic() < deadline:
                     time.sleep(0.001)
                 seen.append(real_client.llen(key))
