@@ -241,7 +241,12 @@ def schedule(run: Run, settings: dict[str, Any], depth_names: Sequence[str]) -> 
             continue
         window = settings["depth_window"]
         scanned = [name for name in order if name in depth_names]
-        before = {name: dict(run.figures[name]) for name in scanned}
+
+        def counted(name: str) -> tuple[int, int]:
+            figures = run.figures[name]
+            return len(figures.get("depth_1000", [])), len(figures.get("depth_100000", []))
+
+        before = {name: counted(name) for name in scanned}
         # The depths in turn, in an order rotated each repeat like the systems'.
         depths = list(settings["depths"])
         for depth in rotated(depths, repeat) if depths else []:
@@ -259,12 +264,11 @@ def schedule(run: Run, settings: dict[str, Any], depth_names: Sequence[str]) -> 
         # 100k ÷ 1k within this repeat: both measured a minute apart at most,
         # so the machine's drift between repeats does not enter the ratio.
         for name in scanned:
-            figures, earlier = run.figures[name], before[name]
-            shallow, deep = figures.get("depth_1000", []), figures.get("depth_100000", [])
-            if len(shallow) > len(earlier.get("depth_1000", [])) and len(deep) > len(
-                earlier.get("depth_100000", [])
-            ):
-                run.record(name, "depth_ratio", deep[-1] / shallow[-1])
+            if all(now > then for now, then in zip(counted(name), before[name], strict=True)):
+                shallow = run.figures[name]["depth_1000"][-1]
+                deep = run.figures[name]["depth_100000"][-1]
+                if shallow and deep is not None:  # a figure the measurement lacked is None
+                    run.record(name, "depth_ratio", deep / shallow)
 
 
 def wait_for_quiet(longest: float, load: float) -> None:
