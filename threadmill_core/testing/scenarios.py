@@ -41,6 +41,7 @@ from threadmill_core.models import (
     JSON,
     Decision,
     Lease,
+    RetryPolicySpec,
     TaskError,
     TaskResult,
     TaskResultStatus,
@@ -913,6 +914,10 @@ _BAD_CALLS: dict[str, tuple[type[Exception], BadCall]] = {
         UnsupportedValue,
         lambda b, _: b.enqueue([new_task("fresh-1", kwargs=None)]),
     ),
+    "enqueue() of a record whose retry policy's path is not a str": (
+        UnsupportedValue,
+        lambda b, _: b.enqueue([new_task("fresh-1", retry=RetryPolicySpec(path=5))]),  # type: ignore[arg-type]
+    ),
     "enqueue() of a record whose id is not a str": (
         UnsupportedValue,
         lambda b, _: b.enqueue([new_task(5)]),  # type: ignore[arg-type]  # on purpose
@@ -928,7 +933,8 @@ _BAD_CALLS: dict[str, tuple[type[Exception], BadCall]] = {
 #: Bad arguments at the storage interface: each raises (ValueError; TypeError for
 #: a bare str as queues; UnsupportedValue for a return value the codec cannot
 #: carry, or a record to enqueue whose args are not a list, whose kwargs are not a
-#: dict, or whose id or queue is not a str) and changes nothing.
+#: dict, whose id or queue is not a str, or whose retry policy the codec cannot
+#: carry) and changes nothing.
 BAD_INPUT_CASES: dict[str, Scenario] = {
     rule: _refused(rule, error, call) for rule, (error, call) in _BAD_CALLS.items()
 }
