@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import enum
 import os
-import struct
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -409,25 +408,48 @@ def new_task_id() -> str:
 
 
 def new_task_ids(count: int) -> list[str]:
-    """`count` ids, as `count` calls of `new_task_id` would make them, for about half the time.
+    """`count` ids, as `count` calls of `new_task_id` would make them, for much less time.
 
     The clock is read and the lock taken once, and the random bits of every
-    id are read from the OS in one call (or from what `new_task_id` read ahead).
+    id are read from the OS in one call (or from what `new_task_id` read
+    ahead). After the first id, each counts one up, so the ids' time and
+    counter fields follow from the first's; their text is made in runs
+    that share a millisecond, from the random bytes' hex read once.
     """
     global _last_ms, _counter
     if count <= 1:  # one id costs less the plain way
         return [new_task_id()] if count == 1 else []
     with _id_lock:
         block = _take(8 * count + 1)  # the last byte starts the counter in a new millisecond
-        now = time.time_ns() // 1_000_000
-        ms, counter = _last_ms, _counter
-        stamps = []
-        for _ in range(count):
-            ms, counter = _advance(now, ms, counter, block[-1])
-            stamps.append(_version_bits(ms, counter))
-        _last_ms, _counter = ms, counter
-    randoms = struct.unpack(f">{count}Q", block[:-1])
-    return [_uuid_text(bits | (r & _RAND_B)) for bits, r in zip(stamps, randoms, strict=True)]
+        ms, counter = _advance(time.time_ns() // 1_000_000, _last_ms, _counter, block[-1])
+        # Id k is `counter + k` counts after (ms, 0): the counter's 12 bits, with
+        # every overflow borrowing the next millisecond (see `_advance`).
+        last = counter + count - 1
+        _last_ms, _counter = ms + (last >> 12), last & 0xFFF
+    random = bytearray(block[:-1])
+    random[0::8] = random[0::8].translate(_VARIANT_BYTE)  # the top byte of each id's 64 bits
+    tails = random.hex()
+    ids: list[str] = []
+    made = 0
+    while made < count:
+        run = min(count - made, 4096 - counter)  # ids left in this millisecond
+        stamp = f"{ms:012x}"
+        head = f"{stamp[:8]}-{stamp[8:]}-7"
+        counters = range(3 * counter, 3 * (counter + run), 3)  # where each is in _COUNTERS
+        starts = range(16 * made, 16 * (made + run), 16)  # where each id's bits are in tails
+        ids += [
+            f"{head}{_COUNTERS[c : c + 3]}-{tails[at : at + 4]}-{tails[at + 4 : at + 16]}"
+            for c, at in zip(counters, starts, strict=True)
+        ]
+        made += run
+        ms, counter = ms + 1, 0
+    return ids
+
+
+#: Each value of a byte with its top two bits set to the variant, 0b10.
+_VARIANT_BYTE = bytes((byte & 0x3F) | 0x80 for byte in range(256))
+#: The counter's 4,096 values as 3-digit hex, one after another.
+_COUNTERS = "".join(f"{counter:03x}" for counter in range(1 << 12))
 
 
 def validate_priority(priority: object) -> int:

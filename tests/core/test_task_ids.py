@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import os
+import random
 import uuid
+from types import SimpleNamespace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from threadmill_core import models
 from threadmill_core.models import new_task_id, new_task_ids
 
 
@@ -51,9 +56,47 @@ def test_ids_made_together_are_ids_as_made_one_by_one(count: int) -> None:
     assert len(set(made)) == len(made)
     assert len(together) == count
     assert {uuid.UUID(made).version for made in together} == {7}
+    assert {uuid.UUID(made).variant for made in together} == {uuid.RFC_4122}
+    assert [str(uuid.UUID(made)) for made in together] == together  # canonical text
     assert len({made[-16:] for made in together}) == count  # the random bits differ
 
 
 def test_no_ids_for_a_count_below_one() -> None:
     assert new_task_ids(0) == []
     assert new_task_ids(-1) == []
+
+
+@given(
+    count=st.integers(min_value=2, max_value=9000),
+    last_counter=st.integers(min_value=0, max_value=4095),
+    clock_ahead=st.booleans(),
+    seed=st.integers(min_value=0),
+)
+@settings(max_examples=60, deadline=None)
+def test_ids_made_together_have_the_fields_of_ids_made_one_by_one(
+    count: int,
+    last_counter: int,
+    clock_ahead: bool,
+    seed: int,
+) -> None:
+    """Each id of a batch is the one `_advance` and the random bits give it, across overflows.
+
+    The expected ids are made as `new_task_id` makes each: the clock either
+    ahead of the last id's millisecond (the counter restarts at the seed
+    byte) or not (it counts on, borrowing milliseconds when it overflows).
+    """
+    block = random.Random(seed).randbytes(8 * count + 1)  # what the OS gave
+    last_ms = 1_750_000_000_000
+    now = last_ms + 1 if clock_ahead else last_ms
+    expected, ms, counter = [], last_ms, last_counter
+    for index in range(count):
+        ms, counter = models._advance(now, ms, counter, block[-1])
+        bits = int.from_bytes(block[8 * index : 8 * index + 8]) & models._RAND_B
+        expected.append(str(uuid.UUID(int=models._version_bits(ms, counter) | bits)))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(models, "_last_ms", last_ms)
+        patch.setattr(models, "_counter", last_counter)
+        patch.setattr(models, "_take", lambda size: block)
+        patch.setattr(models, "time", SimpleNamespace(time_ns=lambda: now * 1_000_000 + 999_999))
+        assert new_task_ids(count) == expected
+        assert (models._last_ms, models._counter) == (ms, counter)  # the next id follows on
