@@ -67,9 +67,11 @@ from __future__ import annotations
 
 import abc
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
+from typing import Any, overload
 
+from threadmill_core import codec
 from threadmill_core.codec import check_value
 from threadmill_core.models import (
     Decision,
@@ -78,6 +80,7 @@ from threadmill_core.models import (
     QueueRates,
     TaskResult,
     TaskResultStatus,
+    copy_call,
 )
 
 #: How far back a backend's telemetry reaches (see `Backend.rates`): older
@@ -94,6 +97,87 @@ NOTHING_DEFERRED = timedelta.max
 #: The segments `purge` may drop. RUNNING is not among them: a running task
 #: is held by a worker, and only its lease decides it.
 PURGEABLE_STATUSES = frozenset(TaskResultStatus) - {TaskResultStatus.RUNNING}
+
+
+class CheckedRecords(Sequence[TaskResult]):
+    """The records of many calls of one task, all checked when this is made, each made when read.
+
+    `Broker.enqueue_many` passes one to `Backend.enqueue`. Record ``i`` is
+    `shared` with ``ids[i]``, ``args[i]`` and ``kwargs[i]`` (each call's
+    arguments copied into a list and a dict). Every record passes
+    `codec.check_record` and `codec.check_retry`: this checks `shared` and
+    the ids once and each call's arguments, and raises `UnsupportedValue`
+    as those would, so a bad call is refused before any backend sees the
+    batch.
+
+    A backend may therefore skip its own checks for one, and write each
+    part in turn, so the first is stored while the rest is still being
+    made; it may also read the parts (`shared`, `ids`, `args`, `kwargs`)
+    instead of records, and make only the records it returns. One that does
+    not look for it reads it as any sequence: a record is made when first
+    read, and is the same object after. Nothing here may be changed.
+    """
+
+    __slots__ = ("_made", "args", "ids", "kwargs", "shared")
+
+    def __init__(
+        self,
+        shared: TaskResult,
+        ids: Sequence[str],
+        calls: Iterable[tuple[Sequence[Any], Mapping[str, Any]]],
+    ) -> None:
+        codec.check_record(shared)  # its task path and queue, for every record
+        codec.check_retry(shared.retry)
+        #: What every record holds but its id and arguments.
+        self.shared = shared
+        self.ids = list(ids)
+        self.args: list[list[Any]] = []
+        self.kwargs: list[dict[str, Any]] = []
+        for call_args, call_kwargs in calls:
+            args, kwargs = list(call_args), dict(call_kwargs)
+            codec.check_arguments(args, kwargs)
+            self.args.append(args)
+            self.kwargs.append(kwargs)
+        if len(self.ids) != len(self.args):
+            raise ValueError(f"{len(self.ids)} ids for {len(self.args)} calls")
+        if not all(type(task_id) is str for task_id in self.ids) or not "".join(self.ids).isascii():
+            for task_id in self.ids:  # the first that is not a plain str, named
+                codec.check_record(copy_call(shared, {"id": task_id, "args": [], "kwargs": {}}))
+        self._made: list[TaskResult] = []
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @overload
+    def __getitem__(self, index: int) -> TaskResult: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[TaskResult]: ...
+
+    def __getitem__(self, index: int | slice) -> TaskResult | list[TaskResult]:
+        if isinstance(index, slice):
+            start, stop, step = index.indices(len(self.ids))
+            self._make(stop if step > 0 else start + 1)
+            return self._made[index]
+        if index < 0:
+            index += len(self.ids)
+        if not 0 <= index < len(self.ids):
+            raise IndexError("CheckedRecords index out of range")
+        self._make(index + 1)
+        return self._made[index]
+
+    def __iter__(self) -> Iterator[TaskResult]:
+        self._make(len(self.ids))
+        return iter(self._made)
+
+    def _make(self, stop: int) -> None:
+        """Make the records up to index `stop` (excluded) that are not made yet."""
+        made, shared, ids = self._made, self.shared, self.ids
+        args, kwargs = self.args, self.kwargs
+        for index in range(len(made), stop):
+            made.append(
+                copy_call(shared, {"id": ids[index], "args": args[index], "kwargs": kwargs[index]})
+            )
 
 
 class Backend(abc.ABC):

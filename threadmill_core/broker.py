@@ -20,14 +20,14 @@ from typing import Any
 import attrs
 
 from threadmill_core import codec
-from threadmill_core.backend import Backend
+from threadmill_core.backend import Backend, CheckedRecords
 from threadmill_core.clock import from_ms, to_ms
 from threadmill_core.errors import TaskNotFound, WaitTimeout
 from threadmill_core.models import (
     QueueCounts,
     TaskResult,
     TaskResultStatus,
-    copier,
+    copy_call,
     new_task_id,
     new_task_ids,
 )
@@ -35,10 +35,6 @@ from threadmill_core.plugins import backend_for_url, notify, notify_each
 from threadmill_core.task import Task, validate_run_after
 
 DEFAULT_URL = "memory://"
-
-#: A call's record: the task's shared record with the call's id and arguments.
-_copy_call = copier(TaskResult, ("id", "args", "kwargs"))
-
 
 _pause_lock = threading.Lock()
 _paused = False  # the collector is off because a batch turned it off
@@ -115,7 +111,7 @@ class Broker:
         call_args = list(args)  # `kwargs` is already this call's own dict
         codec.check_arguments(call_args, kwargs)
         changes = {"id": new_task_id(), "args": call_args, "kwargs": kwargs}
-        [stored] = self.backend.enqueue([_copy_call(self._shared(task), changes)])
+        [stored] = self.backend.enqueue([copy_call(self._shared(task), changes)])
         notify("threadmill_task_enqueued", record=stored)
         return stored
 
@@ -126,18 +122,16 @@ class Broker:
     ) -> list[TaskResult]:
         """Store many calls of `task` in one backend call; all are checked before any is stored.
 
-        CPython's cyclic garbage collector is paused while the batch is built
-        and stored, and then left as it was (see `_collector_paused`).
+        The backend gets them as `CheckedRecords`: every call checked first,
+        each record made as the backend reads it, so a backend that writes
+        in parts stores the first while it reads the rest. CPython's cyclic
+        garbage collector is paused while the batch is built and stored, and
+        then left as it was (see `_collector_paused`).
         """
         shared = self._shared(task)
         calls = list(calls)
         with _collector_paused():
-            records = []
-            ids = new_task_ids(len(calls))
-            for task_id, (call_args, call_kwargs) in zip(ids, calls, strict=True):
-                args, kwargs = list(call_args), dict(call_kwargs)
-                codec.check_arguments(args, kwargs)
-                records.append(_copy_call(shared, {"id": task_id, "args": args, "kwargs": kwargs}))
+            records = CheckedRecords(shared, new_task_ids(len(calls)), calls)
             stored = self.backend.enqueue(records)
         notify_each("threadmill_task_enqueued", "record", stored)
         return stored
@@ -147,7 +141,7 @@ class Broker:
 
         Made (and so checked) once per task, or once per call for a task that
         runs after a delay. Each call is a copy with its own id and arguments
-        (`_copy_call`), which the caller checks.
+        (`copy_call`), which the caller checks.
         """
         if not isinstance(task, Task):
             raise TypeError(f"enqueue takes a @task function, got {task!r}")

@@ -27,7 +27,7 @@ from cattrs.gen import make_dict_unstructure_fn, override
 
 from threadmill_core.clock import from_ms, to_ms
 from threadmill_core.errors import PayloadError, UnsupportedValue
-from threadmill_core.models import JSON, RetryPolicySpec, TaskError, TaskResult
+from threadmill_core.models import JSON, RetryPolicySpec, TaskError, TaskResult, copy_call
 
 T = TypeVar("T")
 
@@ -315,38 +315,60 @@ class EnqueuedEncoder:
         self._retry_text = "null"
 
     def __call__(self, record: TaskResult) -> bytes:
-        task_path, queue, priority, record_id = (
-            record.task_path,
-            record.queue,
-            record.priority,
-            record.id,
-        )
+        task_path, queue, record_id = record.task_path, record.queue, record.id
         if type(task_path) is not str or type(queue) is not str or type(record_id) is not str:
             return encode_enqueued(record)
-        key = (task_path, queue, priority)
+        return self._encode(record, record_id, record.args, record.kwargs, record)
+
+    def call(
+        self, shared: TaskResult, task_id: str, args: list[JSON], kwargs: dict[str, JSON]
+    ) -> bytes:
+        """``self(record)`` for the record `shared` with one call's id and arguments, unmade.
+
+        For the parts of a `threadmill_core.backend.CheckedRecords`, whose
+        task path, queue and ids are str: the record is made only where the
+        text is not rebuilt from parts.
+        """
+        return self._encode(shared, task_id, args, kwargs, None)
+
+    def _encode(
+        self,
+        base: TaskResult,
+        record_id: str,
+        args: list[JSON],
+        kwargs: dict[str, JSON],
+        record: TaskResult | None,
+    ) -> bytes:
+        """The payload of `record`: `base` with this id and arguments (made here if None)."""
+        key = (base.task_path, base.queue, base.priority)
         parts = _shared_parts.get(key)
         if parts is None:
-            parts = _share(key, record)
+            parts = _share(key, base)
         if not parts[0]:
-            return encode_enqueued(record)
-        args, kwargs = record.args, record.kwargs
+            return encode_enqueued(record or _made(base, record_id, args, kwargs))
         args_text = "[]" if type(args) is list and not args else _encoder.encode(args)
         kwargs_text = "{}" if type(kwargs) is dict and not kwargs else _encoder.encode(kwargs)
         before = (
             f'{{"id":{_encoder.encode(record_id)}{parts[0]}{args_text},'
             f'"kwargs":{kwargs_text}{parts[1]}'
         )
-        retry = record.retry
+        retry = base.retry
         if retry is None:
             return f"{before}null}}".encode()
         if retry is self._retry:
             return f"{before}{self._retry_text}}}".encode()
         # A policy first met in this call: its text is cut from the record's whole encoding.
-        whole = encode_enqueued(record)
+        whole = encode_enqueued(record or _made(base, record_id, args, kwargs))
         text = whole.decode()
         if text.startswith(before) and text.endswith("}"):
             self._retry, self._retry_text = retry, text[len(before) : -1]
         return whole
+
+
+def _made(
+    base: TaskResult, record_id: str, args: list[JSON], kwargs: dict[str, JSON]
+) -> TaskResult:
+    return copy_call(base, {"id": record_id, "args": args, "kwargs": kwargs})
 
 
 def _share(key: tuple[str, str, int], record: TaskResult) -> tuple[str, str]:

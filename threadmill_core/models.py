@@ -306,6 +306,11 @@ def copier(cls: type[_T], changed: Iterable[str]) -> Callable[[_T, Mapping[str, 
     return made
 
 
+#: A call's record, unchecked: ``copy_call(shared, {"id": ..., "args": ..., "kwargs": ...})``
+#: is `shared` (what every call of a task starts from) with one call's id and arguments.
+copy_call = copier(TaskResult, ("id", "args", "kwargs"))
+
+
 def evolve_unchecked(instance: _T, **changes: Any) -> _T:
     """`attrs.evolve` for the protocol's frozen models, without running validators.
 

@@ -15,12 +15,14 @@ from typing import Any
 import attrs
 
 from threadmill_core import codec
+from threadmill_core.backend import CheckedRecords
 from threadmill_core.clock import duration_ms, from_ms, to_ms
 from threadmill_core.errors import UnsupportedValue
 from threadmill_core.models import (
     TaskResult,
     TaskResultStatus,
     copier,
+    copy_call,
 )
 from threadmill_redis.replies import Row, Status
 
@@ -115,6 +117,18 @@ def encoded(records: Sequence[TaskResult], encode: codec.EnqueuedEncoder) -> lis
     return payloads
 
 
+def encoded_calls(
+    calls: CheckedRecords, start: int, stop: int, encode: codec.EnqueuedEncoder
+) -> list[bytes]:
+    """`encoded` for the records `start` to `stop` of a batch, from its parts."""
+    shared, ids, args, kwargs = calls.shared, calls.ids, calls.args, calls.kwargs
+    try:
+        return [encode.call(shared, ids[i], args[i], kwargs[i]) for i in range(start, stop)]
+    except (TypeError, ValueError) as exc:  # never for a checked batch: a codec bug
+        reason = f"cannot be encoded: {exc}"
+        raise UnsupportedValue(f"a call of {shared.task_path!r}", calls, reason=reason) from exc
+
+
 def enqueued_many(
     rows: Sequence[Any], records: Sequence[TaskResult], now_ms: int
 ) -> list[TaskResult]:
@@ -126,11 +140,9 @@ def enqueued_many(
     the script decides, and every other field the scripts keep is at its
     default. Any other row is the stored record of a repeated id.
     """
-    enqueued_at = from_ms(now_ms)
     results: list[TaskResult] = []
     # The changes for each run_after given (the records of a batch usually
-    # share one), made once: the caller's record, with every field the
-    # scripts keep as stored now (not as the caller may have set it).
+    # share one), made once.
     changes_for: dict[datetime | None, dict[str, Any]] = {}
     for row, record in zip(rows, records, strict=True):
         if row != _OK:
@@ -138,22 +150,51 @@ def enqueued_many(
             continue
         changes = changes_for.get(record.run_after)
         if changes is None:
-            status, run_after = TaskResultStatus.READY, record.run_after
-            if run_after is not None:
-                ms = to_ms(run_after)
-                run_after = from_ms(ms)
-                if ms > now_ms:
-                    status = TaskResultStatus.DEFERRED
-            changes = changes_for[record.run_after] = {
-                **_NEW_STATE,
-                "status": status,
-                "enqueued_at": enqueued_at,
-                "run_after": run_after,
-            }
+            changes = changes_for[record.run_after] = _stored_now(record.run_after, now_ms)
         # Unchecked: the record was made by its class, and the changes are
         # the scripts' own values.
         results.append(_enqueued_copy(record, changes))
     return results
+
+
+def enqueued_calls(
+    rows: Sequence[Any], calls: CheckedRecords, start: int, now_ms: int
+) -> list[TaskResult]:
+    """`enqueued_many` for the records from `start` on of a batch, each made once, from its parts.
+
+    The shared record is copied once with the state as stored now, then
+    once per call with the call's id and arguments.
+    """
+    results: list[TaskResult] = []
+    stored: TaskResult | None = None
+    ids, args, kwargs = calls.ids, calls.args, calls.kwargs
+    for index, row in enumerate(rows, start):
+        if row != _OK:
+            results.append(Row.parse(row).record())
+            continue
+        if stored is None:
+            shared = calls.shared
+            stored = _enqueued_copy(shared, _stored_now(shared.run_after, now_ms))
+        results.append(
+            copy_call(stored, {"id": ids[index], "args": args[index], "kwargs": kwargs[index]})
+        )
+    return results
+
+
+def _stored_now(run_after: datetime | None, now_ms: int) -> dict[str, Any]:
+    """The fields the scripts keep, for a task with `run_after` stored at server time `now_ms`.
+
+    Every one as stored now, not as the caller may have set it: status
+    DEFERRED when `run_after` (in whole ms) is later than `now_ms`, else
+    READY; the rest at their defaults.
+    """
+    status = TaskResultStatus.READY
+    if run_after is not None:
+        ms = to_ms(run_after)
+        run_after = from_ms(ms)
+        if ms > now_ms:
+            status = TaskResultStatus.DEFERRED
+    return {**_NEW_STATE, "status": status, "enqueued_at": from_ms(now_ms), "run_after": run_after}
 
 
 def outcome(record: TaskResult) -> tuple[str, bytes, bytes]:

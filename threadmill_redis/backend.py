@@ -36,6 +36,7 @@ script runs on the namespace's shard, and `now()` reads that shard's clock.
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import time
 import uuid
@@ -47,7 +48,13 @@ from urllib.parse import urlsplit
 import redis
 
 from threadmill_core import codec
-from threadmill_core.backend import NOTHING_DEFERRED, RATE_HISTORY, Backend, check_decision
+from threadmill_core.backend import (
+    NOTHING_DEFERRED,
+    RATE_HISTORY,
+    Backend,
+    CheckedRecords,
+    check_decision,
+)
 from threadmill_core.clock import duration_ms, from_ms, to_ms
 from threadmill_core.errors import InvalidOption, PayloadError, TaskQuarantined
 from threadmill_core.models import (
@@ -245,6 +252,8 @@ class RedisBackend(Backend):
     # --- producing ---------------------------------------------------------------------
 
     def enqueue(self, records: Sequence[TaskResult]) -> list[TaskResult]:
+        if isinstance(records, CheckedRecords) and len(records) > 1:
+            return self._enqueue_calls(records)
         records = list(records)
         size = self.options.enqueue_batch
         if len(records) <= size:
@@ -280,6 +289,40 @@ class RedisBackend(Backend):
             answered[index] = arguments.enqueued_many(rows, records[at : at + size], now)
 
         self._evalsha_many(calls, answer)
+        return [result for chunk in answered for result in chunk]
+
+    def _enqueue_calls(self, calls: CheckedRecords) -> list[TaskResult]:
+        """`enqueue` of a broker's batch (`Broker.enqueue_many`), from its parts.
+
+        As the long batch of `enqueue`, with no check (the batch was checked
+        when it was made), and each record made once: the one returned,
+        from the stored state and the call's parts (`enqueued_calls`). The
+        payloads are encoded from the parts, a call of the script at a time.
+        """
+        size = self.options.enqueue_batch
+        script, encode = scripts.load("enqueue"), codec.EnqueuedEncoder()
+        shared, ids = calls.shared, calls.ids
+        keys = self._script_keys(script, {}, [self.keys.notify(shared.queue)])
+        run_after = "" if shared.run_after is None else to_ms(shared.run_after)
+        notify_index = len(script.key_names) + 1  # the KEYS index of the one notify list
+        starts = range(0, len(calls), size)
+
+        def call(index: int) -> scripts.Call:
+            start = starts[index]
+            stop = min(start + size, len(calls))
+            payloads = arguments.encoded_calls(calls, start, stop, encode)
+            args: list[Any] = [self.options.notify_cap, stop - start, shared.queue]
+            args += (shared.priority, run_after, notify_index)
+            args += itertools.chain.from_iterable(zip(ids[start:stop], payloads, strict=True))
+            return script, keys, args
+
+        answered: list[list[TaskResult]] = [[] for _ in starts]
+
+        def answer(index: int, reply: Any) -> None:
+            now, *rows = reply
+            answered[index] = arguments.enqueued_calls(rows, calls, starts[index], now)
+
+        self._evalsha_many(scripts.LazyCalls(len(starts), call), answer)
         return [result for chunk in answered for result in chunk]
 
     def _enqueue_one(self, records: list[TaskResult], payload: bytes) -> list[TaskResult]:

@@ -50,6 +50,21 @@ def test_the_calls_of_one_task_encode_as_encode_enqueued_encodes_them(
     assert [encode(record) for record in batch] == [encode_enqueued(r) for r in batch]
 
 
+@given(records, st.lists(st.tuples(strategies.task_args(), strategies.task_kwargs()), max_size=4))
+def test_a_call_encodes_from_its_parts_as_its_record_would(
+    shared: TaskResult, calls: list[tuple[list[object], dict[str, object]]]
+) -> None:
+    """`EnqueuedEncoder.call`: the shared record with a call's id and arguments, never made."""
+    encode = EnqueuedEncoder()
+    ids = [new_task_id() for _ in calls]
+    got = [encode.call(shared, i, a, k) for i, (a, k) in zip(ids, calls, strict=True)]
+    expected = [
+        encode_enqueued(attrs.evolve(shared, id=i, args=a, kwargs=k))
+        for i, (a, k) in zip(ids, calls, strict=True)
+    ]
+    assert got == expected
+
+
 def test_a_policy_whose_options_changed_is_encoded_afresh_by_the_next_call() -> None:
     """An encoder remembers a policy's encoding for one call only: its options are a dict."""
     options: dict[str, object] = {"base": 1}

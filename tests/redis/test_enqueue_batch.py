@@ -21,6 +21,7 @@ import redis
 
 from tests.redis.conftest import script_commands, tasks
 from threadmill_core import codec
+from threadmill_core.backend import CheckedRecords
 from threadmill_core.clock import from_ms
 from threadmill_core.errors import UnsupportedValue
 from threadmill_core.models import (
@@ -272,6 +273,49 @@ def test_a_pipelined_batch_answers_in_order_across_calls(
         [Decision(lease=x, record=attrs.evolve(x.record, status=done)) for x in leases]
     )
     assert all(isinstance(r, TaskResult) for r in decided)
+
+
+@pytest.mark.parametrize("deferred", [False, True])
+def test_a_checked_batch_over_several_calls_is_stored_and_answered_as_its_records(
+    harness_on: Callable[..., Harness], client: redis.Redis, deferred: bool
+) -> None:
+    """`CheckedRecords` are sent from their parts: the answers are those of the same list.
+
+    Eleven calls in three script calls of four, with an id already stored
+    (RUNNING) and an id given twice, one in each of two script calls; READY,
+    or DEFERRED for a shared `run_after`.
+    """
+    backend = backend_of(harness_on(client, enqueue_batch=4))
+    [old] = backend.enqueue(tasks(1))
+    held = backend.claim(["default"], worker="w", lease_ttl=LEASE)[0].record
+    run_after = backend.now() + timedelta(hours=1) if deferred else None
+    shared = TaskResult(id="", task_path="app.tasks:work", queue="q", priority=2, retry=None)
+    shared = attrs.evolve(shared, run_after=run_after)
+    ids = [str(uuid.uuid4()) for _ in range(11)]
+    ids[9], ids[5] = ids[1], old.id
+    calls = [((n,), {"n": n}) for n in range(11)]
+    got = backend.enqueue(CheckedRecords(shared, ids, calls))
+    assert [r.id for r in got] == ids
+    assert got[5] == held
+    assert got[9] == got[1]
+    assert got[1].args == [1]
+    assert [backend.get(i) for i in ids] == got
+    status = DEFERRED if deferred else READY
+    for n, record in enumerate(got):
+        if n not in (5, 9):
+            assert record == attrs.evolve(
+                shared,
+                id=ids[n],
+                args=[n],
+                kwargs={"n": n},
+                status=status,
+                enqueued_at=record.enqueued_at,  # each script call's server time
+            )
+            assert record.enqueued_at is not None
+    new = [i for n, i in enumerate(ids) if n not in (5, 9)]
+    listed = [r.id for r in backend.peek("q", status, limit=20)]
+    assert listed == (sorted(new) if deferred else new)  # DEFERRED: by run_after, then id
+    assert backend.counts()["q"].pending == 9
 
 
 def test_the_answer_to_a_new_task_copies_every_field_the_caller_gives() -> None:
