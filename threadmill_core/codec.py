@@ -27,7 +27,17 @@ from cattrs.gen import make_dict_unstructure_fn, override
 
 from threadmill_core.clock import from_ms, to_ms
 from threadmill_core.errors import PayloadError, UnsupportedValue
-from threadmill_core.models import JSON, RetryPolicySpec, TaskError, TaskResult, copy_call
+from threadmill_core.models import (
+    JSON,
+    MAX_PRIORITY,
+    MIN_PRIORITY,
+    RetryPolicySpec,
+    TaskError,
+    TaskResult,
+    TaskResultStatus,
+    copy_call,
+    maker,
+)
 
 T = TypeVar("T")
 
@@ -413,12 +423,76 @@ def decode_record(data: bytes | str, **fields: Any) -> TaskResult:
     return attrs.evolve(record, **fields) if fields else record
 
 
-def _enqueued_record(raw: Any, extra: dict[str, Any]) -> TaskResult | None:
-    """The record of a well-formed `encode_enqueued` payload, or None for any other shape.
+#: Makes a record from every field, unchecked (`decode_enqueued`).
+_make_record = maker(TaskResult)
 
-    A worker decodes one per task it claims, so this is the fast path: plain
-    type checks and the class itself (which checks the priority). Anything
-    unexpected goes to cattrs, which decodes full records and words the error.
+
+def decode_enqueued(
+    data: bytes | str,
+    *,
+    status: TaskResultStatus,
+    enqueued_at: datetime | None,
+    run_after: datetime | None,
+    started_at: datetime | None,
+    last_attempted_at: datetime | None,
+    finished_at: datetime | None,
+    attempts: int,
+    errors: tuple[TaskError, ...],
+    worker_ids: tuple[str, ...],
+    return_value: JSON,
+) -> TaskResult:
+    """`decode_record` of an `encode_enqueued` payload with every field kept beside it.
+
+    For a backend that keeps the `STATE_FIELDS` beside the payload and reads
+    both back for each task it claims: the payload is checked as
+    `decode_record` checks it (a payload of any other shape goes to it),
+    but the state, which the backend read from its own store, is taken as
+    it is (see `evolve_unchecked`), and the record is made without its
+    class's validators: about a third less work than `decode_record`.
+    """
+    try:
+        raw = _parse_json(data)
+    except Exception as exc:  # not JSON (foreign or corrupt bytes), or nested too deep
+        raise PayloadError(f"stored bytes are not a valid TaskResult: {exc}") from exc
+    payload = _enqueued_payload(raw)
+    if payload is None:
+        return decode_record(
+            data,
+            status=status,
+            enqueued_at=enqueued_at,
+            run_after=run_after,
+            started_at=started_at,
+            last_attempted_at=last_attempted_at,
+            finished_at=finished_at,
+            attempts=attempts,
+            errors=errors,
+            worker_ids=worker_ids,
+            return_value=return_value,
+        )
+    return _make_record(
+        id=payload[0],
+        task_path=payload[1],
+        args=payload[2],
+        kwargs=payload[3],
+        queue=payload[4],
+        priority=payload[5],
+        retry=payload[6],
+        status=status,
+        enqueued_at=enqueued_at,
+        run_after=run_after,
+        started_at=started_at,
+        last_attempted_at=last_attempted_at,
+        finished_at=finished_at,
+        attempts=attempts,
+        errors=errors,
+        worker_ids=worker_ids,
+        return_value=return_value,
+    )
+
+
+def _enqueued_payload(raw: Any) -> tuple[Any, ...] | None:
+    """The id, task path, args, kwargs, queue, priority and retry policy of a well-formed
+    `encode_enqueued` payload, each of the type the record takes; None for any other shape.
     """
     if type(raw) is not dict or raw.keys() != _ENQUEUED_KEYS:
         return None
@@ -431,21 +505,35 @@ def _enqueued_record(raw: Any, extra: dict[str, Any]) -> TaskResult | None:
             return None
         retry = RetryPolicySpec(path=path, options=options)
     fields = (raw["id"], raw["task_path"], raw["args"], raw["kwargs"], raw["queue"])
-    if tuple(map(type, fields)) != (str, str, list, dict, str) or type(raw["priority"]) is not int:
+    if tuple(map(type, fields)) != (str, str, list, dict, str):
         return None
-    try:
-        return TaskResult(
-            id=raw["id"],
-            task_path=raw["task_path"],
-            args=raw["args"],
-            kwargs=raw["kwargs"],
-            queue=raw["queue"],
-            priority=raw["priority"],
-            retry=retry,
-            **extra,
-        )
-    except ValueError:  # a priority out of range: cattrs says so
+    priority = raw["priority"]
+    if type(priority) is not int or not MIN_PRIORITY <= priority <= MAX_PRIORITY:
+        return None  # cattrs words the error
+    return (*fields, priority, retry)
+
+
+def _enqueued_record(raw: Any, extra: dict[str, Any]) -> TaskResult | None:
+    """The record of a well-formed `encode_enqueued` payload, or None for any other shape.
+
+    Plain type checks (`_enqueued_payload`) and the class itself, which
+    checks `extra`. Anything unexpected goes to cattrs, which decodes full
+    records and words the error.
+    """
+    payload = _enqueued_payload(raw)
+    if payload is None:
         return None
+    task_id, task_path, args, kwargs, queue, priority, retry = payload
+    return TaskResult(
+        id=task_id,
+        task_path=task_path,
+        args=args,
+        kwargs=kwargs,
+        queue=queue,
+        priority=priority,
+        retry=retry,
+        **extra,
+    )
 
 
 def encode_value(value: JSON) -> bytes:

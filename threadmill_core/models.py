@@ -306,6 +306,27 @@ def copier(cls: type[_T], changed: Iterable[str]) -> Callable[[_T, Mapping[str, 
     return made
 
 
+def maker(cls: type[_T]) -> Callable[..., _T]:
+    """A function ``make(**fields)`` that makes an instance of `cls` from every field, unchecked.
+
+    Each field is a required keyword, so a field added to the class, or one
+    misspelt, fails at once. As `copier`, without validators and storing
+    each field through its slot's descriptor: for values read back from a
+    backend's own store, where it is about twice as fast as the class.
+    """
+    names = [field.name for field in attrs.fields(cls)]  # type: ignore[arg-type]  # any attrs class
+    scope: dict[str, Any] = {"object_new": object.__new__, "cls": cls}
+    lines = [f"def make(*, {', '.join(names)}):", "    new = object_new(cls)"]
+    for n, name in enumerate(names):
+        slot = next((c.__dict__[name] for c in cls.__mro__ if name in c.__dict__), None)
+        scope[f"set_{n}"] = getattr(slot, "__set__", None) or _setter(name)
+        lines.append(f"    set_{n}(new, {name})")
+    lines.append("    return new")
+    exec("\n".join(lines), scope)  # the code is built from the class's own field names
+    made: Callable[..., _T] = scope["make"]
+    return made
+
+
 #: A call's record, unchecked: ``copy_call(shared, {"id": ..., "args": ..., "kwargs": ...})``
 #: is `shared` (what every call of a task starts from) with one call's id and arguments.
 copy_call = copier(TaskResult, ("id", "args", "kwargs"))

@@ -63,7 +63,7 @@ from threadmill_core.models import (
     TaskError,
     TaskResult,
     TaskResultStatus,
-    evolve_unchecked,
+    copier,
     validate_timedelta,
 )
 from threadmill_core.plugins import notify
@@ -71,6 +71,9 @@ from threadmill_core.retry import ExponentialBackoff, decide
 from threadmill_core.task import Task, registered_task, registered_tasks, validate_queue
 
 log = logging.getLogger("threadmill.worker")
+
+#: A claimed record as its task returned `return_value` (see `Worker._call`).
+_succeeded = copier(TaskResult, ("status", "return_value"))
 
 QUARANTINE_PATH = f"{TaskQuarantined.__module__}.{TaskQuarantined.__qualname__}"
 
@@ -292,8 +295,11 @@ class Worker:
         #: Every lease held, by token: prefetched, running or being acknowledged.
         self._held: dict[str, _Held] = {}
         self._held_lock = threading.Lock()
-        #: Guards the current run's `_Plan`; task threads wait on it for work.
-        self._cond = threading.Condition(threading.RLock())
+        #: Guards the current run's `_Plan`; task threads wait on `_cond` for work.
+        #: Taken as ``with self._lock``, the condition's own lock: the condition's
+        #: ``with`` adds two Python calls, and it is taken twice per task.
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)
         self._plan = _Plan(burst=False, max_tasks=None)
         self._stop = threading.Event()
         self.processed = 0
@@ -314,7 +320,7 @@ class Worker:
         """Stop claiming; `run` gives back the prefetch and returns once the running
         tasks are acknowledged."""
         self._stop.set()
-        with self._cond:  # reentrant: safe from a signal handler in any thread
+        with self._lock:  # reentrant: safe from a signal handler in any thread
             self._cond.notify_all()
 
     def run(self, *, burst: bool = False, max_tasks: int | None = None) -> int:
@@ -357,7 +363,7 @@ class Worker:
             while any(runner.is_alive() for runner in runners):
                 if time.monotonic() >= next_maintenance and not self._stop.is_set():
                     next_maintenance = self._maintain(poll)
-                    with self._cond:  # promoted tasks may be ready: look again
+                    with self._lock:  # promoted tasks may be ready: look again
                         self._plan.nothing_until = 0.0
                         self._cond.notify_all()
                 self._plan.finished.wait(min(max(next_maintenance - time.monotonic(), 0.0), poll))
@@ -402,7 +408,7 @@ class Worker:
             log.exception("a worker thread failed; stopping the worker")
             self._failed(plan, exc)
         finally:
-            with self._cond:
+            with self._lock:
                 plan.exited += 1
                 if plan.exited == self.threads:
                     plan.finished.set()
@@ -413,7 +419,7 @@ class Worker:
         capacity = self.threads + self.prefetch
         refill = self._refill_at()
         poll = self.poll_interval.total_seconds()
-        with self._cond:
+        with self._lock:
             while True:
                 if plan.exit:
                     return None
@@ -494,7 +500,7 @@ class Worker:
         return max(1, (self.prefetch + 1) // 2)
 
     def _failed(self, plan: _Plan, exc: BaseException) -> None:
-        with self._cond:
+        with self._lock:
             if plan.error is None:
                 plan.error = exc
         self.stop()
@@ -509,7 +515,7 @@ class Worker:
         try:
             call()
         except BackendUnavailable as exc:
-            with self._cond:
+            with self._lock:
                 plan.failures += 1
                 plan.retry_at = time.monotonic() + self.outage.failed(exc, plan.failures, started)
             return False
@@ -518,7 +524,7 @@ class Worker:
             self._failed(plan, exc)
             return False
         self.outage.reached(started)
-        with self._cond:
+        with self._lock:
             plan.failures = 0
         return True
 
@@ -533,7 +539,7 @@ class Worker:
         with self._held_lock:
             for held in helds:
                 self._held[held.lease.token] = held
-        with self._cond:
+        with self._lock:
             plan.claiming = False
             plan.claimed += len(helds)
             plan.ready.extend(helds)
@@ -543,7 +549,7 @@ class Worker:
 
     def _acknowledge_step(self, plan: _Plan, batch: list[_Done]) -> None:
         reached = self._backend_step(plan, functools.partial(self._acknowledge, batch))
-        with self._cond:
+        with self._lock:
             plan.acking = False
             if reached:
                 plan.nothing_until = 0.0  # a retry may have made a task ready
@@ -558,7 +564,7 @@ class Worker:
 
     def _release_step(self, plan: _Plan, batch: list[_Held]) -> None:
         reached = self._backend_step(plan, functools.partial(self._release, batch))
-        with self._cond:
+        with self._lock:
             plan.releasing = False
             if not reached and plan.error is None:
                 plan.give_back = batch + plan.give_back
@@ -571,7 +577,7 @@ class Worker:
         try:
             self._idle_wait()
         finally:
-            with self._cond:
+            with self._lock:
                 plan.idling = False
                 plan.nothing_until = 0.0
                 self._cond.notify_all()
@@ -587,7 +593,7 @@ class Worker:
         except BaseException:  # SystemExit or KeyboardInterrupt in the task: its lease lapses
             self._forget(held)
             raise
-        with self._cond:
+        with self._lock:
             if not plan.unsent:
                 plan.unsent_since = time.monotonic()
             plan.unsent.append(_Done(held, decision))
@@ -794,7 +800,8 @@ class Worker:
                 value = asyncio.run(task.func(*args, **record.kwargs))
             else:
                 value = task.func(*args, **record.kwargs)
-            codec.check_value(value, "the return value")
+            if value is not None:  # what most tasks return, and always carried
+                codec.check_value(value, "the return value")
         except UnsupportedValue as exc:
             error = TaskError.from_exception(exc)
             return decide(lease, error)
@@ -802,7 +809,7 @@ class Worker:
             error = TaskError.from_exception(exc, traceback.format_exc())
             return decide(lease, error)
         # Unchecked: the record came from the backend, and `value` was just checked.
-        done = evolve_unchecked(record, status=TaskResultStatus.SUCCESSFUL, return_value=value)
+        done = _succeeded(record, {"status": TaskResultStatus.SUCCESSFUL, "return_value": value})
         return Decision(lease=lease, record=done)
 
     def _quarantine(self, lease: Lease, why: str) -> Decision:

@@ -22,6 +22,7 @@ from threadmill_core.models import (
     Lease,
     TaskResult,
     TaskResultStatus,
+    copier,
     evolve_unchecked,
     evolve_unchecked_with,
 )
@@ -234,20 +235,30 @@ class Row(NamedTuple):
             if self.state is None:
                 raise PayloadError("no stored state")
             state = parse_state(self.state)
-            fields = state_fields(
-                state,
-                errors=codec.decode_errors(self.errors) if self.errors else (),
-                worker_ids=decode_workers(self.workers),
-                return_value=None if self.result is None else codec.decode_value(self.result),
-            )
+            errors = codec.decode_errors(self.errors) if self.errors else ()
+            workers = decode_workers(self.workers)
+            result = None if self.result is None else codec.decode_value(self.result)
             if base is None:
                 if self.payload is None:
                     raise PayloadError("no stored payload")
                 # Made once, with the state: the payload holds the rest.
-                record = codec.decode_record(self.payload, **fields)
+                record = codec.decode_enqueued(
+                    self.payload,
+                    status=state.status,
+                    enqueued_at=state.enqueued_at,
+                    run_after=state.run_after,
+                    started_at=state.started_at,
+                    last_attempted_at=state.last_attempted_at,
+                    finished_at=state.finished_at,
+                    attempts=state.attempts,
+                    errors=errors,
+                    worker_ids=workers,
+                    return_value=result,
+                )
                 if record.id != self.id:
                     raise PayloadError(f"the stored bytes hold task {record.id!r}")
             else:
+                fields = state_fields(state, errors=errors, worker_ids=workers, return_value=result)
                 record = evolve_unchecked_with(base, fields)
         except PayloadError as exc:
             raise PayloadError(f"task {self.id!r}: {exc}") from exc
@@ -269,6 +280,10 @@ def answer(reply: Sequence[Any], base: TaskResult | None = None) -> TaskResult |
     return row.record(base)
 
 
+#: A leased record as a completion that was applied now left it (see `decided`).
+_finished = copier(TaskResult, ("status", "finished_at", "errors", "return_value"))
+
+
 def decided(reply: Sequence[Any], decision: Decision) -> TaskResult | None:
     """The core result of a complete, retry or decide_many row.
 
@@ -284,14 +299,16 @@ def decided(reply: Sequence[Any], decision: Decision) -> TaskResult | None:
         # Finalized now: of the fields the scripts own only the status and
         # finished_at changed, and the status is the decision's.
         finished = reply[2].split(b"|", 9)[8]
-        return evolve_unchecked(
+        return _finished(
             decision.lease.record,
-            status=record.status,
-            finished_at=_time(finished),
-            errors=tuple(record.errors),
-            return_value=record.return_value
-            if record.status is TaskResultStatus.SUCCESSFUL
-            else None,
+            {
+                "status": record.status,
+                "finished_at": _time(finished),
+                "errors": tuple(record.errors),
+                "return_value": record.return_value
+                if record.status is TaskResultStatus.SUCCESSFUL
+                else None,
+            },
         )
     return with_state(
         decision.lease.record,

@@ -17,13 +17,14 @@ from threadmill_core import PayloadError, TaskError, TaskResult, TaskResultStatu
 from threadmill_core.codec import (
     STATE_FIELDS,
     check_arguments,
+    decode_enqueued,
     decode_record,
     decode_value,
     encode_enqueued,
     encode_record,
     encode_value,
 )
-from threadmill_core.models import RetryPolicySpec, new_task_id
+from threadmill_core.models import RetryPolicySpec, maker, new_task_id
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
@@ -168,3 +169,50 @@ def test_fields_given_to_decode_are_set_on_the_record_and_checked() -> None:
         assert decode_record(data, **state) == attrs.evolve(decode_record(data), **state)
         with pytest.raises(ValueError, match="naive"):
             decode_record(data, started_at=datetime(2030, 5, 6))
+
+
+#: Every field a backend keeps beside an `encode_enqueued` payload, as `decode_enqueued` takes them.
+STATE = {
+    "status": TaskResultStatus.RUNNING,
+    "enqueued_at": datetime(2030, 5, 6, 7, 8, 9, 123000, tzinfo=UTC),
+    "run_after": None,
+    "started_at": datetime(2030, 5, 6, 7, 8, 10, tzinfo=UTC),
+    "last_attempted_at": datetime(2030, 5, 6, 7, 8, 11, tzinfo=UTC),
+    "finished_at": None,
+    "attempts": 2,
+    "errors": (TaskError(exception_class_path="x.E", message="m"),),
+    "worker_ids": ("w1", "w2"),
+    "return_value": None,
+}
+
+
+@given(
+    st.builds(
+        TaskResult,
+        id=st.text(),
+        task_path=st.text(),
+        args=st.lists(json_values, max_size=3),
+        kwargs=st.dictionaries(st.text(), json_values, max_size=3),
+        queue=st.text(),
+        priority=st.integers(min_value=-100, max_value=100),
+        retry=st.none()
+        | st.builds(
+            RetryPolicySpec,
+            path=st.text(),
+            options=st.none() | st.dictionaries(st.text(), json_values, max_size=2),
+        ),
+    )
+)
+def test_decode_enqueued_is_decode_record_with_the_state(record: TaskResult) -> None:
+    """The fast path a claim takes makes the record `decode_record` makes, either payload."""
+    for data in (encode_enqueued(record), encode_record(record)):
+        assert decode_enqueued(data, **STATE) == decode_record(data, **STATE)
+    assert decode_enqueued(encode_enqueued(record), **STATE) == attrs.evolve(record, **STATE)
+
+
+def test_a_maker_takes_every_field_by_name_and_makes_what_the_class_makes() -> None:
+    make = maker(TaskResult)
+    record = TaskResult(id="t", task_path="m:f", args=[1], **STATE)
+    assert make(**{f.name: getattr(record, f.name) for f in attrs.fields(TaskResult)}) == record
+    with pytest.raises(TypeError, match="retry"):
+        make(**{f.name: getattr(record, f.name) for f in attrs.fields(TaskResult)[:-1]})
