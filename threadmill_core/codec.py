@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import json
 import sys
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -24,6 +25,7 @@ import attrs
 import cattrs
 from cattrs.fns import identity
 from cattrs.gen import make_dict_unstructure_fn, override
+from cattrs.v import format_exception
 
 from threadmill_core.clock import from_ms, to_ms
 from threadmill_core.errors import PayloadError, UnsupportedValue
@@ -200,7 +202,25 @@ def _make_converter() -> cattrs.Converter:
     # reads such fields without any call.
     converter.register_structure_hook(JSON, lambda value, _: value)
     converter.register_unstructure_hook_func(_holds_json, identity)
+    # Stored bytes decode to exactly what was written, or not at all: cattrs
+    # would make the str "5" of an id 5, and the list ["a", "b"] of args
+    # "ab", and a worker would run that. Refused, such a task is poison.
+    converter.register_structure_hook(str, _exactly(str))
+    converter.register_structure_hook(int, _exactly(int))
+    converter.register_structure_hook_func(lambda kind: kind == list[JSON], _exactly(list))
+    converter.register_structure_hook_func(lambda kind: kind == dict[str, JSON], _exactly(dict))
     return converter
+
+
+def _exactly(kind: type[T]) -> Callable[[object, object], T]:
+    """A structure hook that takes a value of exactly type `kind` as it is, and no other."""
+
+    def structure(value: object, _: object) -> T:
+        if type(value) is not kind:
+            raise TypeError(f"expected a {kind.__name__}, got {value!r}")
+        return value
+
+    return structure
 
 
 def _holds_json(kind: object) -> bool:
@@ -259,10 +279,16 @@ def _structure(raw: Any, kind: type[T]) -> T:
     try:
         return converter.structure(raw, kind)
     except (cattrs.BaseValidationError, cattrs.StructureHandlerNotFoundError) as exc:
-        details = "; ".join(cattrs.transform_error(exc))
+        details = "; ".join(cattrs.transform_error(exc, format_exception=_said))
         raise PayloadError(f"stored bytes are not a valid {kind.__name__}: {details}") from exc
     except Exception as exc:  # any other failure to decode means foreign or corrupt bytes
         raise PayloadError(f"stored bytes are not a valid {kind.__name__}: {exc}") from exc
+
+
+def _said(exc: BaseException, kind: type | None) -> str:
+    """cattrs' words for `exc`, with what a ValueError said (a priority's range, say)."""
+    words = format_exception(exc, kind)
+    return f"{words}: {exc}" if isinstance(exc, ValueError) and str(exc) else words
 
 
 def encode_record(record: TaskResult) -> bytes:

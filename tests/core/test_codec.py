@@ -210,6 +210,32 @@ def test_decode_enqueued_is_decode_record_with_the_state(record: TaskResult) -> 
     assert decode_enqueued(encode_enqueued(record), **STATE) == attrs.evolve(record, **STATE)
 
 
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"priority": 101}, "priority must be an int"),
+        ({"args": "ab"}, r"\$\.args"),  # not the args ["a", "b"]
+        ({"kwargs": []}, r"\$\.kwargs"),
+        ({"id": 5}, r"\$\.id"),  # not the id "5"
+        ({"priority": True}, r"\$\.priority"),
+        ({"retry": {"path": 5, "options": None}}, r"\$\.retry\.path"),
+    ],
+)
+def test_decode_enqueued_refuses_a_payload_decode_record_refuses(
+    change: dict[str, Any], named: str
+) -> None:
+    """A payload of the right keys but a value of another type is refused, named, not converted.
+
+    A worker would otherwise run the task with what cattrs made of it.
+    """
+    raw = json.loads(encode_enqueued(TaskResult(id="t", task_path="m:f")))
+    data = json.dumps({**raw, **change}).encode()
+    with pytest.raises(PayloadError, match=named):
+        decode_enqueued(data, **STATE)
+    with pytest.raises(PayloadError):
+        decode_enqueued(b"not json", **STATE)
+
+
 def test_a_maker_takes_every_field_by_name_and_makes_what_the_class_makes() -> None:
     make = maker(TaskResult)
     record = TaskResult(id="t", task_path="m:f", args=[1], **STATE)
