@@ -66,7 +66,7 @@ from threadmill_core.models import (
     copier,
     validate_timedelta,
 )
-from threadmill_core.plugins import notify
+from threadmill_core.plugins import notify, notify_each
 from threadmill_core.retry import ExponentialBackoff, decide
 from threadmill_core.task import Task, registered_task, registered_tasks, validate_queue
 
@@ -690,8 +690,13 @@ class Worker:
                 log.exception("acknowledging %d tasks failed; sending them one by one",
                               len(decisions))  # fmt: skip
                 stored = [self._decide_one(decision) for decision in decisions]
-            for item, record in zip(sending, stored, strict=True):
-                self._acknowledged(item, record)
+            finished = [
+                record
+                for item, record in zip(sending, stored, strict=True)
+                if self._acknowledged(item, record)
+            ]
+            # Once per batch, not per task: whether some plugin listens is asked once.
+            notify_each("threadmill_task_finished", "record", finished)
         for item in done:
             self._forget(item.held)
 
@@ -705,7 +710,12 @@ class Worker:
                           decision.lease.task_id)  # fmt: skip
             return None
 
-    def _acknowledged(self, item: _Done, stored: TaskResult | None) -> None:
+    def _acknowledged(self, item: _Done, stored: TaskResult | None) -> bool:
+        """Count and log one answered decision; whether its task is now finished.
+
+        A retry is announced here (``threadmill_task_retried``); the caller
+        announces the finished ones of a batch together.
+        """
         decision = item.decision
         assert decision is not None
         record = decision.record
@@ -714,11 +724,10 @@ class Worker:
                 "task %s (%s) attempt %d: acknowledgement refused, the lease was lost",
                 record.id, record.task_path, record.attempts,
             )  # fmt: skip
-            return
+            return False
         self.processed += 1
         if item.held.context is None:  # quarantined without running
-            notify("threadmill_task_finished", record=stored)
-            return
+            return True
         if decision.retry_delay is not None:
             log.warning(
                 "task %s (%s) attempt %d failed after %.3f s (%s); retry in %.3f s",
@@ -726,7 +735,7 @@ class Worker:
                 record.errors[-1].exception_class_path, decision.retry_delay.total_seconds(),
             )  # fmt: skip
             notify("threadmill_task_retried", record=stored, delay=decision.retry_delay)
-            return
+            return False
         # A failure is worth a line at WARNING; success is the norm, at DEBUG.
         level = logging.DEBUG if stored.status is TaskResultStatus.SUCCESSFUL else logging.WARNING
         if log.isEnabledFor(level):
@@ -736,7 +745,7 @@ class Worker:
                 record.id, record.task_path, record.attempts, stored.status.value,
                 item.held.duration,
             )  # fmt: skip
-        notify("threadmill_task_finished", record=stored)
+        return True
 
     # --- one task ------------------------------------------------------------------------
 

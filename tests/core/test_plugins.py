@@ -101,6 +101,23 @@ def test_lifecycle_hooks_fire_in_order(
     ]
 
 
+def test_every_task_a_batch_finishes_is_announced_once(broker: Broker, recorder: Recorder) -> None:
+    """Successes, a final failure and a quarantined task finish; a retried one does not yet.
+
+    One worker pass acknowledges them all in one batch, announced together.
+    """
+    done = [tasks.echo.using(broker=broker).enqueue(n) for n in range(3)]
+    failed = tasks.wrong_kind.using(broker=broker).enqueue()
+    retried = tasks.flaky.using(broker=broker).enqueue(fail_times=1)
+    [unknown] = broker.backend.enqueue([TaskResult(id="unknown", task_path="nowhere:fn")])
+    Worker(broker, prefetch=10).run(burst=True)
+    finished = [task_id for event, task_id in recorder.events if event == "finished"]
+    assert sorted(finished) == sorted([*(r.id for r in done), failed.id, unknown.id])
+    assert ("retried", retried.id) in recorder.events
+    statuses = {task_id: broker.get_result(task_id).status for task_id in finished}
+    assert statuses[failed.id] is statuses[unknown.id] is TaskResultStatus.FAILED
+
+
 def test_a_failing_observer_does_not_change_the_outcome(broker: Broker) -> None:
     """An exception in a plugin's hook is logged; the task still succeeds."""
 
