@@ -2,9 +2,10 @@
 
 A worker runs on a real server through connections that know their own
 client id. As a claim, an acknowledgement or a heartbeat is sent, the
-connection may have the server kill it (CLIENT KILL ID) before the reply is
-read; the kill lands before the command (not applied), after it (the reply
-lost) or after the reply (the next command finds the connection dead). A
+connection may have the server kill it (CLIENT KILL ID): before the command
+is sent (never applied), or just after, where the kill lands before the
+command (not applied), after it (the reply lost) or after the reply (the
+next command finds the connection dead). A
 second thread meanwhile kills every client connection at random moments.
 Nothing may be lost, nothing applied twice, and the worker may not die.
 """
@@ -49,10 +50,14 @@ def counted(n: int, ms: int) -> int:
 
 
 class KillingConnection(redis.Connection):
-    """A connection that may have the server kill it right after sending a target script.
+    """A connection that may have the server kill it as it sends a target script.
 
-    Each distinct command is killed at most once, so the backend's repeat of
-    a killed call goes through, as a reconnect after a blip would.
+    Half the kills are made just before the command is sent, so it never
+    reaches the server and the call is always repeated; the others just
+    after, where the server may have run it (its reply lost, or read before
+    the kill lands) or not. Each distinct command is killed at most once,
+    so the backend's repeat of a killed call goes through, as a reconnect
+    after a blip would.
     """
 
     admin: ClassVar[redis.Redis | None] = None
@@ -69,18 +74,26 @@ class KillingConnection(redis.Connection):
         self.client_id = int(self.read_response())
 
     def send_packed_command(self, command: Any, check_health: bool = True) -> None:
-        super().send_packed_command(command, check_health)
         chunks = command if isinstance(command, list) else [command]
         sent = b"".join(bytes(chunk) for chunk in chunks)
         target = next((name for name in TARGETS if scripts.load(name).sha.encode() in sent), None)
-        if target is None or self.admin is None:
-            return
-        with self._lock:
-            if sent in self._seen or self.rng.random() >= TARGETS[target]:
-                return
-            self._seen.add(sent)
-            self.killed[target] += 1
-        self.admin.client_kill_filter(_id=str(self.client_id))
+        kill = before = False
+        if target is not None and self.admin is not None:
+            with self._lock:
+                if sent not in self._seen and self.rng.random() < TARGETS[target]:
+                    self._seen.add(sent)
+                    self.killed[target] += 1
+                    kill, before = True, self.rng.random() < 0.5
+        if kill and before:
+            self._kill()
+        super().send_packed_command(command, check_health)
+        if kill and not before:
+            self._kill()
+
+    def _kill(self) -> None:
+        admin = self.admin
+        if admin is not None:
+            admin.client_kill_filter(_id=str(self.client_id))
 
 
 @pytest.fixture
