@@ -36,7 +36,6 @@ from threadmill_core.models import (
     RetryPolicySpec,
     TaskError,
     TaskResult,
-    TaskResultStatus,
     copy_call,
     maker,
 )
@@ -453,24 +452,12 @@ def decode_record(data: bytes | str, **fields: Any) -> TaskResult:
 _make_record = maker(TaskResult)
 
 
-def decode_enqueued(
-    data: bytes | str,
-    *,
-    status: TaskResultStatus,
-    enqueued_at: datetime | None,
-    run_after: datetime | None,
-    started_at: datetime | None,
-    last_attempted_at: datetime | None,
-    finished_at: datetime | None,
-    attempts: int,
-    errors: tuple[TaskError, ...],
-    worker_ids: tuple[str, ...],
-    return_value: JSON,
-) -> TaskResult:
+def decode_enqueued(data: bytes | str, **state: Any) -> TaskResult:
     """`decode_record` of an `encode_enqueued` payload with every field kept beside it.
 
     For a backend that keeps the `STATE_FIELDS` beside the payload and reads
-    both back for each task it claims: the payload is checked as
+    them back with it for each task it claims: `state` holds every one of
+    them (`TypeError` names one missing). The payload is checked as
     `decode_record` checks it (a payload of any other shape goes to it),
     but the state, which the backend read from its own store, is taken as
     it is (see `evolve_unchecked`), and the record is made without its
@@ -482,37 +469,19 @@ def decode_enqueued(
         raise PayloadError(f"stored bytes are not a valid TaskResult: {exc}") from exc
     payload = _enqueued_payload(raw)
     if payload is None:
-        return decode_record(
-            data,
-            status=status,
-            enqueued_at=enqueued_at,
-            run_after=run_after,
-            started_at=started_at,
-            last_attempted_at=last_attempted_at,
-            finished_at=finished_at,
-            attempts=attempts,
-            errors=errors,
-            worker_ids=worker_ids,
-            return_value=return_value,
-        )
+        if state.keys() != STATE_FIELDS:  # as `_make_record` would refuse them below
+            raise TypeError(f"decode_enqueued takes every one of {sorted(STATE_FIELDS)}")
+        return decode_record(data, **state)
+    task_id, task_path, args, kwargs, queue, priority, retry = payload
     return _make_record(
-        id=payload[0],
-        task_path=payload[1],
-        args=payload[2],
-        kwargs=payload[3],
-        queue=payload[4],
-        priority=payload[5],
-        retry=payload[6],
-        status=status,
-        enqueued_at=enqueued_at,
-        run_after=run_after,
-        started_at=started_at,
-        last_attempted_at=last_attempted_at,
-        finished_at=finished_at,
-        attempts=attempts,
-        errors=errors,
-        worker_ids=worker_ids,
-        return_value=return_value,
+        id=task_id,
+        task_path=task_path,
+        args=args,
+        kwargs=kwargs,
+        queue=queue,
+        priority=priority,
+        retry=retry,
+        **state,
     )
 
 

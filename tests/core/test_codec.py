@@ -208,6 +208,10 @@ def test_decode_enqueued_is_decode_record_with_the_state(record: TaskResult) -> 
     for data in (encode_enqueued(record), encode_record(record)):
         assert decode_enqueued(data, **STATE) == decode_record(data, **STATE)
     assert decode_enqueued(encode_enqueued(record), **STATE) == attrs.evolve(record, **STATE)
+    partial = {name: value for name, value in STATE.items() if name != "return_value"}
+    for data in (encode_enqueued(record), encode_record(record)):
+        with pytest.raises(TypeError, match="return_value"):
+            decode_enqueued(data, **partial)
 
 
 @pytest.mark.parametrize(
