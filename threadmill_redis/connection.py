@@ -233,7 +233,8 @@ class HeldConnections:
         except IndexError:
             conn = self._pool.get_connection()  # in use from now on, as far as the pool knows
         try:
-            conn.connect()
+            if getattr(conn, "_sock", None) is None:  # connect() asks too, through its retry
+                conn.connect()
             if _readable(conn):
                 raise redis.ConnectionError("the connection has unread data")
         except (redis.ConnectionError, redis.TimeoutError, OSError):
