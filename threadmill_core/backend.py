@@ -115,7 +115,8 @@ class CheckedRecords(Sequence[TaskResult]):
     made; it may also read the parts (`shared`, `ids`, `args`, `kwargs`)
     instead of records, and make only the records it returns. One that does
     not look for it reads it as any sequence: a record is made when first
-    read, and is the same object after. Nothing here may be changed.
+    read, and is the same object after. The parts are the batch itself,
+    not copies: a backend reads them and changes nothing.
     """
 
     __slots__ = ("_made", "args", "ids", "kwargs", "shared")
