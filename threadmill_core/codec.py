@@ -467,22 +467,12 @@ def decode_enqueued(data: bytes | str, **state: Any) -> TaskResult:
         raw = _parse_json(data)
     except Exception as exc:  # not JSON (foreign or corrupt bytes), or nested too deep
         raise PayloadError(f"stored bytes are not a valid TaskResult: {exc}") from exc
-    payload = _enqueued_payload(raw)
-    if payload is None:
-        if state.keys() != STATE_FIELDS:  # as `_make_record` would refuse them below
-            raise TypeError(f"decode_enqueued takes every one of {sorted(STATE_FIELDS)}")
-        return decode_record(data, **state)
-    task_id, task_path, args, kwargs, queue, priority, retry = payload
-    return _make_record(
-        id=task_id,
-        task_path=task_path,
-        args=args,
-        kwargs=kwargs,
-        queue=queue,
-        priority=priority,
-        retry=retry,
-        **state,
-    )
+    record = _enqueued_record(raw, state, _make_record)
+    if record is not None:
+        return record
+    if state.keys() != STATE_FIELDS:  # as `_make_record` refuses them above
+        raise TypeError(f"decode_enqueued takes every one of {sorted(STATE_FIELDS)}")
+    return decode_record(data, **state)
 
 
 def _enqueued_payload(raw: Any) -> tuple[Any, ...] | None:
@@ -508,18 +498,21 @@ def _enqueued_payload(raw: Any) -> tuple[Any, ...] | None:
     return (*fields, priority, retry)
 
 
-def _enqueued_record(raw: Any, extra: dict[str, Any]) -> TaskResult | None:
+def _enqueued_record(
+    raw: Any, extra: dict[str, Any], make: Callable[..., TaskResult] = TaskResult
+) -> TaskResult | None:
     """The record of a well-formed `encode_enqueued` payload, or None for any other shape.
 
-    Plain type checks (`_enqueued_payload`) and the class itself, which
-    checks `extra`. Anything unexpected goes to cattrs, which decodes full
-    records and words the error.
+    Plain type checks (`_enqueued_payload`), then `make` (the class, which
+    checks `extra` too, or `_make_record`, which does not). Anything
+    unexpected goes to cattrs, which decodes full records and words the
+    error.
     """
     payload = _enqueued_payload(raw)
     if payload is None:
         return None
     task_id, task_path, args, kwargs, queue, priority, retry = payload
-    return TaskResult(
+    return make(
         id=task_id,
         task_path=task_path,
         args=args,
