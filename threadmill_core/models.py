@@ -264,6 +264,18 @@ _T = TypeVar("_T")
 _copiers: dict[tuple[type[Any], tuple[str, ...]], Callable[[Any, Mapping[str, Any]], Any]] = {}
 
 
+def _store(cls: type[Any], name: str) -> Callable[[Any, Any], None]:
+    """How `copier` and `maker` set field `name` on a new instance of `cls`.
+
+    A slotted class has a member descriptor per field, whose ``__set__``
+    skips a frozen class's ``__setattr__``; any other falls back to
+    ``object.__setattr__``.
+    """
+    slot = next((c.__dict__[name] for c in cls.__mro__ if name in c.__dict__), None)
+    store: Callable[[Any, Any], None] | None = getattr(slot, "__set__", None)
+    return store or _setter(name)
+
+
 def _setter(name: str) -> Callable[[Any, Any], None]:
     def store(instance: Any, value: Any) -> None:
         object.__setattr__(instance, name, value)
@@ -293,10 +305,7 @@ def copier(cls: type[_T], changed: Iterable[str]) -> Callable[[_T, Mapping[str, 
     scope: dict[str, Any] = {"object_new": object.__new__, "cls": cls}
     lines = ["def copy(instance, changes):", "    new = object_new(cls)"]
     for n, name in enumerate(names):
-        slot = next((c.__dict__[name] for c in cls.__mro__ if name in c.__dict__), None)
-        store = getattr(slot, "__set__", None)
-        # A slotted class has a member descriptor per field; any other falls back.
-        scope[f"set_{n}"] = store or _setter(name)
+        scope[f"set_{n}"] = _store(cls, name)
         value = f"changes[{name!r}]" if name in key[1] else f"instance.{name}"
         lines.append(f"    set_{n}(new, {value})")
     lines.append("    return new")
@@ -312,14 +321,13 @@ def maker(cls: type[_T]) -> Callable[..., _T]:
     Each field is a required keyword, so a field added to the class, or one
     misspelt, fails at once. As `copier`, without validators and storing
     each field through its slot's descriptor: for values read back from a
-    backend's own store, where it is about twice as fast as the class.
+    backend's own store, where it is about a third less work than the class.
     """
     names = [field.name for field in attrs.fields(cls)]  # type: ignore[arg-type]  # any attrs class
     scope: dict[str, Any] = {"object_new": object.__new__, "cls": cls}
     lines = [f"def make(*, {', '.join(names)}):", "    new = object_new(cls)"]
     for n, name in enumerate(names):
-        slot = next((c.__dict__[name] for c in cls.__mro__ if name in c.__dict__), None)
-        scope[f"set_{n}"] = getattr(slot, "__set__", None) or _setter(name)
+        scope[f"set_{n}"] = _store(cls, name)
         lines.append(f"    set_{n}(new, {name})")
     lines.append("    return new")
     exec("\n".join(lines), scope)  # the code is built from the class's own field names
