@@ -274,22 +274,16 @@ class RedisBackend(Backend):
         # next call.
         arguments.check_records(records)
         script, encode = scripts.load("enqueue"), codec.EnqueuedEncoder()
-        starts = range(0, len(records), size)
 
-        def call(index: int) -> scripts.Call:
-            chunk = records[starts[index] : starts[index] + size]
+        def call(start: int, stop: int) -> scripts.Call:
+            chunk = records[start:stop]
             return self._enqueue_call(script, chunk, arguments.encoded(chunk, encode))
 
-        calls = scripts.LazyCalls(len(starts), call)
-        answered: list[list[TaskResult]] = [[] for _ in starts]
-
-        def answer(index: int, reply: Any) -> None:
+        def answer(reply: Any, start: int, stop: int) -> list[TaskResult]:
             now, *rows = reply
-            at = starts[index]
-            answered[index] = arguments.enqueued_many(rows, records[at : at + size], now)
+            return arguments.enqueued_many(rows, records[start:stop], now)
 
-        self._evalsha_many(calls, answer)
-        return [result for chunk in answered for result in chunk]
+        return self._enqueue_pipelined(len(records), call, answer)
 
     def _enqueue_calls(self, calls: CheckedRecords) -> list[TaskResult]:
         """`enqueue` of a broker's batch (`Broker.enqueue_many`), from its parts.
@@ -299,30 +293,51 @@ class RedisBackend(Backend):
         from the stored state and the call's parts (`enqueued_calls`). The
         payloads are encoded from the parts, a call of the script at a time.
         """
-        size = self.options.enqueue_batch
         script, encode = scripts.load("enqueue"), codec.EnqueuedEncoder()
         shared, ids = calls.shared, calls.ids
         keys = self._script_keys(script, {}, [self.keys.notify(shared.queue)])
         run_after = "" if shared.run_after is None else to_ms(shared.run_after)
         notify_index = len(script.key_names) + 1  # the KEYS index of the one notify list
-        starts = range(0, len(calls), size)
 
-        def call(index: int) -> scripts.Call:
-            start = starts[index]
-            stop = min(start + size, len(calls))
+        def call(start: int, stop: int) -> scripts.Call:
             payloads = arguments.encoded_calls(calls, start, stop, encode)
             args: list[Any] = [self.options.notify_cap, stop - start, shared.queue]
             args += (shared.priority, run_after, notify_index)
             args += itertools.chain.from_iterable(zip(ids[start:stop], payloads, strict=True))
             return script, keys, args
 
+        def answer(reply: Any, start: int, stop: int) -> list[TaskResult]:
+            now, *rows = reply
+            return arguments.enqueued_calls(rows, calls, start, now)
+
+        return self._enqueue_pipelined(len(calls), call, answer)
+
+    def _enqueue_pipelined(
+        self,
+        count: int,
+        call: Callable[[int, int], scripts.Call],
+        answer: Callable[[Any, int, int], list[TaskResult]],
+    ) -> list[TaskResult]:
+        """`count` records stored by ``enqueue.lua`` calls of `enqueue_batch`, in one pipeline.
+
+        ``call(start, stop)`` makes the call of records `start` to `stop`
+        as it is sent; ``answer(reply, start, stop)`` reads its reply (the
+        server time, then a row per record) as it comes back, while the
+        server runs the next call. Returns every answer, in order.
+        """
+        size = self.options.enqueue_batch
+        starts = range(0, count, size)
         answered: list[list[TaskResult]] = [[] for _ in starts]
 
-        def answer(index: int, reply: Any) -> None:
-            now, *rows = reply
-            answered[index] = arguments.enqueued_calls(rows, calls, starts[index], now)
+        def make(index: int) -> scripts.Call:
+            start = starts[index]
+            return call(start, min(start + size, count))
 
-        self._evalsha_many(scripts.LazyCalls(len(starts), call), answer)
+        def take(index: int, reply: Any) -> None:
+            start = starts[index]
+            answered[index] = answer(reply, start, min(start + size, count))
+
+        self._evalsha_many(scripts.LazyCalls(len(starts), make), take)
         return [result for chunk in answered for result in chunk]
 
     def _enqueue_one(self, records: list[TaskResult], payload: bytes) -> list[TaskResult]:
