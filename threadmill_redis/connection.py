@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeAlias, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
+import hiredis  # a dependency of the redis extra: redis-py packs with it
 import redis
 from redis.backoff import NoBackoff
 from redis.exceptions import (
@@ -198,6 +199,8 @@ class HeldConnections:
         self._pool = pool
         # list.pop and list.append are atomic, so lending needs no lock.
         self._idle: list[Any] = []
+        #: Packed heads of `execute_headed`, without their element count.
+        self._heads: dict[tuple[Any, ...], bytes] = {}
         #: SHAs of the scripts the server was seen to know (see `evalsha_many_held`).
         #: It may forget them (a restart, SCRIPT FLUSH): NOSCRIPT is still handled.
         self.loaded: set[str] = set()
@@ -252,9 +255,30 @@ class HeldConnections:
 
     def execute(self, command: Sequence[Any]) -> Any:
         """Send one command and read its reply; an error reply raises (redis-py's exception)."""
+        return self._exchange(None, command)
+
+    def execute_headed(self, head: tuple[Any, ...], args: Sequence[Any]) -> Any:
+        """`execute` of ``(*head, *args)``, where `head` repeats from call to call.
+
+        A script call's EVALSHA, SHA and keys are the same for every call of
+        one script on one queue; packing them is most of the packing of a
+        lone enqueue (hiredis formats each argument's length with a
+        ``sprintf``). So `head` is packed once and kept, and only `args` are
+        packed per call. A connection whose commands redis-py does not pack
+        with hiredis (a ``command_packer`` of the caller's) packs the whole
+        command as `execute` does.
+        """
+        return self._exchange(head, args)
+
+    def _exchange(self, head: tuple[Any, ...] | None, args: Sequence[Any]) -> Any:
         conn = self._lend()
         try:
-            conn.send_command(*command)
+            if head is None:
+                conn.send_command(*args)
+            elif type(getattr(conn, "_command_packer", None)) is _HIREDIS_PACKER:
+                conn.send_packed_command([self._packed(head, args)])  # one write
+            else:
+                conn.send_command(*head, *args)
             reply = conn.read_response()
         except redis.ResponseError:
             self._idle.append(conn)  # an error reply, read whole: the connection is in step
@@ -265,6 +289,16 @@ class HeldConnections:
             raise
         self._idle.append(conn)
         return reply
+
+    def _packed(self, head: tuple[Any, ...], args: Sequence[Any]) -> bytes:
+        """``(*head, *args)`` packed as hiredis packs it, with `head` packed only the first time."""
+        packed = self._heads.get(head)
+        if packed is None:
+            if len(self._heads) >= _MOST_HEADS:  # bounded, whatever queues come and go
+                self._heads.clear()
+            packed = self._heads[head] = _without_count(_pack(head))
+        body = _without_count(_pack(tuple(args))) if args else b""
+        return b"".join((b"*%d\r\n" % (len(head) + len(args)), packed, body))
 
     def execute_many(
         self, commands: Iterable[Sequence[Any]], *, each: Callable[[int, Any], None] | None = None
@@ -339,6 +373,24 @@ def _joined(pieces: list[Any]) -> list[Any]:
     return pieces if len(pieces) == 1 else [b"".join(pieces)]
 
 
+def _pack(arguments: tuple[Any, ...]) -> bytes:
+    """A command packed as redis-py packs it with hiredis (str, bytes and numbers only)."""
+    try:
+        packed: bytes = hiredis.pack_command(arguments)
+    except TypeError as exc:  # as redis-py's own packer says it
+        raise redis.DataError(str(exc)) from exc
+    return packed
+
+
+def _without_count(packed: bytes) -> bytes:
+    """A packed command without its leading element count (``*3\\r\\n``): its arguments alone."""
+    return packed[packed.index(b"\r\n") + 2 :]
+
+
+#: redis-py's packer when hiredis packs (`HeldConnections.execute_headed` packs as it does).
+_HIREDIS_PACKER: type | None = getattr(redis.connection, "HiredisRespSerializer", None)
+#: Most heads `HeldConnections.execute_headed` keeps.
+_MOST_HEADS = 1000
 #: Bytes of packed commands `HeldConnections.execute_many` gathers before a write.
 SEND_CUTOFF = 64 * 1024
 #: select.poll where the platform has it (not on Windows).

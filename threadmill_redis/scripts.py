@@ -160,12 +160,12 @@ def evalsha_held(
     args: Sequence[Any],
 ) -> Any:
     """`evalsha` on a held connection."""
-    command = ("EVALSHA", script.sha, len(keys), *keys, *args)
+    head = ("EVALSHA", script.sha, len(keys), *keys)
     try:
-        return held.execute(command)
+        return held.execute_headed(head, args)
     except redis.exceptions.NoScriptError:
         held.execute(("SCRIPT", "LOAD", script.source))
-        return held.execute(command)
+        return held.execute_headed(head, args)
 
 
 class LazyCalls(Sequence[Call]):

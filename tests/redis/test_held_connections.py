@@ -371,3 +371,42 @@ def test_a_health_check_never_comes_between_a_pipelines_writes(
         real_client.delete(key)
         held.close()
         client.close()
+
+
+ECHO_ARGS = "return {KEYS[1], KEYS[2], unpack(ARGV)}"
+
+
+@pytest.mark.parametrize("packer", ["hiredis", "python"])
+def test_a_headed_call_sends_its_head_and_arguments_as_one_command(
+    redis_server: RedisServer, packer: str
+) -> None:
+    """Each call's own arguments follow the head, packed once; redis-py's own packer does the same.
+
+    The second case gives the connections redis-py's Python packer, which
+    `execute_headed` leaves to pack the whole command.
+    """
+    kwargs = {} if packer == "hiredis" else {"command_packer": _python_packer()}
+    client = redis.Redis.from_url(redis_server.url, **kwargs)
+    held = connection.HeldConnections.for_client(client)
+    assert held is not None
+    sha = client.script_load(ECHO_ARGS)
+    head = ("EVALSHA", sha, 2, "k:1", "k:ü")
+    try:
+        for args in [("a", 1, b"\x00\xff"), (), ("second", -7), ("ü" * 300,)]:
+            sent = [a if isinstance(a, bytes) else str(a).encode() for a in args]
+            assert held.execute_headed(head, args) == [b"k:1", "k:ü".encode(), *sent]
+        # hiredis packs the head once, for every call; the Python packer is left alone.
+        assert len(held._heads) == (1 if packer == "hiredis" else 0)
+        # An argument the packer refuses: refused before anything is sent,
+        # and the connection is still in step for the next call.
+        with pytest.raises(redis.DataError):
+            held.execute_headed(head, [{"not": "packable"}])
+        assert held.execute_headed(head, ["after"]) == [b"k:1", "k:ü".encode(), b"after"]
+    finally:
+        client.close()
+
+
+def _python_packer() -> object:
+    from redis.connection import PythonRespSerializer
+
+    return PythonRespSerializer(6000, redis.connection.Encoder("utf-8", "strict", False).encode)
