@@ -115,6 +115,11 @@ def test_a_connection_is_lent_only_with_nothing_to_read(
         assert not connection._readable(conn)
         kill_clients(real_client)
         assert soon_readable(conn)
+        conn.disconnect()
+        conn.connect()  # a new socket, asked afresh: not through the closed one's poll
+        assert not connection._readable(conn)
+        conn.send_command("PING")
+        assert soon_readable(conn)
     finally:
         conn.disconnect()
         client.close()
