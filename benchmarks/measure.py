@@ -21,7 +21,8 @@ worker behind. How each figure is taken:
 - **memory** (bytes/task): ``used_memory`` after a backlog of `n` tasks
   minus before, less any change in the Lua script cache, over `n`.
 - **depth** (tasks/s): the drain rate over the first `window` tasks of a
-  backlog of `depth` tasks.
+  backlog of `depth` tasks, the median of `drains` drains, each from a
+  backlog of its own.
 """
 
 from __future__ import annotations
@@ -283,10 +284,18 @@ def memory_per_task(bench: Bench, peer: Peer, n: int) -> Figures:
     return {"memory_bytes_per_task": grown / n}
 
 
-def depth_rate(bench: Bench, peer: Peer, depth: int, window: int, label: str) -> Figures:
-    """Drain rate over the first `window` tasks of a backlog of `depth`."""
-    bench.flush()
-    with producing(peer):
-        peer.fill(depth)
-    with bench.worker(peer, 1, label) as worker:
-        return {"depth_rate": bench.drain_rate(min(window, depth), worker)}
+def depth_rate(
+    bench: Bench, peer: Peer, depth: int, window: int, label: str, *, drains: int = 1
+) -> Figures:
+    """Drain rate over the first `window` tasks of a backlog of `depth`: the median of `drains`.
+
+    Each drain starts from a backlog of its own and a worker of its own.
+    """
+    rates = []
+    for _ in range(drains):
+        bench.flush()
+        with producing(peer):
+            peer.fill(depth)
+        with bench.worker(peer, 1, label) as worker:
+            rates.append(bench.drain_rate(min(window, depth), worker))
+    return {"depth_rate": statistics.median(rates)}

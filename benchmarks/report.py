@@ -347,8 +347,10 @@ def markdown(result: dict[str, Any]) -> str:
         lines.append(
             f"Tasks/s over the first {window:,} tasks drained from a backlog of the given depth "
             "(the same number at every depth, so only the depth changes), the depths in an "
-            "order rotated each repeat. 100k ÷ 1k is the median of each repeat's own ratio, "
-            "its two rates taken a minute apart at most; the spread is over the repeats."
+            f"order rotated each repeat; each repeat's rate is the median of "
+            f"{settings.get('depth_drains', 1)} drain(s), each from a backlog of its own. "
+            "100k ÷ 1k is the median of each repeat's own ratio, "
+            "its two rates taken a few minutes apart at most; the spread is over the repeats."
         )
         lines.append("")
         header = ["system"] + [f"{d:,}" for d in depths]

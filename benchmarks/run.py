@@ -79,6 +79,13 @@ def build_parser() -> argparse.ArgumentParser:
         "smallest depth, so every depth is timed over the same number of tasks)",
     )
     parser.add_argument(
+        "--depth-drains",
+        type=int,
+        help="drains per depth and repeat, each from a backlog of its own, whose median is "
+        "the repeat's rate (default 3; 1 with --quick): a window of 1,000 tasks lasts a "
+        "fifth of a second, and one drain of it moves by a third from run to run",
+    )
+    parser.add_argument(
         "--depth-peers",
         default="",
         help="peers that also run the depth scan, comma-separated, or 'all' (default: none, "
@@ -137,6 +144,7 @@ def settings_from(args: argparse.Namespace) -> dict[str, Any]:
         "memory_tasks": pick(args.memory_tasks, 10_000, 2_000),
         "depths": args.depths,
         "depth_window": args.depth_window or min(args.depths, default=1_000),
+        "depth_drains": pick(args.depth_drains, 3, 1),
         "skip": sorted({s.strip() for s in args.skip.split(",") if s.strip()}),
     }
 
@@ -257,7 +265,13 @@ def schedule(run: Run, settings: dict[str, Any], depth_names: Sequence[str]) -> 
                     f"depth {depth:,} (first {min(window, depth):,})",
                     repeat,
                     functools.partial(
-                        measure.depth_rate, bench, run.peers[name], depth, window, label
+                        measure.depth_rate,
+                        bench,
+                        run.peers[name],
+                        depth,
+                        window,
+                        label,
+                        drains=settings["depth_drains"],
                     ),
                     {"depth_rate": f"depth_{depth}"},
                 )
