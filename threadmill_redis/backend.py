@@ -154,17 +154,27 @@ class RedisBackend(Backend):
         args: Sequence[Any],
         *,
         repeatable: bool,
+        keys_repeat: bool = True,
         extra_keys: Sequence[str] = (),
         **named_keys: str,
     ) -> Any:
         script = scripts.load(name)
         keys = self._script_keys(script, named_keys, extra_keys)
-        return self._evalsha(script, keys, args, repeatable=repeatable)
+        return self._evalsha(script, keys, args, repeatable=repeatable, keys_repeat=keys_repeat)
 
     def _evalsha(
-        self, script: scripts.Script, keys: Sequence[str], args: Sequence[Any], *, repeatable: bool
+        self,
+        script: scripts.Script,
+        keys: Sequence[str],
+        args: Sequence[Any],
+        *,
+        repeatable: bool,
+        keys_repeat: bool = True,
     ) -> Any:
-        """Run `script` through `connection.call`, on a held connection where there are any."""
+        """Run `script` through `connection.call`, on a held connection where there are any.
+
+        `keys_repeat`: later calls will name the same keys (see `scripts.evalsha_held`).
+        """
         held = self._held
         if held is None:
             return connection.call(
@@ -173,7 +183,7 @@ class RedisBackend(Backend):
                 what=script.name,
             )
         return connection.call(
-            lambda: scripts.evalsha_held(held, script, keys, args),
+            lambda: scripts.evalsha_held(held, script, keys, args, keys_repeat=keys_repeat),
             repeatable=repeatable,
             what=script.name,
         )
@@ -424,7 +434,7 @@ class RedisBackend(Backend):
             # is answered with the leases the first send granted.
             receipt = self.keys.claim_receipt(uuid.uuid4().hex)
             rows: Sequence[Any] = self._run(
-                "claim", [*head, want, *names], repeatable=True, receipt=receipt
+                "claim", [*head, want, *names], repeatable=True, keys_repeat=False, receipt=receipt
             )
             return rows
 

@@ -158,14 +158,28 @@ def evalsha_held(
     script: Script,
     keys: Sequence[str],
     args: Sequence[Any],
+    *,
+    keys_repeat: bool = True,
 ) -> Any:
-    """`evalsha` on a held connection."""
+    """`evalsha` on a held connection.
+
+    Where the same `keys` come again in later calls (`keys_repeat`), the
+    command's head (EVALSHA, SHA and keys) is packed once and kept (see
+    `HeldConnections.execute_headed`); a call with a key of its own (a
+    claim's receipt) is packed whole.
+    """
     head = ("EVALSHA", script.sha, len(keys), *keys)
+
+    def send() -> Any:
+        if keys_repeat:
+            return held.execute_headed(head, args)
+        return held.execute((*head, *args))
+
     try:
-        return held.execute_headed(head, args)
+        return send()
     except redis.exceptions.NoScriptError:
         held.execute(("SCRIPT", "LOAD", script.source))
-        return held.execute_headed(head, args)
+        return send()
 
 
 class LazyCalls(Sequence[Call]):

@@ -17,6 +17,7 @@ import time
 import uuid
 import weakref
 from collections.abc import Iterator
+from datetime import timedelta
 
 import pytest
 import redis
@@ -415,3 +416,19 @@ def _python_packer() -> object:
     from redis.connection import PythonRespSerializer
 
     return PythonRespSerializer(6000, redis.connection.Encoder("utf-8", "strict", False).encode)
+
+
+def test_only_heads_that_come_again_are_kept(backend: RedisBackend) -> None:
+    """An enqueue's head is kept for the next; a claim's names a receipt of its own: not kept."""
+    held = backend._held
+    assert held is not None
+    stored = backend.enqueue(tasks(1)) + backend.enqueue(tasks(1))
+    kept = dict(held._heads)
+    assert len(kept) == 1  # both enqueues of one queue: one head
+    claimed = [
+        lease.task_id
+        for _ in stored
+        for lease in backend.claim(["default"], worker="w", lease_ttl=timedelta(seconds=30))
+    ]
+    assert claimed == [record.id for record in stored]
+    assert held._heads == kept
