@@ -419,7 +419,9 @@ def markdown(result: dict[str, Any]) -> str:
         "- Interleaved: each measurement runs for every system in turn, the order rotated each "
         "repeat; figures are medians over repeats.",
         "- Enqueue: a loop of single enqueue calls, timed around the loop; batch enqueue: the "
-        "peer's batch API (threadmill `enqueue_many`, RQ `enqueue_many`).",
+        "peer's batch API (threadmill `enqueue_many`, RQ `enqueue_many`), each repeat's "
+        f"figure the median of {settings.get('batches', 1)} batch(es), each by a producer of "
+        "its own into an empty store.",
         "- Drain: the backlog is in place before the worker starts; the counter is polled every "
         "2 ms and the rate taken from the first look that sees a task done to the look that "
         "sees the last.",
