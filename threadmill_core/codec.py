@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -327,10 +327,11 @@ def encode_enqueued(record: TaskResult) -> bytes:
 
 
 #: What records of one task share in their payloads, by (task_path, queue,
-#: priority): the encoded text between the id and the args, and between the
-#: kwargs and the retry policy; ("", "") where such records are encoded
-#: whole. Made once, from a record whose whole encoding they rebuild exactly.
-_shared_parts: dict[tuple[str, str, int], tuple[str, str]] = {}
+#: priority): the encoded text between the id and the args, between the
+#: kwargs and the retry policy, and after the kwargs of a record without a
+#: policy; ("", "", "") where such records are encoded whole. Made once, from
+#: a record whose whole encoding they rebuild exactly.
+_shared_parts: dict[tuple[str, str, int], tuple[str, str, str]] = {}
 _SHARED_PARTS_LIMIT = 1024
 
 
@@ -366,6 +367,45 @@ class EnqueuedEncoder:
         """
         return self._encode(shared, task_id, args, kwargs, None)
 
+    def calls(
+        self,
+        shared: TaskResult,
+        ids: Sequence[str],
+        args: Sequence[list[JSON]],
+        kwargs: Sequence[dict[str, JSON]],
+    ) -> list[bytes]:
+        """`call` for each of many calls of `shared` (`ids`, `args`, `kwargs` in step), in order.
+
+        What the calls share, and the policy's text, is looked up once for
+        all of them, after the first call (which learns the policy's text).
+        """
+        if not ids:
+            return []
+        first = self.call(shared, ids[0], args[0], kwargs[0])
+        ends = self._ends(shared)
+        rest = zip(ids[1:], args[1:], kwargs[1:], strict=True)
+        if ends is None:  # encoded whole, one by one
+            return [first, *(self.call(shared, *call) for call in rest)]
+        head, tail = ends
+        return [first, *(_call_text(head, tail, *call) for call in rest)]
+
+    def _ends(self, base: TaskResult) -> tuple[str, str] | None:
+        """What `base`'s payloads hold around a call's own fields, if known: (head, tail).
+
+        The head goes between the id and the args, the tail after the kwargs
+        (the retry policy included); None where the shared parts or this
+        policy's text are not known yet.
+        """
+        parts = _shared_parts.get((base.task_path, base.queue, base.priority))
+        if parts is None or not parts[0]:
+            return None
+        retry = base.retry
+        if retry is None:
+            return parts[0], parts[2]
+        if retry is self._retry:
+            return parts[0], f"{parts[1]}{self._retry_text}}}"
+        return None
+
     def _encode(
         self,
         base: TaskResult,
@@ -375,29 +415,31 @@ class EnqueuedEncoder:
         record: TaskResult | None,
     ) -> bytes:
         """The payload of `record`: `base` with this id and arguments (made here if None)."""
+        ends = self._ends(base)
+        if ends is not None:
+            return _call_text(*ends, record_id, args, kwargs)
         key = (base.task_path, base.queue, base.priority)
-        parts = _shared_parts.get(key)
-        if parts is None:
-            parts = _share(key, base)
-        if not parts[0]:
-            return encode_enqueued(record or _made(base, record_id, args, kwargs))
-        args_text = "[]" if type(args) is list and not args else _encoder.encode(args)
-        kwargs_text = "{}" if type(kwargs) is dict and not kwargs else _encoder.encode(kwargs)
-        before = (
-            f'{{"id":{_encoder.encode(record_id)}{parts[0]}{args_text},'
-            f'"kwargs":{kwargs_text}{parts[1]}'
-        )
-        retry = base.retry
-        if retry is None:
-            return f"{before}null}}".encode()
-        if retry is self._retry:
-            return f"{before}{self._retry_text}}}".encode()
-        # A policy first met in this call: its text is cut from the record's whole encoding.
+        parts = _shared_parts.get(key) or _share(key, base)
         whole = encode_enqueued(record or _made(base, record_id, args, kwargs))
-        text = whole.decode()
-        if text.startswith(before) and text.endswith("}"):
-            self._retry, self._retry_text = retry, text[len(before) : -1]
+        if parts[0] and base.retry is not None:
+            # A policy first met in this call: its text is cut from the record's whole encoding.
+            before = _call_text(parts[0], parts[1], record_id, args, kwargs)
+            if whole.startswith(before) and whole.endswith(b"}"):
+                self._retry, self._retry_text = base.retry, whole[len(before) : -1].decode()
         return whole
+
+
+def _call_text(
+    head: str, tail: str, task_id: str, args: list[JSON], kwargs: dict[str, JSON]
+) -> bytes:
+    """A payload from what a task's calls share (`head`, `tail`) and one call's own fields."""
+    args_text = "[]" if type(args) is list and not args else _encoder.encode(args)
+    kwargs_text = "{}" if type(kwargs) is dict and not kwargs else _encoder.encode(kwargs)
+    return f'{{"id":{_encode_str(task_id)}{head}{args_text},"kwargs":{kwargs_text}{tail}'.encode()
+
+
+#: `_encoder.encode` of a str, without its Python-level dispatch.
+_encode_str = json.encoder.encode_basestring
 
 
 def _made(
@@ -406,10 +448,10 @@ def _made(
     return copy_call(base, {"id": record_id, "args": args, "kwargs": kwargs})
 
 
-def _share(key: tuple[str, str, int], record: TaskResult) -> tuple[str, str]:
+def _share(key: tuple[str, str, int], record: TaskResult) -> tuple[str, str, str]:
     """The parts of `key`'s records' payloads, made from `record`'s and checked against it."""
     raw = _unstructure_enqueued(record)
-    parts = ("", "")
+    parts = ("", "", "")
     if list(raw) == ["id", "task_path", "args", "kwargs", "queue", "priority", "retry"]:
         head = f',"task_path":{_encoder.encode(raw["task_path"])},"args":'
         middle = f',"queue":{_encoder.encode(raw["queue"])},"priority":{raw["priority"]},"retry":'
@@ -418,7 +460,7 @@ def _share(key: tuple[str, str, int], record: TaskResult) -> tuple[str, str]:
             f'"kwargs":{_encoder.encode(raw["kwargs"])}{middle}{_encoder.encode(raw["retry"])}}}'
         )
         if rebuilt == _encoder.encode(raw):
-            parts = (head, middle)
+            parts = (head, middle, f"{middle}null}}")
     if len(_shared_parts) >= _SHARED_PARTS_LIMIT:
         _shared_parts.clear()
     _shared_parts[key] = parts

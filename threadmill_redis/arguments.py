@@ -123,7 +123,7 @@ def encoded_calls(
     """`encoded` for the records `start` to `stop` of a batch, from its parts."""
     shared, ids, args, kwargs = calls.shared, calls.ids, calls.args, calls.kwargs
     try:
-        return [encode.call(shared, ids[i], args[i], kwargs[i]) for i in range(start, stop)]
+        return encode.calls(shared, ids[start:stop], args[start:stop], kwargs[start:stop])
     except (TypeError, ValueError) as exc:  # never for a checked batch: a codec bug
         reason = f"cannot be encoded: {exc}"
         raise UnsupportedValue(f"a call of {shared.task_path!r}", calls, reason=reason) from exc

@@ -65,6 +65,32 @@ def test_a_call_encodes_from_its_parts_as_its_record_would(
     assert got == expected
 
 
+@given(
+    records,
+    st.lists(
+        st.tuples(
+            st.one_of(st.uuids().map(str), st.sampled_from(('quote"d', "ü\x00", ""))),
+            strategies.task_args(),
+            strategies.task_kwargs(),
+        ),
+        max_size=5,
+    ),
+)
+def test_many_calls_encode_as_each_call_on_its_own(
+    shared: TaskResult, calls: list[tuple[str, list[object], dict[str, object]]]
+) -> None:
+    """`EnqueuedEncoder.calls`: what `call` gives each call, by an encoder of its own."""
+    ids = [task_id for task_id, _, _ in calls]
+    args = [call_args for _, call_args, _ in calls]
+    kwargs = [call_kwargs for _, _, call_kwargs in calls]
+    expected = [
+        encode_enqueued(attrs.evolve(shared, id=i, args=a, kwargs=k))
+        for i, a, k in zip(ids, args, kwargs, strict=True)
+    ]
+    assert EnqueuedEncoder().calls(shared, ids, args, kwargs) == expected  # type: ignore[arg-type]
+    event("shared parts known" if EnqueuedEncoder()._ends(shared) else "encoded whole")
+
+
 def test_a_policy_whose_options_changed_is_encoded_afresh_by_the_next_call() -> None:
     """An encoder remembers a policy's encoding for one call only: its options are a dict."""
     options: dict[str, object] = {"base": 1}
