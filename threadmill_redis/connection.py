@@ -271,6 +271,7 @@ class HeldConnections:
         return self._exchange(head, args)
 
     def _exchange(self, head: tuple[Any, ...] | None, args: Sequence[Any]) -> Any:
+        """Send ``(*head, *args)`` (`args` alone for no `head`) on a lent connection; its reply."""
         conn = self._lend()
         try:
             if head is None:
