@@ -15,6 +15,7 @@ Timestamps are encoded as integer milliseconds since the Unix epoch.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -383,7 +384,7 @@ class EnqueuedEncoder:
             return []
         first = self.call(shared, ids[0], args[0], kwargs[0])
         ends = self._ends(shared)
-        rest = zip(ids[1:], args[1:], kwargs[1:], strict=True)
+        rest = itertools.islice(zip(ids, args, kwargs, strict=True), 1, None)  # no copies
         if ends is None:  # encoded whole, one by one
             return [first, *(self.call(shared, *call) for call in rest)]
         head, tail = ends
