@@ -83,9 +83,11 @@ def _collected(output: bytes) -> int:
 
 def _operation(name: str, url: str, n: int) -> Callable[[], object]:
     """Set up operation `name` for `n` runs; return the part to count."""
+    import attrs
+
     from benchmarks.peers.threadmill_peer import broker_url, incr
     from threadmill_core import Lease, Worker, connect
-    from threadmill_core.models import Decision, TaskResultStatus, evolve_unchecked
+    from threadmill_core.models import Decision, TaskResultStatus
 
     os.environ[common.URL_VARIABLE] = url
     if name == "incr":
@@ -111,7 +113,7 @@ def _operation(name: str, url: str, n: int) -> Callable[[], object]:
                 [
                     Decision(
                         lease=lease,
-                        record=evolve_unchecked(lease.record, status=TaskResultStatus.SUCCESSFUL),
+                        record=attrs.evolve(lease.record, status=TaskResultStatus.SUCCESSFUL),
                     )
                     for lease in leases[at : at + BATCH]
                 ]

@@ -43,14 +43,20 @@ state before it or after it, never between. A method that takes many tasks
 (`enqueue`, `claim`, `claim_expired`, `promote_due`, `purge`) may be atomic
 per task instead, as long as each task's change is atomic.
 
-Bad arguments. A `limit` below 1, a `lease_ttl` or `claim_ttl` that is not
-positive, a negative retry delay, a `complete` status other than SUCCESSFUL
-or FAILED, a decision whose `record.id` is not its lease's task, a negative
-`peek` offset, purging RUNNING: each raises `ValueError` before anything
-changes (for a batch, before any of it changes; `check_decision` is the
-shared check, which also raises `UnsupportedValue` for a return value the
-codec cannot carry). A TTL that is not a `timedelta` is a `ValueError` too.
-A bare str where a sequence of queues is expected is a `TypeError`.
+Bad arguments. A `limit` that is not an int of at least 1 (`True` and
+``"1"`` included), a `lease_ttl` or `claim_ttl` that is not a positive
+`timedelta`, a retry delay that is not a `timedelta` of zero or more, a
+`complete` status other than SUCCESSFUL or FAILED, a decision whose
+`record.id` is not its lease's task, a `peek` offset that is not an int of
+zero or more, purging RUNNING: each raises `ValueError` before anything
+changes (for a batch, before any of it changes). A bare str where a
+sequence of queues is expected is a `TypeError`. A record to enqueue that
+the codec cannot carry, or a SUCCESSFUL return value it cannot carry, is an
+`UnsupportedValue`. The functions at the end of this module make these
+checks (`check_limit`, `check_offset`, `ttl_ms`, `queue_names`,
+`check_purgeable`, `check_window`, `check_records`, `check_decision`); every
+bundled backend calls them, and third-party backends should too, so that
+every backend refuses the same calls with the same words.
 
 Poison. A stored record that a backend cannot decode (corrupt or foreign
 bytes) is never returned from `claim` or `claim_expired`: the backend
@@ -67,12 +73,10 @@ from __future__ import annotations
 
 import abc
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, overload
 
-from threadmill_core import codec
-from threadmill_core.codec import check_value
+from threadmill_core.clock import duration_ms
 from threadmill_core.models import (
     Decision,
     Lease,
@@ -80,8 +84,8 @@ from threadmill_core.models import (
     QueueRates,
     TaskResult,
     TaskResultStatus,
-    copy_call,
 )
+from threadmill_core.values import check_record, check_retry, check_value
 
 #: How far back a backend's telemetry reaches (see `Backend.rates`): older
 #: buckets are deleted, so the history of one queue is bounded however busy it is.
@@ -97,88 +101,6 @@ NOTHING_DEFERRED = timedelta.max
 #: The segments `purge` may drop. RUNNING is not among them: a running task
 #: is held by a worker, and only its lease decides it.
 PURGEABLE_STATUSES = frozenset(TaskResultStatus) - {TaskResultStatus.RUNNING}
-
-
-class CheckedRecords(Sequence[TaskResult]):
-    """The records of many calls of one task, all checked when this is made, each made when read.
-
-    `Broker.enqueue_many` passes one to `Backend.enqueue`. Record ``i`` is
-    `shared` with ``ids[i]``, ``args[i]`` and ``kwargs[i]`` (each call's
-    arguments copied into a list and a dict). Every record passes
-    `codec.check_record` and `codec.check_retry`: this checks `shared` and
-    the ids once and each call's arguments, and raises `UnsupportedValue`
-    as those would, so a bad call is refused before any backend sees the
-    batch.
-
-    A backend may therefore skip its own checks for one, and write each
-    part in turn, so the first is stored while the rest is still being
-    made; it may also read the parts (`shared`, `ids`, `args`, `kwargs`)
-    instead of records, and make only the records it returns. One that does
-    not look for it reads it as any sequence: a record is made when first
-    read, and is the same object after. The parts are the batch itself,
-    not copies: a backend reads them and changes nothing.
-    """
-
-    __slots__ = ("_made", "args", "ids", "kwargs", "shared")
-
-    def __init__(
-        self,
-        shared: TaskResult,
-        ids: Sequence[str],
-        calls: Iterable[tuple[Sequence[Any], Mapping[str, Any]]],
-    ) -> None:
-        codec.check_record(shared)  # its task path and queue, for every record
-        codec.check_retry(shared.retry)
-        #: What every record holds but its id and arguments.
-        self.shared = shared
-        self.ids = list(ids)
-        self.args: list[list[Any]] = []
-        self.kwargs: list[dict[str, Any]] = []
-        for call_args, call_kwargs in calls:
-            args, kwargs = list(call_args), dict(call_kwargs)
-            codec.check_arguments(args, kwargs)
-            self.args.append(args)
-            self.kwargs.append(kwargs)
-        if len(self.ids) != len(self.args):
-            raise ValueError(f"{len(self.ids)} ids for {len(self.args)} calls")
-        if not all(type(task_id) is str for task_id in self.ids) or not "".join(self.ids).isascii():
-            for task_id in self.ids:  # the first that is not a plain str, named
-                codec.check_record(copy_call(shared, {"id": task_id, "args": [], "kwargs": {}}))
-        self._made: list[TaskResult] = []
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-    @overload
-    def __getitem__(self, index: int) -> TaskResult: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> list[TaskResult]: ...
-
-    def __getitem__(self, index: int | slice) -> TaskResult | list[TaskResult]:
-        if isinstance(index, slice):
-            start, stop, step = index.indices(len(self.ids))
-            self._make(stop if step > 0 else start + 1)
-            return self._made[index]
-        if index < 0:
-            index += len(self.ids)
-        if not 0 <= index < len(self.ids):
-            raise IndexError("CheckedRecords index out of range")
-        self._make(index + 1)
-        return self._made[index]
-
-    def __iter__(self) -> Iterator[TaskResult]:
-        self._make(len(self.ids))
-        return iter(self._made)
-
-    def _make(self, stop: int) -> None:
-        """Make the records up to index `stop` (excluded) that are not made yet."""
-        made, shared, ids = self._made, self.shared, self.ids
-        args, kwargs = self.args, self.kwargs
-        for index in range(len(made), stop):
-            made.append(
-                copy_call(shared, {"id": ids[index], "args": args[index], "kwargs": kwargs[index]})
-            )
 
 
 class Backend(abc.ABC):
@@ -211,7 +133,11 @@ class Backend(abc.ABC):
         `attempts` 0, and no errors, workers, timestamps or return value.
 
         Idempotent on `id`: a record whose id is already stored is not stored
-        again, and the stored record is returned in its place.
+        again, and the stored record is returned in its place; of an id given
+        twice in one call, the first record is stored and answers both.
+
+        Every record is checked (`check_records`) before any is stored: one
+        the codec cannot carry raises `UnsupportedValue` and nothing is stored.
         """
 
     # --- working ---------------------------------------------------------------------
@@ -424,8 +350,7 @@ class Backend(abc.ABC):
         show rates as unknown, not as zero. A `window` that is not a positive
         `timedelta` is a `ValueError`, here and in every override.
         """
-        if not isinstance(window, timedelta) or window <= timedelta(0):
-            raise ValueError(f"window must be a positive timedelta, got {window!r}")
+        check_window(window)
         return None
 
     # --- operator actions ------------------------------------------------------------
@@ -467,11 +392,82 @@ class Backend(abc.ABC):
         self.close()
 
 
+# --- the bad-argument rules (see "Bad arguments" above), for every backend -------------
+
+
+def check_limit(limit: object) -> int:
+    """`limit` if it is an int of at least 1; else `ValueError` (also for `True` and ``"1"``)."""
+    if type(limit) is not int or limit < 1:
+        raise ValueError(f"limit must be an int of at least 1, got {limit!r}")
+    return limit
+
+
+def check_offset(offset: object) -> int:
+    """`offset` if it is an int of zero or more; else `ValueError`."""
+    if type(offset) is not int or offset < 0:
+        raise ValueError(f"offset must be an int of zero or more, got {offset!r}")
+    return offset
+
+
+def ttl_ms(name: str, ttl: object) -> int:
+    """A `lease_ttl` or `claim_ttl` (`name`) in whole milliseconds, rounded up.
+
+    `ValueError` unless it is a positive `timedelta` (a number of seconds is refused too).
+    """
+    if not isinstance(ttl, timedelta) or ttl <= timedelta(0):
+        raise ValueError(f"{name} must be a positive timedelta, got {ttl!r}")
+    return duration_ms(ttl)
+
+
+def queue_names(queues: Sequence[str]) -> list[str]:
+    """`queues` as a list, each name once, in the order given.
+
+    `TypeError` for a bare str, which is a sequence of one-letter names.
+    """
+    if isinstance(queues, str):
+        raise TypeError(
+            f"queues must be a list of queue names (any sequence), not the str {queues!r}"
+        )
+    return list(dict.fromkeys(queues))
+
+
+def check_purgeable(status: TaskResultStatus) -> TaskResultStatus:
+    """`status` as a `TaskResultStatus` that `purge` may drop; `ValueError` for RUNNING."""
+    status = TaskResultStatus(status)
+    if status not in PURGEABLE_STATUSES:
+        raise ValueError("RUNNING cannot be purged: a running task belongs to its lease holder")
+    return status
+
+
+def check_window(window: object) -> timedelta:
+    """A `rates` window: `ValueError` unless it is a positive `timedelta`."""
+    if not isinstance(window, timedelta) or window <= timedelta(0):
+        raise ValueError(f"window must be a positive timedelta, got {window!r}")
+    return window
+
+
+def check_records(records: Sequence[TaskResult]) -> None:
+    """Raise `UnsupportedValue` for the first record `enqueue` must refuse, naming the field.
+
+    Each record's arguments, id, task path and queue (`codec.check_record`)
+    and its retry policy (`codec.check_retry`; once per policy object, since
+    the records of a batch usually share one). A record that passes encodes.
+    """
+    checked: object = None
+    for record in records:
+        check_record(record)
+        if record.retry is not None and record.retry is not checked:
+            check_retry(record.retry)
+            checked = record.retry
+
+
 def check_decision(decision: Decision) -> None:
     """Raise for a decision no backend may apply (see "Bad arguments").
 
-    `ValueError` for a mismatched lease, a non-terminal status or a negative
-    delay; `UnsupportedValue` for a return value the codec cannot carry.
+    `ValueError` for a mismatched lease, a non-terminal status or a retry
+    delay that is not a `timedelta` of zero or more; `UnsupportedValue` for a
+    return value the codec cannot carry. A batch checks every decision
+    before it applies any.
     """
     lease, record = decision.lease, decision.record
     if record.id != lease.task_id:
@@ -483,5 +479,5 @@ def check_decision(decision: Decision) -> None:
             )
         if record.status is TaskResultStatus.SUCCESSFUL:
             check_value(record.return_value, "return_value")
-    elif decision.retry_delay < timedelta(0):
-        raise ValueError(f"retry() needs a delay of zero or more, got {decision.retry_delay}")
+    elif not isinstance(decision.retry_delay, timedelta) or decision.retry_delay < timedelta(0):
+        raise ValueError(f"retry() needs a timedelta of zero or more, got {decision.retry_delay!r}")

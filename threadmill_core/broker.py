@@ -7,84 +7,38 @@
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import gc
 import os
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 
-from threadmill_core import codec
-from threadmill_core.backend import Backend, CheckedRecords
+from threadmill_core.backend import Backend
 from threadmill_core.clock import from_ms, to_ms
 from threadmill_core.errors import TaskNotFound, WaitTimeout
-from threadmill_core.models import (
-    QueueCounts,
-    TaskResult,
-    TaskResultStatus,
-    copy_call,
-    new_task_id,
-    new_task_ids,
-)
+from threadmill_core.ids import new_task_id, new_task_ids
+from threadmill_core.models import QueueCounts, TaskResult, TaskResultStatus, validate_run_after
 from threadmill_core.plugins import backend_for_url, notify, notify_each
-from threadmill_core.task import Task, validate_run_after
 
 DEFAULT_URL = "memory://"
 
-_pause_lock = threading.Lock()
-_paused = False  # the collector is off because a batch turned it off
 
+class Enqueueable(Protocol):
+    """What `Broker.enqueue` needs of a task: a `threadmill_core.Task` is one.
 
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """CPython's cyclic garbage collector off while `enqueue_many` builds, then as it was.
-
-    A batch makes a few objects per call (its record, its args, the stored
-    record the backend answers) that all live until the batch returns, and
-    no reference cycles. With the collector on, a batch of 5,000 sets off
-    about thirty collections that scan those objects again and again, and
-    often one of the whole heap for having promoted them: about a sixth of
-    the batch's time on a 2-core VM. Paused, they are scanned once, by the
-    first collection after it, if they live that long.
-
-    Only the batch that turned the collector off turns it back on, when it
-    ends, so the collector is never off for longer than one batch, however
-    many threads enqueue; a batch that found it off (another's pause, or
-    the application's own ``gc.disable()``) leaves it alone. A
-    ``gc.disable()`` made elsewhere during a batch's pause is undone when
-    the batch ends. The caller's plugins run outside the pause. A child
-    forked during a pause starts with the collector on (`_after_fork`).
+    `template` is the record every stored call starts from (task path,
+    queue, priority, retry policy), `run_after` the task's own delay or time.
     """
-    global _paused
-    with _pause_lock:
-        mine = not _paused and gc.isenabled()
-        if mine:
-            gc.disable()
-            _paused = True
-    try:
-        yield
-    finally:
-        if mine:
-            with _pause_lock:
-                _paused = False
-                gc.enable()
 
+    @property
+    def template(self) -> TaskResult: ...
 
-def _after_fork() -> None:
-    """In a forked child: a batch of the parent's under way will never end here."""
-    global _pause_lock, _paused
-    _pause_lock = threading.Lock()  # the parent's may have been held by another thread
-    if _paused:
-        _paused = False
-        gc.enable()
-
-
-os.register_at_fork(after_in_child=_after_fork)
+    @property
+    def run_after(self) -> datetime | timedelta | None: ...
 
 
 class Broker:
@@ -101,54 +55,46 @@ class Broker:
 
     # --- producing -------------------------------------------------------------------
 
-    def enqueue(self, task: Task[Any, Any], *args: Any, **kwargs: Any) -> TaskResult:
+    def enqueue(self, task: Enqueueable, *args: Any, **kwargs: Any) -> TaskResult:
         """Store one call of `task`; return the stored record.
 
         Arguments the codec cannot carry raise `UnsupportedValue` naming them
         (e.g. ``kwargs['when']``), and nothing is stored.
         """
-        # enqueue_many's work for one call, without its loop: this is the usual call.
-        call_args = list(args)  # `kwargs` is already this call's own dict
-        codec.check_arguments(call_args, kwargs)
-        changes = {"id": new_task_id(), "args": call_args, "kwargs": kwargs}
-        [stored] = self.backend.enqueue([copy_call(self._shared(task), changes)])
+        record = attrs.evolve(self._shared(task), id=new_task_id(), args=list(args), kwargs=kwargs)
+        [stored] = self.backend.enqueue([record])
         notify("threadmill_task_enqueued", record=stored)
         return stored
 
     def enqueue_many(
         self,
-        task: Task[Any, Any],
+        task: Enqueueable,
         calls: Iterable[tuple[Sequence[Any], Mapping[str, Any]]],
     ) -> list[TaskResult]:
         """Store many calls of `task` in one backend call; all are checked before any is stored.
 
-        The backend gets them as `CheckedRecords`: every call checked first,
-        each record made as the backend reads it, so a backend that writes
-        in parts stores the first while it reads the rest. CPython's cyclic
-        garbage collector is paused while the batch is built and stored, and
-        then left as it was (see `_collector_paused`).
+        Each call is ``(args, kwargs)``. A call the codec cannot carry raises
+        `UnsupportedValue` naming it, and none of the calls is stored.
         """
         shared = self._shared(task)
         calls = list(calls)
-        with _collector_paused():
-            records = CheckedRecords(shared, new_task_ids(len(calls)), calls)
-            stored = self.backend.enqueue(records)
+        records = [
+            attrs.evolve(shared, id=task_id, args=list(args), kwargs=dict(kwargs))
+            for task_id, (args, kwargs) in zip(new_task_ids(len(calls)), calls, strict=True)
+        ]
+        stored = self.backend.enqueue(records)
         notify_each("threadmill_task_enqueued", "record", stored)
         return stored
 
-    def _shared(self, task: Task[Any, Any]) -> TaskResult:
-        """The record every call of `task` stored now starts from.
-
-        Made (and so checked) once per task, or once per call for a task that
-        runs after a delay. Each call is a copy with its own id and arguments
-        (`copy_call`), which the caller checks.
-        """
-        if not isinstance(task, Task):
+    def _shared(self, task: Enqueueable) -> TaskResult:
+        """The record every call of `task` stored now starts from (its run_after made absolute)."""
+        template = getattr(task, "template", None)
+        if not isinstance(template, TaskResult):
             raise TypeError(f"enqueue takes a @task function, got {task!r}")
         run_after = self._absolute(task.run_after)
         if run_after is None:
-            return task.template
-        return attrs.evolve(task.template, run_after=run_after)
+            return template
+        return attrs.evolve(template, run_after=run_after)
 
     def _absolute(self, run_after: datetime | timedelta | None) -> datetime | None:
         run_after = validate_run_after(run_after)

@@ -26,17 +26,20 @@ import inspect
 import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
+from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 import attrs
 
+from threadmill_core.broker import Broker, default_broker
 from threadmill_core.errors import InvalidOption, InvalidTaskDefinition
-from threadmill_core.models import TaskResult, validate_priority, validate_timedelta
+from threadmill_core.models import (
+    RetryPolicySpec,
+    TaskResult,
+    validate_priority,
+    validate_run_after,
+    validate_timedelta,
+)
 from threadmill_core.retry import RetryPolicy, policy_spec
-
-if TYPE_CHECKING:
-    from threadmill_core.broker import Broker
-    from threadmill_core.models import RetryPolicySpec
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -65,20 +68,6 @@ def validate_queue(queue: object) -> str:
             f"queue must be a non-empty printable str of at most 200 chars, got {queue!r}"
         )
     return queue
-
-
-def validate_run_after(run_after: object) -> datetime | timedelta | None:
-    if run_after is None:
-        return None
-    if isinstance(run_after, datetime):
-        if run_after.tzinfo is None or run_after.utcoffset() is None:
-            raise InvalidOption(
-                f"run_after must be an aware datetime (with a timezone), got naive {run_after!r}"
-            )
-        return run_after
-    if isinstance(run_after, timedelta):
-        return validate_timedelta("run_after", run_after, positive=False)
-    raise InvalidOption(f"run_after must be an aware datetime or a timedelta, got {run_after!r}")
 
 
 def _task_path(func: Callable[..., Any]) -> str:
@@ -173,8 +162,6 @@ class Task(Generic[P, R]):
         anything else raises `UnsupportedValue` naming the argument, and nothing
         is stored.
         """
-        from threadmill_core.broker import default_broker
-
         return (self.broker or default_broker()).enqueue(self, *args, **kwargs)
 
 

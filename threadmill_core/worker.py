@@ -63,7 +63,6 @@ from threadmill_core.models import (
     TaskError,
     TaskResult,
     TaskResultStatus,
-    copier,
     validate_timedelta,
 )
 from threadmill_core.plugins import notify, notify_each
@@ -71,9 +70,6 @@ from threadmill_core.retry import ExponentialBackoff, decide
 from threadmill_core.task import Task, registered_task, registered_tasks, validate_queue
 
 log = logging.getLogger("threadmill.worker")
-
-#: A claimed record as its task returned `return_value` (see `Worker._call`).
-_succeeded = copier(TaskResult, ("status", "return_value"))
 
 QUARANTINE_PATH = f"{TaskQuarantined.__module__}.{TaskQuarantined.__qualname__}"
 
@@ -817,8 +813,7 @@ class Worker:
         except Exception as exc:
             error = TaskError.from_exception(exc, traceback.format_exc())
             return decide(lease, error)
-        # Unchecked: the record came from the backend, and `value` was just checked.
-        done = _succeeded(record, {"status": TaskResultStatus.SUCCESSFUL, "return_value": value})
+        done = attrs.evolve(record, status=TaskResultStatus.SUCCESSFUL, return_value=value)
         return Decision(lease=lease, record=done)
 
     def _quarantine(self, lease: Lease, why: str) -> Decision:

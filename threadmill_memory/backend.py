@@ -38,7 +38,19 @@ from datetime import datetime, timedelta
 
 import attrs
 
-from threadmill_core.backend import NOTHING_DEFERRED, RATE_HISTORY, Backend, check_decision
+from threadmill_core.backend import (
+    NOTHING_DEFERRED,
+    RATE_HISTORY,
+    Backend,
+    check_decision,
+    check_limit,
+    check_offset,
+    check_purgeable,
+    check_records,
+    check_window,
+    queue_names,
+    ttl_ms,
+)
 from threadmill_core.clock import Clock, SystemClock, duration_ms, from_ms, to_ms
 from threadmill_core.errors import PayloadError
 from threadmill_core.models import (
@@ -105,6 +117,7 @@ class MemoryBackend(Backend):
 
     def enqueue(self, records: Sequence[TaskResult]) -> list[TaskResult]:
         records = list(records)
+        check_records(records)
         with self._lock:
             now_ms = self._begin()
             # Encode (and so check) every new record before storing any, so a
@@ -153,13 +166,13 @@ class MemoryBackend(Backend):
         lease_ttl: timedelta,
         limit: int = 1,
     ) -> list[Lease]:
-        names = _queue_names(queues)
-        _check_limit(limit)
-        ttl_ms = _positive_ms("lease_ttl", lease_ttl)
+        names = queue_names(queues)
+        check_limit(limit)
+        lease_ms = ttl_ms("lease_ttl", lease_ttl)
         with self._lock:
             now_ms = self._begin()
             self._promote(self._store.up_to(DEFERRED, now_ms, names))
-            now, deadline_ms = from_ms(now_ms), now_ms + ttl_ms
+            now, deadline_ms = from_ms(now_ms), now_ms + lease_ms
             leases: list[Lease] = []
             for queue in names:
                 while len(leases) < limit and (head := self._store.first(queue, READY)) is not None:
@@ -183,9 +196,9 @@ class MemoryBackend(Backend):
         return self.extend_many([lease], lease_ttl)[0]
 
     def extend_many(self, leases: Sequence[Lease], lease_ttl: timedelta) -> list[Lease | None]:
-        ttl_ms = _positive_ms("lease_ttl", lease_ttl)
+        lease_ms = ttl_ms("lease_ttl", lease_ttl)
         with self._lock:
-            deadline_ms = self._begin() + ttl_ms
+            deadline_ms = self._begin() + lease_ms
             renewed: list[Lease | None] = []
             for lease in leases:
                 entry = self._store.get(lease.task_id)
@@ -275,7 +288,7 @@ class MemoryBackend(Backend):
         time, whatever the clock: it bounds how long a thread blocks. False
         when it timed out with no such task; True otherwise (closed included).
         """
-        names = _queue_names(queues)
+        names = queue_names(queues)
         with self._ready:
             return self._ready.wait_for(
                 lambda: self._closed or self._has_work(names),
@@ -293,11 +306,11 @@ class MemoryBackend(Backend):
     # --- maintenance -----------------------------------------------------------------
 
     def claim_expired(self, *, limit: int, claim_ttl: timedelta) -> list[Lease]:
-        _check_limit(limit)
-        ttl_ms = _positive_ms("claim_ttl", claim_ttl)
+        check_limit(limit)
+        claim_ms = ttl_ms("claim_ttl", claim_ttl)
         with self._lock:
             now_ms = self._begin()
-            deadline_ms = now_ms + ttl_ms
+            deadline_ms = now_ms + claim_ms
             leases: list[Lease] = []
             for _key, task_id in self._store.up_to(RUNNING, now_ms, None):
                 if len(leases) == limit:
@@ -321,7 +334,7 @@ class MemoryBackend(Backend):
         return timedelta(milliseconds=max(min(due_ms) - now_ms, 0))
 
     def promote_due(self, *, limit: int) -> int:
-        _check_limit(limit)
+        check_limit(limit)
         with self._lock:
             now_ms = self._begin()
             return self._promote(self._store.up_to(DEFERRED, now_ms, None)[:limit])
@@ -360,9 +373,8 @@ class MemoryBackend(Backend):
         limit: int = 100,
     ) -> list[TaskResult]:
         status = TaskResultStatus(status)
-        _check_limit(limit)
-        if offset < 0:
-            raise ValueError(f"offset must be 0 or more, got {offset!r}")
+        check_limit(limit)
+        check_offset(offset)
         with self._lock:
             self._begin()
             items = self._store.slice(queue, status, offset, limit)
@@ -370,7 +382,7 @@ class MemoryBackend(Backend):
 
     def rates(self, window: timedelta) -> Mapping[str, QueueRates] | None:
         """Counted in one-second buckets over the last hour (`RATE_HISTORY`), on the clock."""
-        super().rates(window)  # the argument check
+        check_window(window)
         with self._lock:
             now_ms = self._begin()
             covered, totals = self._history.window(now_ms, window)
@@ -419,9 +431,7 @@ class MemoryBackend(Backend):
             return stored
 
     def purge(self, queue: str, status: TaskResultStatus) -> int:
-        status = TaskResultStatus(status)
-        if status is RUNNING:
-            raise ValueError("RUNNING cannot be purged: a running task belongs to its lease holder")
+        status = check_purgeable(status)
         with self._lock:
             self._begin()
             return self._store.purge(queue, status)
@@ -539,23 +549,3 @@ class MemoryBackend(Backend):
             self._put(record, (now_ms,), token=None)
             self._history.record(entry.queue, now_ms, finished=1)
             return None
-
-
-# --- argument checks (before the lock: a bad argument changes nothing) --------------------
-
-
-def _queue_names(queues: Sequence[str]) -> list[str]:
-    if isinstance(queues, str):  # a str is a Sequence[str] of one-letter queues
-        raise TypeError(f"queues must be a list of queue names, not the str {queues!r}")
-    return list(queues)
-
-
-def _check_limit(limit: int) -> None:
-    if limit < 1:
-        raise ValueError(f"limit must be at least 1, got {limit!r}")
-
-
-def _positive_ms(name: str, delta: timedelta) -> int:
-    if not isinstance(delta, timedelta) or delta <= timedelta(0):
-        raise ValueError(f"{name} must be positive, got {delta!r}")
-    return duration_ms(delta)

@@ -2,9 +2,11 @@
 
 Each method runs the script of the same name in ``lua/`` (batches of many
 tasks cost one round trip), turns its status codes into core results in
-`replies`, and lets no driver exception through: `connection.call` is the
+`replies`, and lets no driver exception through: `boundary.call` is the
 one boundary where they become `RedisBackendError` / `RedisUnavailable`
 (the core's `BackendUnavailable`, which workers ride out with a backoff).
+Arguments are checked with the core's shared checks before anything is
+sent (`threadmill_core.backend`), so a refused call changes nothing.
 
 Lost replies. Calls whose repeat is answered as the first time are sent
 again when the connection drops before the reply arrives: `complete`,
@@ -18,15 +20,10 @@ act again; a reaper claim whose reply was lost lapses after its claim TTL
 and is taken up again. Clients the backend builds itself do not retry
 inside redis-py, so this policy is the only one.
 
-Connections. With a plain `redis.Redis` (the usual case, and what
-``from_url`` builds), scripts run on connections made by the client's pool
-but lent by the backend (`connection.HeldConnections`), which skips the
-pool's per-call bookkeeping; each is checked before it is lent, as the pool
-checks its own. Backends on one client share them (as many as scripts ran
-at once), they count toward the pool's ``max_connections``, a retry policy
-configured on a given client does not apply to them (the policy above
-does), and they close with a client the backend built, or with the pool.
-Blocking waits (`wait_for_tasks`) and a cluster's calls go through the pool.
+Connections. Every command goes through the client's own connection pool,
+by redis-py's public API: one EVALSHA per call (`scripts.evalsha`), and a
+pipeline for the calls of a long `enqueue` (`scripts.evalsha_many`).
+Blocking waits (`wait_for_tasks`) borrow a pooled connection of their own.
 
 Redis Cluster. A `redis.RedisCluster` client works as well as a
 `redis.Redis`: every key of the namespace shares one hash tag, so every
@@ -36,7 +33,6 @@ script runs on the namespace's shard, and `now()` reads that shard's clock.
 from __future__ import annotations
 
 import functools
-import itertools
 import logging
 import time
 import uuid
@@ -52,10 +48,16 @@ from threadmill_core.backend import (
     NOTHING_DEFERRED,
     RATE_HISTORY,
     Backend,
-    CheckedRecords,
     check_decision,
+    check_limit,
+    check_offset,
+    check_purgeable,
+    check_records,
+    check_window,
+    queue_names,
+    ttl_ms,
 )
-from threadmill_core.clock import duration_ms, from_ms, to_ms
+from threadmill_core.clock import duration_ms, from_ms
 from threadmill_core.errors import InvalidOption, PayloadError, TaskQuarantined
 from threadmill_core.models import (
     Decision,
@@ -66,8 +68,10 @@ from threadmill_core.models import (
     TaskResult,
     TaskResultStatus,
 )
-from threadmill_redis import arguments, connection, scripts
-from threadmill_redis.connection import Client
+from threadmill_redis import arguments, clients, scripts
+from threadmill_redis.boundary import call
+from threadmill_redis.clients import Client
+from threadmill_redis.errors import RedisBackendError, RedisUnavailable
 from threadmill_redis.keys import STORE, TELEMETRY, Keys
 from threadmill_redis.options import RedisOptions, split_query
 from threadmill_redis.replies import (
@@ -75,13 +79,14 @@ from threadmill_redis.replies import (
     answer,
     decided,
     encode_worker,
+    enqueued,
     extended,
     parse_state,
 )
 
 log = logging.getLogger("threadmill_redis")
 
-SCHEMES = tuple(connection.SCHEMES)
+SCHEMES = tuple(clients.SCHEMES)
 
 
 #: The names of the namespace-wide keys a script header may declare.
@@ -107,12 +112,8 @@ class RedisBackend(Backend):
         self.client = client
         self.keys = Keys(self.options.namespace)
         self._static_keys: dict[str, list[str | None]] = {}
-        #: enqueue_one.lua's keys by queue (its notify list is the queue's).
-        self._enqueue_one_keys: dict[str, list[str]] = {}
         self._ttl_ms = duration_ms(self.options.result_ttl)
         self._owns_client = False
-        # The scripts' connections, past the pool's bookkeeping (None: through the pool).
-        self._held = connection.HeldConnections.for_client(client)
         self._check_server()
 
     @classmethod
@@ -134,7 +135,7 @@ class RedisBackend(Backend):
         if client is not None:
             return cls(client, **ours)
         # No retries inside redis-py: this backend decides what may be repeated.
-        client = connection.client_from_url(url, driver_query)
+        client = clients.client_from_url(url, driver_query)
         try:
             backend = cls(client, **ours)
         except BaseException:
@@ -154,38 +155,16 @@ class RedisBackend(Backend):
         args: Sequence[Any],
         *,
         repeatable: bool,
-        keys_repeat: bool = True,
         extra_keys: Sequence[str] = (),
         **named_keys: str,
     ) -> Any:
+        """Run script `name` once with `args`; its keys by name (see `_script_keys`)."""
         script = scripts.load(name)
         keys = self._script_keys(script, named_keys, extra_keys)
-        return self._evalsha(script, keys, args, repeatable=repeatable, keys_repeat=keys_repeat)
-
-    def _evalsha(
-        self,
-        script: scripts.Script,
-        keys: Sequence[str],
-        args: Sequence[Any],
-        *,
-        repeatable: bool,
-        keys_repeat: bool = True,
-    ) -> Any:
-        """Run `script` through `connection.call`, on a held connection where there are any.
-
-        `keys_repeat`: later calls will name the same keys (see `scripts.evalsha_held`).
-        """
-        held = self._held
-        if held is None:
-            return connection.call(
-                lambda: scripts.evalsha(self.client, script, keys, args),
-                repeatable=repeatable,
-                what=script.name,
-            )
-        return connection.call(
-            lambda: scripts.evalsha_held(held, script, keys, args, keys_repeat=keys_repeat),
+        return call(
+            lambda: scripts.evalsha(self.client, script, keys, args),
             repeatable=repeatable,
-            what=script.name,
+            what=name,
         )
 
     def _script_keys(
@@ -216,28 +195,36 @@ class RedisBackend(Backend):
         waiting, so they fail here. A server that cannot be reached now is
         not an error: workers start during an outage too, and ride it out.
         """
+        state = self.keys.store("state")
         try:
             # One read of a namespace key settles credentials, certificate and key permissions.
-            self.client.exists(self.keys.store("state"))
-        except redis.AuthenticationError as exc:
-            raise InvalidOption(f"Redis refused the credentials: {exc}") from exc
-        except redis.exceptions.NoPermissionError as exc:
-            raise InvalidOption(
-                f"the Redis user may not use the keys of namespace {self.keys.namespace!r} "
-                f"({self.keys.prefix}*): {exc}"
-            ) from exc
-        except (redis.RedisError, redis.exceptions.RedisClusterException) as exc:
-            if connection.certificate_refused(exc):
+            call(lambda: self.client.exists(state), repeatable=False, what="connect")
+        except RedisUnavailable as exc:
+            if clients.certificate_refused(exc):
                 raise InvalidOption(f"Redis's TLS certificate does not verify: {exc}") from exc
             log.debug("Redis is not reachable now (%s); calls will wait for it", exc)
+            return
+        except RedisBackendError as exc:
+            if isinstance(exc.__cause__, redis.AuthenticationError):
+                raise InvalidOption(f"Redis refused the credentials: {exc.__cause__}") from exc
+            if isinstance(exc.__cause__, redis.exceptions.NoPermissionError):
+                raise InvalidOption(
+                    f"the Redis user may not use the keys of namespace {self.keys.namespace!r} "
+                    f"({self.keys.prefix}*): {exc.__cause__}"
+                ) from exc
+            log.debug("Redis could not be checked now (%s); calls will tell", exc)
             return
         self._warn_about_eviction()
 
     def _warn_about_eviction(self) -> None:
-        here = connection.on_key_node(self.client, self.keys.store("state"))
+        here = clients.on_key_node(self.client, self.keys.store("state"))
         try:
-            reply = self.client.config_get("maxmemory-policy", **here)
-        except (redis.RedisError, redis.exceptions.RedisClusterException) as exc:
+            reply = call(
+                lambda: self.client.config_get("maxmemory-policy", **here),
+                repeatable=False,
+                what="config",
+            )
+        except RedisBackendError as exc:
             # CONFIG may be disabled (managed Redis, an ACL user without it, fakeredis).
             log.debug("could not read maxmemory-policy: %s", exc)
             return
@@ -253,179 +240,63 @@ class RedisBackend(Backend):
     # --- clock -------------------------------------------------------------------------
 
     def now(self) -> datetime:
-        here = connection.on_key_node(self.client, self.keys.store("state"))
-        seconds, micros = connection.call(
-            lambda: self.client.time(**here), repeatable=True, what="now"
-        )
+        here = clients.on_key_node(self.client, self.keys.store("state"))
+        seconds, micros = call(lambda: self.client.time(**here), repeatable=True, what="now")
         return from_ms(int(seconds) * 1000 + int(micros) // 1000)
 
     # --- producing ---------------------------------------------------------------------
 
     def enqueue(self, records: Sequence[TaskResult]) -> list[TaskResult]:
-        if isinstance(records, CheckedRecords) and len(records) > 1:
-            return self._enqueue_calls(records)
+        """Store `records` with ``enqueue.lua``, in calls of at most ``enqueue_batch`` records.
+
+        Every record is checked before any call is sent. One call is one
+        EVALSHA; several go in one pipeline, one round trip, each call
+        atomic on its own. A repeat after a dropped connection sends them
+        all again, which stores nothing twice (idempotent on id).
+        """
         records = list(records)
+        check_records(records)
+        if not records:
+            return []
         size = self.options.enqueue_batch
-        if len(records) <= size:
-            payloads = arguments.payloads(records)  # all checked and encoded before any is sent
-            if len(records) == 1:  # the usual call: Broker.enqueue
-                return self._enqueue_one(records, payloads[0])
-            if not records:
-                return []
-            now, *rows = self._evalsha(
-                *self._enqueue_call(scripts.load("enqueue"), records, payloads), repeatable=True
+        chunks = [records[start : start + size] for start in range(0, len(records), size)]
+        calls = [self._enqueue_call(chunk) for chunk in chunks]
+        if len(calls) == 1:
+            [script, keys, args] = calls[0]
+            replies = [
+                call(
+                    lambda: scripts.evalsha(self.client, script, keys, args),
+                    repeatable=True,
+                    what="enqueue",
+                )
+            ]
+        else:
+            replies = call(
+                lambda: scripts.evalsha_many(self.client, calls), repeatable=True, what="enqueue"
             )
-            return arguments.enqueued_many(rows, records, now)
-        # Larger batches: one pipeline of script calls. Every record is
-        # checked before any call is sent; each call is then encoded, packed
-        # and written in turn, so the server runs the first while the rest
-        # are made. Each reply (the server time, then a row per record; see
-        # enqueue.lua) is answered as it is read, while the server runs the
-        # next call.
-        arguments.check_records(records)
-        script, encode = scripts.load("enqueue"), codec.EnqueuedEncoder()
+        stored: list[TaskResult] = []
+        for chunk, (now, *rows) in zip(chunks, replies, strict=True):
+            stored += enqueued(rows, chunk, now)
+        return stored
 
-        def call(start: int, stop: int) -> scripts.Call:
-            chunk = records[start:stop]
-            return self._enqueue_call(script, chunk, arguments.encoded(chunk, encode))
-
-        def answer(reply: Any, start: int, stop: int) -> list[TaskResult]:
-            now, *rows = reply
-            return arguments.enqueued_many(rows, records[start:stop], now)
-
-        return self._enqueue_pipelined(len(records), call, answer)
-
-    def _enqueue_calls(self, calls: CheckedRecords) -> list[TaskResult]:
-        """`enqueue` of a broker's batch (`Broker.enqueue_many`), from its parts.
-
-        As the long batch of `enqueue`, with no check (the batch was checked
-        when it was made), and each record made once: the one returned,
-        from the stored state and the call's parts (`enqueued_calls`). The
-        payloads are encoded from the parts, a call of the script at a time.
-        """
-        script, encode = scripts.load("enqueue"), codec.EnqueuedEncoder()
-        shared, ids = calls.shared, calls.ids
-        keys = self._script_keys(script, {}, [self.keys.notify(shared.queue)])
-        run_after = "" if shared.run_after is None else to_ms(shared.run_after)
-        notify_index = len(script.key_names) + 1  # the KEYS index of the one notify list
-
-        def call(start: int, stop: int) -> scripts.Call:
-            payloads = arguments.encoded_calls(calls, start, stop, encode)
-            args: list[Any] = [self.options.notify_cap, stop - start, shared.queue]
-            args += (shared.priority, run_after, notify_index)
-            args += itertools.chain.from_iterable(zip(ids[start:stop], payloads, strict=True))
-            return script, keys, args
-
-        def answer(reply: Any, start: int, stop: int) -> list[TaskResult]:
-            now, *rows = reply
-            return arguments.enqueued_calls(rows, calls, start, now)
-
-        return self._enqueue_pipelined(len(calls), call, answer)
-
-    def _enqueue_pipelined(
-        self,
-        count: int,
-        call: Callable[[int, int], scripts.Call],
-        answer: Callable[[Any, int, int], list[TaskResult]],
-    ) -> list[TaskResult]:
-        """`count` records stored by ``enqueue.lua`` calls of `enqueue_batch`, in one pipeline.
-
-        ``call(start, stop)`` makes the call of records `start` to `stop`
-        as it is sent; ``answer(reply, start, stop)`` reads its reply (the
-        server time, then a row per record) as it comes back, while the
-        server runs the next call. Returns every answer, in order.
-        """
-        size = self.options.enqueue_batch
-        starts = range(0, count, size)
-        answered: list[list[TaskResult]] = [[] for _ in starts]
-
-        def make(index: int) -> scripts.Call:
-            start = starts[index]
-            return call(start, min(start + size, count))
-
-        def take(index: int, reply: Any) -> None:
-            start = starts[index]
-            answered[index] = answer(reply, start, min(start + size, count))
-
-        self._evalsha_many(scripts.LazyCalls(len(starts), make), take)
-        return [result for chunk in answered for result in chunk]
-
-    def _enqueue_one(self, records: list[TaskResult], payload: bytes) -> list[TaskResult]:
-        """`enqueue` of one record, by ``enqueue_one.lua``: the batch script's work, in less."""
-        record = records[0]
-        script = scripts.load("enqueue_one")
-        keys = self._enqueue_one_keys.get(record.queue)
-        if keys is None:
-            if len(self._enqueue_one_keys) >= 1000:  # bounded, whatever queues come and go
-                self._enqueue_one_keys.clear()
-            keys = self._enqueue_one_keys[record.queue] = self._script_keys(
-                script, {"notify": self.keys.notify(record.queue)}, ()
-            )
-        run_after = record.run_after
-        args = [
-            self.options.notify_cap,
-            record.id,
-            payload,
-            record.queue,
-            record.priority,
-            "" if run_after is None else to_ms(run_after),
-        ]
-        now, row = self._evalsha(script, keys, args, repeatable=True)
-        return arguments.enqueued_many([row], records, now)
-
-    def _enqueue_call(
-        self, script: scripts.Script, records: Sequence[TaskResult], payloads: Sequence[bytes]
-    ) -> scripts.Call:
-        """An ``enqueue.lua`` call of `records`, in runs sharing queue, priority and run_after."""
-        first = len(script.key_names) + 1  # KEYS index of the first notify list
-        notify: dict[str, int] = {}  # queue -> KEYS index of its notify list
-        args: list[Any] = [self.options.notify_cap]
-        run: tuple[str, int, datetime | None] | None = None
-        at = 0  # where the current run's length is
-        for record, payload in zip(records, payloads, strict=True):
-            queue, priority, run_after = record.queue, record.priority, record.run_after
-            if run is None or queue != run[0] or priority != run[1] or run_after != run[2]:
-                run = (queue, priority, run_after)
-                index = notify.get(queue)
-                if index is None:
-                    index = notify[queue] = first + len(notify)
-                at = len(args)
-                args += (0, queue, priority, "" if run_after is None else to_ms(run_after), index)
-            args[at] += 1
-            args += (record.id, payload)
-        keys = self._script_keys(script, {}, [self.keys.notify(queue) for queue in notify])
+    def _enqueue_call(self, records: Sequence[TaskResult]) -> scripts.Call:
+        """The ``enqueue.lua`` call of `records`: its keys (a notify list per queue) and ARGV."""
+        script = scripts.load("enqueue")
+        queues = list(dict.fromkeys(record.queue for record in records))
+        first = len(script.key_names) + 1  # the KEYS index of the first notify list
+        notify_index = {queue: first + n for n, queue in enumerate(queues)}
+        keys = self._script_keys(script, {}, [self.keys.notify(queue) for queue in queues])
+        args = [self.options.notify_cap, *arguments.enqueue_runs(records, notify_index)]
         return script, keys, args
-
-    def _evalsha_many(
-        self, calls: Sequence[scripts.Call], each: Callable[[int, Any], None]
-    ) -> None:
-        """Repeatable script calls in one round trip; `each(index, result)` takes each result.
-
-        On a held connection each result is taken as it is read (see
-        `scripts.evalsha_many_held`); a repeat after a dropped connection
-        takes every result again.
-        """
-        held = self._held
-        what = calls[0][0].name
-        if held is None:
-            results = connection.call(
-                lambda: scripts.evalsha_many(self.client, calls), repeatable=True, what=what
-            )
-            for index, result in enumerate(results):
-                each(index, result)
-            return
-        connection.call(
-            lambda: scripts.evalsha_many_held(held, calls, each), repeatable=True, what=what
-        )
 
     # --- working -----------------------------------------------------------------------
 
     def claim(
         self, queues: Sequence[str], *, worker: str, lease_ttl: timedelta, limit: int = 1
     ) -> list[Lease]:
-        names = arguments.queue_names(queues)
-        head = [encode_worker(worker), arguments.positive_ms("lease_ttl", lease_ttl)]
-        arguments.limit(limit)
+        names = queue_names(queues)
+        head = [encode_worker(worker), ttl_ms("lease_ttl", lease_ttl)]
+        check_limit(limit)
         if not names:
             return []
 
@@ -434,7 +305,7 @@ class RedisBackend(Backend):
             # is answered with the leases the first send granted.
             receipt = self.keys.claim_receipt(uuid.uuid4().hex)
             rows: Sequence[Any] = self._run(
-                "claim", [*head, want, *names], repeatable=True, keys_repeat=False, receipt=receipt
+                "claim", [*head, want, *names], repeatable=True, receipt=receipt
             )
             return rows
 
@@ -487,12 +358,12 @@ class RedisBackend(Backend):
         self._run("quarantine", args, repeatable=True)
 
     def extend(self, lease: Lease, lease_ttl: timedelta) -> Lease | None:
-        ttl = arguments.positive_ms("lease_ttl", lease_ttl)
+        ttl = ttl_ms("lease_ttl", lease_ttl)
         reply = self._run("extend", [lease.task_id, lease.token, ttl], repeatable=True)
         return extended(reply, lease)
 
     def extend_many(self, leases: Sequence[Lease], lease_ttl: timedelta) -> list[Lease | None]:
-        ttl = arguments.positive_ms("lease_ttl", lease_ttl)
+        ttl = ttl_ms("lease_ttl", lease_ttl)
         if not leases:
             return []
         args: list[Any] = [ttl]
@@ -514,7 +385,7 @@ class RedisBackend(Backend):
         args = [
             lease.task_id,
             lease.token,
-            arguments.delay_ms(delay),
+            duration_ms(delay),
             codec.encode_errors(record.errors),
         ]
         reply = self._run(
@@ -542,7 +413,7 @@ class RedisBackend(Backend):
                 continue
             if d.lease.record.queue not in queues:
                 queues.append(d.lease.record.queue)
-            args += ["retry", d.lease.task_id, d.lease.token, arguments.delay_ms(d.retry_delay)]
+            args += ["retry", d.lease.task_id, d.lease.token, duration_ms(d.retry_delay)]
             args += [
                 codec.encode_errors(d.record.errors),
                 "",
@@ -579,19 +450,19 @@ class RedisBackend(Backend):
         True when a wake-up token was taken, False when `timeout` passed
         without one.
         """
-        keys = [self.keys.notify(queue) for queue in arguments.queue_names(queues)]
+        keys = [self.keys.notify(queue) for queue in queue_names(queues)]
         if not keys:  # nothing could wake us; returning at once would let a caller spin
             time.sleep(max(timeout.total_seconds(), 0.0))
             return False
         deadline = time.monotonic() + timeout.total_seconds()
-        socket_timeout = connection.socket_timeout(self.client)
+        socket_timeout = clients.socket_timeout(self.client)
         longest = max(socket_timeout - 1.0, 0.1) if socket_timeout else None
         while True:
             remaining = round(deadline - time.monotonic(), 3)
             if remaining <= 0:  # BLPOP 0 would block forever
                 return False
             block = min(remaining, longest) if longest else remaining
-            woken = connection.call(
+            woken = call(
                 functools.partial(self.client.blpop, keys, block), repeatable=True, what="wait"
             )
             if woken is not None:
@@ -614,19 +485,19 @@ class RedisBackend(Backend):
                     pipe.ltrim(self.keys.notify(queue), 0, self.options.notify_cap - 1)
                 pipe.execute()
 
-        connection.call(push, repeatable=True, what="notify")
+        call(push, repeatable=True, what="notify")
 
     # --- maintenance -------------------------------------------------------------------
 
     def claim_expired(self, *, limit: int, claim_ttl: timedelta) -> list[Lease]:
-        ttl = arguments.positive_ms("claim_ttl", claim_ttl)
+        ttl = ttl_ms("claim_ttl", claim_ttl)
         return self._filled(
-            arguments.limit(limit),
+            check_limit(limit),
             lambda want: self._run("claim_expired", [want, ttl], repeatable=False),
         )
 
     def promote_due(self, *, limit: int) -> int:
-        args = [arguments.limit(limit), self._ttl_ms, self.options.prune_batch]
+        args = [check_limit(limit), self._ttl_ms, self.options.prune_batch]
         count, *queues = self._run("promote_due", args, repeatable=True)
         self._notify([queue.decode() for queue in queues])
         return int(count)
@@ -652,8 +523,8 @@ class RedisBackend(Backend):
         args = [
             queue,
             TaskResultStatus(status).value,
-            arguments.offset(offset),
-            arguments.limit(limit),
+            check_offset(offset),
+            check_limit(limit),
             self._ttl_ms,
         ]
         reply = self._run("peek", args, repeatable=True)
@@ -683,7 +554,7 @@ class RedisBackend(Backend):
         change them (see `threadmill_redis.keys`); this reads the buckets of
         the window, and only those, in one round trip.
         """
-        super().rates(window)  # the argument check
+        check_window(window)
         flat = self._run("rates", [duration_ms(window)], repeatable=True)
         covered = min(window, RATE_HISTORY)
         rates = {}
@@ -707,9 +578,7 @@ class RedisBackend(Backend):
         return answer(self._run("cancel", [task_id], repeatable=False))
 
     def purge(self, queue: str, status: TaskResultStatus) -> int:
-        status = TaskResultStatus(status)
-        if status is TaskResultStatus.RUNNING:
-            raise ValueError("RUNNING cannot be purged: a running task belongs to its lease holder")
+        status = check_purgeable(status)
         batch, purged = self.options.purge_batch, 0
         while True:
             args = [queue, status.value, batch, self._ttl_ms]
@@ -721,13 +590,6 @@ class RedisBackend(Backend):
     # --- lifecycle ---------------------------------------------------------------------
 
     def close(self) -> None:
-        """Close the client if this backend built it (`from_url`); a given client stays open.
-
-        With it go the scripts' held connections. Those of a given client are
-        its pool's, shared by every backend on it: they stay, for the next
-        backend, and go when the pool is dropped.
-        """
+        """Close the client if this backend built it (`from_url`); a given client stays open."""
         if self._owns_client:
-            if self._held is not None:
-                self._held.close()
             self.client.close()

@@ -14,18 +14,12 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
+import attrs
+
 from threadmill_core import codec
-from threadmill_core.clock import from_ms
+from threadmill_core.clock import from_ms, to_ms
 from threadmill_core.errors import PayloadError
-from threadmill_core.models import (
-    Decision,
-    Lease,
-    TaskResult,
-    TaskResultStatus,
-    copier,
-    evolve_unchecked,
-    evolve_unchecked_with,
-)
+from threadmill_core.models import Decision, Lease, TaskResult, TaskResultStatus
 
 
 class Status(enum.IntEnum):
@@ -161,12 +155,8 @@ def state_fields(state: State, **rest: Any) -> dict[str, Any]:
 
 
 def with_state(base: TaskResult, state: State, **rest: Any) -> TaskResult:
-    """`base` with the fields the scripts own taken from `state`, and `rest`.
-
-    Unchecked (`evolve_unchecked`): the state was parsed from the store, and
-    `rest` holds values decoded from it or already in a record.
-    """
-    return evolve_unchecked_with(base, state_fields(state, **rest))
+    """`base` with the fields the scripts own taken from `state`, and `rest`."""
+    return attrs.evolve(base, **state_fields(state, **rest))
 
 
 def encode_worker(worker: str) -> bytes:
@@ -242,7 +232,7 @@ class Row(NamedTuple):
                 if self.payload is None:
                     raise PayloadError("no stored payload")
                 # Made once, with the state: the payload holds the rest.
-                record = codec.decode_enqueued(
+                record = codec.decode_record(
                     self.payload,
                     status=state.status,
                     enqueued_at=state.enqueued_at,
@@ -258,8 +248,9 @@ class Row(NamedTuple):
                 if record.id != self.id:
                     raise PayloadError(f"the stored bytes hold task {record.id!r}")
             else:
-                fields = state_fields(state, errors=errors, worker_ids=workers, return_value=result)
-                record = evolve_unchecked_with(base, fields)
+                record = with_state(
+                    base, state, errors=errors, worker_ids=workers, return_value=result
+                )
         except PayloadError as exc:
             raise PayloadError(f"task {self.id!r}: {exc}") from exc
         return record, state
@@ -280,10 +271,6 @@ def answer(reply: Sequence[Any], base: TaskResult | None = None) -> TaskResult |
     return row.record(base)
 
 
-#: A leased record as a completion that was applied now left it (see `decided`).
-_finished = copier(TaskResult, ("status", "finished_at", "errors", "return_value"))
-
-
 def decided(reply: Sequence[Any], decision: Decision) -> TaskResult | None:
     """The core result of a complete, retry or decide_many row.
 
@@ -299,16 +286,14 @@ def decided(reply: Sequence[Any], decision: Decision) -> TaskResult | None:
         # Finalized now: of the fields the scripts own only the status and
         # finished_at changed, and the status is the decision's.
         finished = reply[2].split(b"|", 9)[8]
-        return _finished(
+        return attrs.evolve(
             decision.lease.record,
-            {
-                "status": record.status,
-                "finished_at": _time(finished),
-                "errors": tuple(record.errors),
-                "return_value": record.return_value
-                if record.status is TaskResultStatus.SUCCESSFUL
-                else None,
-            },
+            status=record.status,
+            finished_at=_time(finished),
+            errors=tuple(record.errors),
+            return_value=record.return_value
+            if record.status is TaskResultStatus.SUCCESSFUL
+            else None,
         )
     return with_state(
         decision.lease.record,
@@ -323,4 +308,48 @@ def extended(reply: Sequence[Any], lease: Lease) -> Lease | None:
     status, deadline = Status(reply[0]), reply[1]
     if not ANSWERED[status]:
         return None
-    return evolve_unchecked(lease, deadline=from_ms(int(deadline)))
+    return attrs.evolve(lease, deadline=from_ms(int(deadline)))
+
+
+#: The fields ``enqueue.lua`` keeps beside the payload, as it stores a new task
+#: (`enqueued` sets the status, enqueued_at and run_after).
+_NEW_STATE: dict[str, Any] = {
+    field.name: field.default
+    for field in attrs.fields(TaskResult)
+    if field.name in codec.STATE_FIELDS - {"status", "enqueued_at", "run_after"}
+}
+
+
+def enqueued(rows: Sequence[Any], records: Sequence[TaskResult], now_ms: int) -> list[TaskResult]:
+    """The records the rows of one ``enqueue.lua`` reply answer for the `records` it was sent.
+
+    A bare OK means stored now, at server time `now_ms`: the record follows
+    from what was sent, so nothing is read back or decoded. It is DEFERRED
+    when its `run_after` (in whole ms) is later than `now_ms`, else READY, as
+    the script decides, and every other field the scripts keep is at its
+    default. Any other row is the stored record of a repeated id.
+    """
+    results: list[TaskResult] = []
+    # The state of a new task depends only on its run_after, which the
+    # records of a batch usually share: worked out once per run_after.
+    stored_now: dict[datetime | None, dict[str, Any]] = {}
+    for row, record in zip(rows, records, strict=True):
+        if row != Status.OK:
+            results.append(Row.parse(row).record())
+            continue
+        state = stored_now.get(record.run_after)
+        if state is None:
+            state = stored_now[record.run_after] = _new_state(record.run_after, now_ms)
+        results.append(attrs.evolve(record, **state))
+    return results
+
+
+def _new_state(run_after: datetime | None, now_ms: int) -> dict[str, Any]:
+    """The fields the scripts keep, for a task with `run_after` stored at server time `now_ms`."""
+    status = TaskResultStatus.READY
+    if run_after is not None:
+        ms = to_ms(run_after)
+        run_after = from_ms(ms)
+        if ms > now_ms:
+            status = TaskResultStatus.DEFERRED
+    return {**_NEW_STATE, "status": status, "enqueued_at": from_ms(now_ms), "run_after": run_after}

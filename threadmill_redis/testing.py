@@ -17,7 +17,7 @@ from threadmill_core.clock import duration_ms
 from threadmill_core.testing import Harness
 from threadmill_redis import scripts
 from threadmill_redis.backend import RedisBackend
-from threadmill_redis.connection import Client
+from threadmill_redis.clients import Client
 
 
 def make_harness(client: Client, *, result_ttl: timedelta, **options: object) -> Harness:

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import gc
-import os
 import threading
-import warnings
 from collections.abc import Iterator, Sequence
 
 import pytest
@@ -106,23 +104,14 @@ def test_default_broker_follows_threadmill_url(monkeypatch: pytest.MonkeyPatch) 
 
 
 class _Watching(MemoryBackend):
-    """A memory backend that notes whether the collector ran during each enqueue.
-
-    `hold`, if set, is waited on inside enqueue (after `entered` is set), so
-    a test can keep a batch under way while another starts or ends.
-    """
+    """A memory backend that notes whether the collector was on during each enqueue."""
 
     def __init__(self) -> None:
         super().__init__()
         self.collecting: list[bool] = []
-        self.entered = threading.Event()
-        self.hold: threading.Event | None = None
 
     def enqueue(self, records: Sequence[TaskResult]) -> list[TaskResult]:
         self.collecting.append(gc.isenabled())
-        self.entered.set()
-        if self.hold is not None:
-            assert self.hold.wait(10)
         return super().enqueue(records)
 
 
@@ -138,8 +127,8 @@ def collector_on() -> Iterator[None]:
 
 
 @pytest.mark.usefixtures("collector_on")
-def test_enqueue_many_builds_with_the_collector_off_and_leaves_it_as_it_was() -> None:
-    """Off while the batch is built and stored; then on again, or still off if it was off."""
+def test_enqueue_many_leaves_the_garbage_collector_as_the_application_set_it() -> None:
+    """A batch never turns the collector off, nor on: that is the application's business."""
     backend = _Watching()
     with Broker(backend) as broker:
         stored = broker.enqueue_many(tasks.echo, [((n,), {}) for n in range(3)])
@@ -151,69 +140,5 @@ def test_enqueue_many_builds_with_the_collector_off_and_leaves_it_as_it_was() ->
         with pytest.raises(UnsupportedValue):
             broker.enqueue_many(tasks.echo, [((4,), {}), (({5},), {})])
         assert gc.isenabled()
-        assert backend.collecting == [False, False]  # the bad batch never reached it
+        assert backend.collecting == [True, False, True]
         assert [broker.get_result(r.id).args for r in stored] == [[0], [1], [2]]
-
-
-@pytest.mark.usefixtures("collector_on")
-def test_a_batch_that_found_the_collector_off_leaves_it_to_the_one_that_turned_it_off() -> None:
-    """The collector comes back on when the batch that paused it ends, whatever others run.
-
-    So it is never off for longer than one batch, even while batches in
-    other threads overlap without end.
-    """
-    first, second = _Watching(), _Watching()
-    first.hold, second.hold = threading.Event(), threading.Event()
-    with Broker(first) as pausing, Broker(second) as joining:
-        one = threading.Thread(target=pausing.enqueue_many, args=(tasks.echo, [((1,), {})]))
-        two = threading.Thread(target=joining.enqueue_many, args=(tasks.echo, [((2,), {})]))
-        one.start()
-        try:
-            assert first.entered.wait(10)
-            two.start()
-            assert second.entered.wait(10)
-            assert (first.collecting, second.collecting) == ([False], [False])
-            first.hold.set()
-            one.join(10)
-            assert gc.isenabled()  # the second batch still runs
-        finally:
-            first.hold.set()
-            second.hold.set()
-            one.join(10)
-            two.join(10)
-        assert gc.isenabled()
-        assert [b.backend.counts()["default"].ready for b in (pausing, joining)] == [1, 1]
-
-
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX only")
-@pytest.mark.usefixtures("collector_on")
-def test_a_child_forked_during_a_batch_has_its_collector_on() -> None:
-    """The parent's batch never ends in the child, so the child must not wait for it."""
-    backend = _Watching()
-    backend.hold = threading.Event()
-    with Broker(backend) as broker:
-        thread = threading.Thread(target=broker.enqueue_many, args=(tasks.echo, [((1,), {})]))
-        thread.start()
-        try:
-            assert backend.entered.wait(10)
-            read, write = os.pipe()
-            with warnings.catch_warnings():  # 3.12+ warns of forking with threads: the point here
-                warnings.simplefilter("ignore", DeprecationWarning)
-                pid = os.fork()
-            if pid == 0:  # the child: report, and leave without running the parent's cleanup
-                try:
-                    with Broker(MemoryBackend()) as own:
-                        own.enqueue_many(tasks.echo, [((2,), {})])
-                    os.write(write, b"on" if gc.isenabled() else b"off")
-                finally:
-                    os._exit(0)
-            os.close(write)
-            with os.fdopen(read, "rb") as reader:
-                said = reader.read()
-            os.waitpid(pid, 0)
-            assert said == b"on"
-            assert not gc.isenabled()
-        finally:
-            backend.hold.set()
-            thread.join(10)
-        assert gc.isenabled()

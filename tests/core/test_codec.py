@@ -17,14 +17,14 @@ from threadmill_core import PayloadError, TaskError, TaskResult, TaskResultStatu
 from threadmill_core.codec import (
     STATE_FIELDS,
     check_arguments,
-    decode_enqueued,
     decode_record,
     decode_value,
     encode_enqueued,
     encode_record,
     encode_value,
 )
-from threadmill_core.models import RetryPolicySpec, maker, new_task_id
+from threadmill_core.ids import new_task_id
+from threadmill_core.models import RetryPolicySpec
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
@@ -171,7 +171,7 @@ def test_fields_given_to_decode_are_set_on_the_record_and_checked() -> None:
             decode_record(data, started_at=datetime(2030, 5, 6))
 
 
-#: Every field a backend keeps beside an `encode_enqueued` payload, as `decode_enqueued` takes them.
+#: Every field a backend keeps beside an `encode_enqueued` payload, as it passes them to decode.
 STATE = {
     "status": TaskResultStatus.RUNNING,
     "enqueued_at": datetime(2030, 5, 6, 7, 8, 9, 123000, tzinfo=UTC),
@@ -203,15 +203,11 @@ STATE = {
         ),
     )
 )
-def test_decode_enqueued_is_decode_record_with_the_state(record: TaskResult) -> None:
-    """The fast path a claim takes makes the record `decode_record` makes, either payload."""
+def test_a_payload_decoded_with_the_state_is_the_record_with_the_state(record: TaskResult) -> None:
+    """What a claim decodes, from either payload: the record as enqueued, with the stored state."""
+    expected = attrs.evolve(record, **STATE)
     for data in (encode_enqueued(record), encode_record(record)):
-        assert decode_enqueued(data, **STATE) == decode_record(data, **STATE)
-    assert decode_enqueued(encode_enqueued(record), **STATE) == attrs.evolve(record, **STATE)
-    partial = {name: value for name, value in STATE.items() if name != "return_value"}
-    for data in (encode_enqueued(record), encode_record(record)):
-        with pytest.raises(TypeError, match="return_value"):
-            decode_enqueued(data, **partial)
+        assert decode_record(data, **STATE) == expected
 
 
 @pytest.mark.parametrize(
@@ -225,7 +221,7 @@ def test_decode_enqueued_is_decode_record_with_the_state(record: TaskResult) -> 
         ({"retry": {"path": 5, "options": None}}, r"\$\.retry\.path"),
     ],
 )
-def test_decode_enqueued_refuses_a_payload_decode_record_refuses(
+def test_a_payload_of_the_right_keys_but_the_wrong_types_is_refused(
     change: dict[str, Any], named: str
 ) -> None:
     """A payload of the right keys but a value of another type is refused, named, not converted.
@@ -235,14 +231,6 @@ def test_decode_enqueued_refuses_a_payload_decode_record_refuses(
     raw = json.loads(encode_enqueued(TaskResult(id="t", task_path="m:f")))
     data = json.dumps({**raw, **change}).encode()
     with pytest.raises(PayloadError, match=named):
-        decode_enqueued(data, **STATE)
+        decode_record(data, **STATE)
     with pytest.raises(PayloadError):
-        decode_enqueued(b"not json", **STATE)
-
-
-def test_a_maker_takes_every_field_by_name_and_makes_what_the_class_makes() -> None:
-    make = maker(TaskResult)
-    record = TaskResult(id="t", task_path="m:f", args=[1], **STATE)
-    assert make(**{f.name: getattr(record, f.name) for f in attrs.fields(TaskResult)}) == record
-    with pytest.raises(TypeError, match="retry"):
-        make(**{f.name: getattr(record, f.name) for f in attrs.fields(TaskResult)[:-1]})
+        decode_record(b"not json", **STATE)

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from threadmill_core import models
-from threadmill_core.models import new_task_id, new_task_ids
+from threadmill_core import ids as id_maker
+from threadmill_core.ids import new_task_id, new_task_ids
 
 
 def test_ids_are_uuid7_strings_that_increase_even_within_a_millisecond() -> None:
@@ -90,13 +90,13 @@ def test_ids_made_together_have_the_fields_of_ids_made_one_by_one(
     now = last_ms + 1 if clock_ahead else last_ms
     expected, ms, counter = [], last_ms, last_counter
     for index in range(count):
-        ms, counter = models._advance(now, ms, counter, block[-1])
-        bits = int.from_bytes(block[8 * index : 8 * index + 8]) & models._RAND_B
-        expected.append(str(uuid.UUID(int=models._version_bits(ms, counter) | bits)))
+        ms, counter = id_maker._advance(now, ms, counter, block[-1])
+        bits = int.from_bytes(block[8 * index : 8 * index + 8]) & id_maker._RAND_B
+        expected.append(str(uuid.UUID(int=id_maker._version_bits(ms, counter) | bits)))
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(models, "_last_ms", last_ms)
-        patch.setattr(models, "_counter", last_counter)
-        patch.setattr(models, "_take", lambda size: block)
-        patch.setattr(models, "time", SimpleNamespace(time_ns=lambda: now * 1_000_000 + 999_999))
+        patch.setattr(id_maker, "_last_ms", last_ms)
+        patch.setattr(id_maker, "_counter", last_counter)
+        patch.setattr(id_maker, "_take", lambda size: block)
+        patch.setattr(id_maker, "time", SimpleNamespace(time_ns=lambda: now * 1_000_000 + 999_999))
         assert new_task_ids(count) == expected
-        assert (models._last_ms, models._counter) == (ms, counter)  # the next id follows on
+        assert (id_maker._last_ms, id_maker._counter) == (ms, counter)  # the next id follows on

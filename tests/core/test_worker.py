@@ -9,8 +9,8 @@ import pytest
 
 from tests.core import tasks
 from threadmill_core import Broker, FakeClock, TaskResult, TaskResultStatus, Worker
+from threadmill_core.ids import new_task_id
 from threadmill_core.maintenance import reap
-from threadmill_core.models import new_task_id
 
 READY, DEFERRED, SUCCESSFUL, FAILED = (
     TaskResultStatus.READY,

@@ -11,7 +11,7 @@ import redis
 
 from tests.conftest import RedisServer
 from threadmill_core import TaskResult, TaskResultStatus
-from threadmill_core.models import new_task_id
+from threadmill_core.ids import new_task_id
 from threadmill_redis import RedisBackend
 from threadmill_redis.testing import advance, delete_namespace
 

@@ -16,8 +16,9 @@ import pytest
 
 from tests.faults import fault_tasks
 from threadmill_core import Broker, PayloadError, TaskResult, TaskResultStatus, Worker, codec
+from threadmill_core.ids import new_task_id
 from threadmill_core.maintenance import reap
-from threadmill_core.models import RetryPolicySpec, new_task_id
+from threadmill_core.models import RetryPolicySpec
 from threadmill_core.testing import Harness
 from threadmill_memory import MemoryBackend
 from threadmill_redis import RedisBackend

@@ -5,7 +5,8 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from threadmill_core.models import TaskResult, new_task_id
+from threadmill_core.ids import new_task_id
+from threadmill_core.models import TaskResult
 
 RESULT_TTL = timedelta(hours=1)
 LEASE = timedelta(seconds=30)

@@ -20,13 +20,13 @@ from threadmill_core import codec
 from threadmill_core.backend import NOTHING_DEFERRED
 from threadmill_core.clock import FakeClock, to_ms
 from threadmill_core.errors import InvalidOption, PayloadError, UnsupportedValue
+from threadmill_core.ids import new_task_id
 from threadmill_core.models import (
     Decision,
     RetryPolicySpec,
     TaskError,
     TaskResult,
     TaskResultStatus,
-    new_task_id,
 )
 from threadmill_memory import MemoryBackend
 

@@ -19,7 +19,8 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from tests.conftest import RedisServer
-from threadmill_core.models import TaskResult, new_task_id
+from threadmill_core.ids import new_task_id
+from threadmill_core.models import TaskResult
 from threadmill_core.testing import Harness
 from threadmill_redis.testing import make_harness
 

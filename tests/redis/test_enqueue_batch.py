@@ -1,9 +1,9 @@
-"""``enqueue.lua`` and ``enqueue_one.lua``: both store the same layout, answer repeats, count, wake.
+"""``enqueue.lua``: one task or a batch, the same layout, repeats answered, counted, woken.
 
-The scripts write a lone task in a few commands and a batch with one
-command per hash or index, building states and segment members themselves; the
-first test checks them against the shared functions every other script
-reads them with (``lib/parse_task``, ``lib/pack_task``, ``lib/segment_member``).
+The script writes a batch with one command per hash or index, building
+states and segment members itself; the first test checks them against the
+shared functions every other script reads them with (``lib/parse_task``,
+``lib/pack_task``, ``lib/segment_member``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import redis
 
 from tests.redis.conftest import script_commands, tasks
 from threadmill_core import codec
-from threadmill_core.backend import CheckedRecords
 from threadmill_core.clock import from_ms
 from threadmill_core.errors import UnsupportedValue
 from threadmill_core.models import (
@@ -33,7 +32,8 @@ from threadmill_core.models import (
     TaskResultStatus,
 )
 from threadmill_core.testing import Harness
-from threadmill_redis import RedisBackend, arguments, connection, scripts
+from threadmill_redis import RedisBackend, scripts
+from threadmill_redis.replies import enqueued
 from threadmill_redis.testing import delete_namespace
 
 READY, DEFERRED = TaskResultStatus.READY, TaskResultStatus.DEFERRED
@@ -167,7 +167,7 @@ def test_a_batch_answers_repeats_with_the_stored_record_and_keeps_the_first_payl
 def test_a_lone_repeat_answers_with_the_stored_record_and_keeps_the_first_payload(
     harness: Harness,
 ) -> None:
-    """enqueue_one.lua answers a stored id (READY or RUNNING) as a batch does: stored, unchanged."""
+    """A lone record of a stored id (READY or RUNNING) is answered with the stored record."""
     backend, first, second, lease = running_and_ready(harness)
     assert backend.enqueue([attrs.evolve(first, args=["changed"])]) == [lease.record]
     assert backend.enqueue([attrs.evolve(second, args=["changed"], priority=9)]) == [second]
@@ -240,15 +240,14 @@ def test_a_bad_record_anywhere_in_a_long_batch_stores_nothing(
 def test_a_bad_retry_policy_after_calls_already_written_stores_nothing(
     harness_on: Callable[..., Harness], client: redis.Redis
 ) -> None:
-    """A long batch is written call by call, but only after every record, policy too, is checked.
+    """A long batch is sent as several script calls, but only after every record is checked.
 
-    The records before the bad one fill more than a write's worth of calls
-    (`SEND_CUTOFF`), so had the last been found bad only when encoded, the
-    first calls would have been stored already.
+    The records before the bad one fill two script calls, so had the last
+    been found bad only when its own call was made, the first calls would
+    have been stored already.
     """
     backend = backend_of(harness_on(client, enqueue_batch=2))
-    big = "x" * (connection.SEND_CUTOFF // 2)
-    sent = tasks(6, kwargs={"big": big})
+    sent = tasks(6)
     sent[5] = attrs.evolve(sent[5], retry=RetryPolicySpec(path="\ud800"))
     with pytest.raises(UnsupportedValue, match=r"retry\.path"):
         backend.enqueue(sent)
@@ -275,49 +274,6 @@ def test_a_pipelined_batch_answers_in_order_across_calls(
     assert all(isinstance(r, TaskResult) for r in decided)
 
 
-@pytest.mark.parametrize("deferred", [False, True])
-def test_a_checked_batch_over_several_calls_is_stored_and_answered_as_its_records(
-    harness_on: Callable[..., Harness], client: redis.Redis, deferred: bool
-) -> None:
-    """`CheckedRecords` are sent from their parts: the answers are those of the same list.
-
-    Eleven calls in three script calls of four, with an id already stored
-    (RUNNING) and an id given twice, one in each of two script calls; READY,
-    or DEFERRED for a shared `run_after`.
-    """
-    backend = backend_of(harness_on(client, enqueue_batch=4))
-    [old] = backend.enqueue(tasks(1))
-    held = backend.claim(["default"], worker="w", lease_ttl=LEASE)[0].record
-    run_after = backend.now() + timedelta(hours=1) if deferred else None
-    shared = TaskResult(id="", task_path="app.tasks:work", queue="q", priority=2, retry=None)
-    shared = attrs.evolve(shared, run_after=run_after)
-    ids = [str(uuid.uuid4()) for _ in range(11)]
-    ids[9], ids[5] = ids[1], old.id
-    calls = [((n,), {"n": n}) for n in range(11)]
-    got = backend.enqueue(CheckedRecords(shared, ids, calls))
-    assert [r.id for r in got] == ids
-    assert got[5] == held
-    assert got[9] == got[1]
-    assert got[1].args == [1]
-    assert [backend.get(i) for i in ids] == got
-    status = DEFERRED if deferred else READY
-    for n, record in enumerate(got):
-        if n not in (5, 9):
-            assert record == attrs.evolve(
-                shared,
-                id=ids[n],
-                args=[n],
-                kwargs={"n": n},
-                status=status,
-                enqueued_at=record.enqueued_at,  # each script call's server time
-            )
-            assert record.enqueued_at is not None
-    new = [i for n, i in enumerate(ids) if n not in (5, 9)]
-    listed = [r.id for r in backend.peek("q", status, limit=20)]
-    assert listed == (sorted(new) if deferred else new)  # DEFERRED: by run_after, then id
-    assert backend.counts()["q"].pending == 9
-
-
 def test_the_answer_to_a_new_task_copies_every_field_the_caller_gives() -> None:
     """A bare OK row answers with each of the record's given fields, the scripts' at defaults."""
     record = TaskResult(
@@ -333,7 +289,7 @@ def test_the_answer_to_a_new_task_copies_every_field_the_caller_gives() -> None:
     record = attrs.evolve(
         record, errors=(TaskError(exception_class_path="x.E", message="m"),), worker_ids=("w",)
     )
-    [answer] = arguments.enqueued_many([0], [record], 1_700_000_000_000)
+    [answer] = enqueued([0], [record], 1_700_000_000_000)
     given = [f.name for f in attrs.fields(TaskResult) if f.name not in codec.STATE_FIELDS]
     assert {name: getattr(answer, name) for name in given} == {
         name: getattr(record, name) for name in given
@@ -345,10 +301,10 @@ def test_the_answer_to_a_new_task_copies_every_field_the_caller_gives() -> None:
 
 
 @pytest.mark.redis
-def test_a_lone_task_costs_eight_commands_and_a_batch_a_fixed_number(
+def test_an_enqueue_costs_a_fixed_number_of_commands_whatever_its_size(
     real_client: redis.Redis,
 ) -> None:
-    """What enqueue_one.lua and enqueue.lua promise, counted by MONITOR (rate index aside)."""
+    """What enqueue.lua promises, counted by MONITOR (rate index aside): 1, 2 or 500 tasks alike."""
     backend = RedisBackend(real_client, namespace=f"enqueue-cost-{uuid.uuid4().hex}")
     index = backend.keys.store("rate_index")
 
@@ -360,11 +316,10 @@ def test_a_lone_task_costs_eight_commands_and_a_batch_a_fixed_number(
     try:
         real_client.lpush(backend.keys.notify("default"), *[1] * backend.options.notify_cap)
         backend.enqueue(tasks(1))  # the script loaded
-        lone = {"TIME": 1, "HSETNX": 1, "HSET": 1, "ZADD": 1, "HINCRBY": 3, "LLEN": 1}
-        assert cost(tasks(1)) == lone
-        later = backend.now() + timedelta(hours=1)
-        assert cost(tasks(1, run_after=later)) == dict(lone, ZADD=2, HINCRBY=2)
         batch = {"TIME": 1, "HMGET": 1, "HSET": 2, "ZADD": 1, "HINCRBY": 3, "LLEN": 1}
-        assert cost(tasks(2)) == cost(tasks(500)) == batch
+        assert cost(tasks(1)) == cost(tasks(2)) == cost(tasks(500)) == batch
+        later = backend.now() + timedelta(hours=1)
+        deferred = dict(batch, ZADD=2, HINCRBY=2)  # the due index, and no sequence numbers
+        assert cost(tasks(1, run_after=later)) == cost(tasks(300, run_after=later)) == deferred
     finally:
         delete_namespace(backend)

@@ -214,7 +214,7 @@ def test_task_outliving_three_lease_ttls_completes_once(
 def test_unregistered_task_is_failed_without_running(broker: Broker, broker_url: str) -> None:
     """A record naming a path the worker's modules did not register is FAILED, not imported."""
     from threadmill_core import TaskResult
-    from threadmill_core.models import new_task_id
+    from threadmill_core.ids import new_task_id
 
     planted = TaskResult(id=new_task_id(), task_path="os:system", args=["exit 1"])
     broker.backend.enqueue([planted])

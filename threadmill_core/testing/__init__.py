@@ -11,8 +11,8 @@ The parts are public for use outside pytest too: `run_machine(factory)` (the
 state machine that compares the backend with `ProtocolModel` step by step),
 the named race scenarios in `SCENARIOS`, `check_payload_round_trip` for every
 value in `PAYLOAD_CASES`, `run_payload_fuzz(factory)` for generated values,
-and the cases in `BAD_INPUT_CASES`. Hypothesis strategies for payloads and
-names are in `threadmill_core.testing.strategies`.
+and the cases in `BAD_INPUT_CASES` and `ARGUMENT_CASES`. Hypothesis
+strategies for payloads and names are in `threadmill_core.testing.strategies`.
 
 The kit needs Hypothesis (the ``test`` extra). Names are imported when first
 used, so that the pytest plugin, which every pytest session of a threadmill
@@ -25,6 +25,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from threadmill_core.testing.argument_cases import ARGUMENT_CASES
     from threadmill_core.testing.harness import Harness, HarnessFactory, on_fake_clock
     from threadmill_core.testing.machine import BackendMachine, make_machine, run_machine
     from threadmill_core.testing.model import ProtocolModel, ProtocolViolation, same_value
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
 
 #: Where each public name lives.
 _HOMES = {
+    "ARGUMENT_CASES": "argument_cases",
     "BAD_INPUT_CASES": "scenarios",
     "PAYLOAD_CASES": "scenarios",
     "SCENARIOS": "scenarios",
@@ -56,6 +58,7 @@ _HOMES = {
 }
 
 __all__ = [
+    "ARGUMENT_CASES",
     "BAD_INPUT_CASES",
     "PAYLOAD_CASES",
     "SCENARIOS",

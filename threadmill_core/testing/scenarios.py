@@ -35,7 +35,7 @@ from typing import Any
 
 import attrs
 
-from threadmill_core.backend import NOTHING_DEFERRED, Backend, CheckedRecords
+from threadmill_core.backend import NOTHING_DEFERRED, Backend
 from threadmill_core.errors import UnsupportedValue
 from threadmill_core.models import (
     JSON,
@@ -535,60 +535,6 @@ def enqueue_is_idempotent_on_id(harness: Harness) -> None:
         "enqueue() of a stored id stored a second task",
         {"default": 2},
         counts,
-    )
-
-
-@scenario
-def a_checked_batch_is_stored_as_its_records(harness: Harness) -> None:
-    """`CheckedRecords`, as `Broker.enqueue_many` sends them: each call stored, repeats answered.
-
-    A backend may store one from its parts instead of reading its records;
-    either way the answers, and what is stored, are as for a list of them.
-    """
-    backend = harness.backend
-    [stored] = backend.enqueue([new_task("old", args=["first"])])
-    shared = TaskResult(id="", task_path="app:work", queue="default", priority=3)
-    ids = ["new-1", "old", "new-2", "new-1", "new-3"]
-    calls = [((n,), {"n": n}) for n in range(5)]
-    got = backend.enqueue(CheckedRecords(shared, ids, calls))
-    expect(
-        [r.id for r in got] == ids,
-        "enqueue() of CheckedRecords must answer one record per call, in order",
-        ids,
-        [r.id for r in got],
-    )
-    expect(
-        got[1] == stored, "enqueue() of a stored id must return the stored record", stored, got[1]
-    )
-    expect(
-        got[3] == got[0] and got[0].args == [0] and got[0].kwargs == {"n": 0},
-        "an id given twice in one batch: the first call must be stored and answer both",
-        got[0],
-        got[3],
-    )
-    for record, n in ((got[0], 0), (got[2], 2), (got[4], 4)):
-        # The call's record as a new task has it; enqueued_at is the backend's to set.
-        expected = attrs.evolve(
-            shared, id=record.id, args=[n], kwargs={"n": n}, enqueued_at=record.enqueued_at
-        )
-        expect(
-            record == expected and record.enqueued_at is not None,
-            "enqueue() of CheckedRecords must store each call's record as given",
-            expected,
-            record,
-        )
-        expect(
-            backend.get(record.id) == record,
-            "enqueue() must answer the record it stored",
-            record,
-            backend.get(record.id),
-        )
-    listed = [r.id for r in backend.peek("default", READY, offset=0, limit=10)]
-    expect(
-        listed == ["new-1", "new-2", "new-3", "old"],
-        "CheckedRecords must enter READY in the order given, by priority",
-        ["new-1", "new-2", "new-3", "old"],
-        listed,
     )
 
 

@@ -27,6 +27,7 @@ import hypothesis
 import pytest
 
 from threadmill_core.models import JSON
+from threadmill_core.testing.argument_cases import ARGUMENT_CASES
 from threadmill_core.testing.harness import Harness, HarnessFactory
 from threadmill_core.testing.machine import run_machine
 from threadmill_core.testing.scenarios import (
@@ -89,3 +90,8 @@ class ConformanceSuite:
     def test_bad_argument_is_refused(self, threadmill_harness: Harness, case: str) -> None:
         """The named bad argument raises its documented exception and changes nothing."""
         BAD_INPUT_CASES[case](threadmill_harness)
+
+    @pytest.mark.parametrize("case", sorted(ARGUMENT_CASES))
+    def test_bad_limit_or_offset_is_refused(self, threadmill_harness: Harness, case: str) -> None:
+        """A limit or offset of the wrong type (True, "1") raises ValueError and changes nothing."""
+        ARGUMENT_CASES[case](threadmill_harness)

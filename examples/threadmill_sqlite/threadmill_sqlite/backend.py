@@ -55,7 +55,19 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from threadmill_core.backend import NOTHING_DEFERRED, RATE_HISTORY, Backend, check_decision
+from threadmill_core.backend import (
+    NOTHING_DEFERRED,
+    RATE_HISTORY,
+    Backend,
+    check_decision,
+    check_limit,
+    check_offset,
+    check_purgeable,
+    check_records,
+    check_window,
+    queue_names,
+    ttl_ms,
+)
 from threadmill_core.clock import duration_ms, from_ms, to_ms
 from threadmill_core.errors import InvalidOption, PayloadError
 from threadmill_core.models import (
@@ -206,6 +218,7 @@ class SQLiteBackend(Backend):
 
     def enqueue(self, records: Sequence[TaskResult]) -> list[TaskResult]:
         records = list(records)
+        check_records(records)
         # Encode (and so check) every new record before the transaction: a value the
         # codec refuses leaves the whole batch unstored. The first of an id wins.
         payloads: dict[str, tuple[TaskResult, bytes]] = {}
@@ -258,14 +271,14 @@ class SQLiteBackend(Backend):
         lease_ttl: timedelta,
         limit: int = 1,
     ) -> list[Lease]:
-        names = _queue_names(queues)
-        _check_limit(limit)
-        ttl_ms = _positive_ms("lease_ttl", lease_ttl)
+        names = queue_names(queues)
+        check_limit(limit)
+        lease_ms = ttl_ms("lease_ttl", lease_ttl)
         worker = _rows.check_worker(worker)
         leases: list[Lease] = []
         with self._write("claim") as (conn, now_ms):
             self._promote(conn, self._due(conn, now_ms, names))
-            deadline_ms = now_ms + ttl_ms
+            deadline_ms = now_ms + lease_ms
             for queue in names:
                 while len(leases) < limit:
                     rows = conn.execute(
@@ -314,12 +327,12 @@ class SQLiteBackend(Backend):
         quarantines it.
         """
         leases = list(leases)
-        ttl_ms = _positive_ms("lease_ttl", lease_ttl)
+        lease_ms = ttl_ms("lease_ttl", lease_ttl)
         if not leases:
             return []
         renewed: list[Lease | None] = []
         with self._write("extend") as (conn, now_ms):
-            deadline_ms = now_ms + ttl_ms
+            deadline_ms = now_ms + lease_ms
             for lease in leases:
                 rows = conn.execute(
                     "UPDATE threadmill_tasks SET deadline = ? "
@@ -455,7 +468,7 @@ class SQLiteBackend(Backend):
         is real time, whatever the clock. False when `timeout` passed and the
         last look found no such task; True otherwise (`close` included).
         """
-        names = _queue_names(queues)
+        names = queue_names(queues)
         deadline = time.monotonic() + max(timeout.total_seconds(), 0.0)
         pause = POLL_MIN
         seen: int | None = None
@@ -502,11 +515,11 @@ class SQLiteBackend(Backend):
     # --- maintenance -------------------------------------------------------------------
 
     def claim_expired(self, *, limit: int, claim_ttl: timedelta) -> list[Lease]:
-        _check_limit(limit)
-        ttl_ms = _positive_ms("claim_ttl", claim_ttl)
+        check_limit(limit)
+        claim_ms = ttl_ms("claim_ttl", claim_ttl)
         leases: list[Lease] = []
         with self._write("claim_expired") as (conn, now_ms):
-            deadline_ms = now_ms + ttl_ms
+            deadline_ms = now_ms + claim_ms
             while len(leases) < limit:
                 rows = conn.execute(
                     f"{SELECT_TASK} WHERE status = 'RUNNING' AND deadline <= ? "
@@ -529,7 +542,7 @@ class SQLiteBackend(Backend):
         return leases
 
     def promote_due(self, *, limit: int) -> int:
-        _check_limit(limit)
+        check_limit(limit)
         with self._write("promote_due") as (conn, now_ms):
             promoted = self._promote(conn, self._due(conn, now_ms, None, limit))
         if promoted:
@@ -590,9 +603,8 @@ class SQLiteBackend(Backend):
         limit: int = 100,
     ) -> list[TaskResult]:
         status = TaskResultStatus(status)
-        _check_limit(limit)
-        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-            raise ValueError(f"offset must be an int of 0 or more, got {offset!r}")
+        check_limit(limit)
+        check_offset(offset)
         with self._read("peek") as (conn, now_ms):
             rows = conn.execute(
                 f"{SELECT_TASK} WHERE queue = ? AND status = '{status.value}' AND {VISIBLE} "
@@ -603,7 +615,7 @@ class SQLiteBackend(Backend):
 
     def rates(self, window: timedelta) -> Mapping[str, QueueRates] | None:
         """Counted in one-second buckets of the database's clock, kept for an hour."""
-        super().rates(window)  # the argument check
+        check_window(window)
         count = min(-(-duration_ms(window) // RATE_BUCKET_MS), RATE_BUCKETS)
         with self._read("rates") as (conn, now_ms):
             rows = conn.execute(
@@ -663,9 +675,7 @@ class SQLiteBackend(Backend):
             return _rows.decode(stored)
 
     def purge(self, queue: str, status: TaskResultStatus) -> int:
-        status = TaskResultStatus(status)
-        if status is RUNNING:
-            raise ValueError("RUNNING cannot be purged: a running task belongs to its lease holder")
+        status = check_purgeable(status)
         with self._write("purge") as (conn, _now_ms):
             cursor = conn.execute(
                 f"DELETE FROM threadmill_tasks WHERE queue = ? AND status = '{status.value}'",
@@ -761,26 +771,6 @@ class SQLiteBackend(Backend):
         with self._wake:
             self._generation += 1
             self._wake.notify_all()
-
-
-# --- argument checks (before any transaction: a bad argument changes nothing) ----------
-
-
-def _queue_names(queues: Sequence[str]) -> list[str]:
-    if isinstance(queues, str):  # a str is a Sequence[str] of one-letter queues
-        raise TypeError(f"queues must be a list of queue names, not the str {queues!r}")
-    return list(dict.fromkeys(queues))
-
-
-def _check_limit(limit: int) -> None:
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        raise ValueError(f"limit must be an int of at least 1, got {limit!r}")
-
-
-def _positive_ms(name: str, delta: timedelta) -> int:
-    if not isinstance(delta, timedelta) or delta <= timedelta(0):
-        raise ValueError(f"{name} must be a positive timedelta, got {delta!r}")
-    return duration_ms(delta)
 
 
 def _encode_decision(decision: Decision) -> tuple[bytes, bytes | None]:

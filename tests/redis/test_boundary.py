@@ -1,4 +1,4 @@
-"""The driver boundary: which Redis errors are outages, which are repeated, which are not."""
+"""The driver boundary: which errors are outages, which are repeated, and that none slips past."""
 
 from __future__ import annotations
 
@@ -23,15 +23,16 @@ from tests.conftest import RedisServer
 from tests.core import tasks
 from threadmill_core import TaskResultStatus, connect
 from threadmill_core.errors import BackendUnavailable, InvalidOption
-from threadmill_core.models import Decision
-from threadmill_redis import RedisBackendError, RedisUnavailable, connection
+from threadmill_core.ids import new_task_id
+from threadmill_core.models import Decision, TaskResult
+from threadmill_redis import RedisBackend, RedisBackendError, RedisUnavailable, boundary, clients
 
 
 @pytest.fixture
 def pauses(monkeypatch: pytest.MonkeyPatch) -> list[float]:
-    """The pauses `connection.call` takes between repeats, recorded instead of slept."""
+    """The pauses `boundary.call` takes between repeats, recorded instead of slept."""
     taken: list[float] = []
-    monkeypatch.setattr(connection.time, "sleep", taken.append)
+    monkeypatch.setattr(boundary.time, "sleep", taken.append)
     return taken
 
 
@@ -57,7 +58,7 @@ def test_an_outage_is_a_backend_unavailable_and_a_connection_error() -> None:
 def test_a_repeatable_call_is_repeated_after_a_dropped_connection(pauses: list[float]) -> None:
     """Two dropped connections are repeated after 50 and 100 ms, and the third send answers."""
     call = failing(redis.ConnectionError("reset"), redis.TimeoutError("timed out"))
-    assert connection.call(call, repeatable=True, what="test") == "ok"
+    assert boundary.call(call, repeatable=True, what="test") == "ok"
     assert pauses == [0.05, 0.1]
 
 
@@ -65,14 +66,14 @@ def test_a_repeatable_call_gives_up_after_its_repeats(pauses: list[float]) -> No
     """A third dropped connection raises RedisUnavailable naming the operation."""
     call = failing(*[redis.ConnectionError("reset")] * 3)
     with pytest.raises(RedisUnavailable, match="during claim"):
-        connection.call(call, repeatable=True, what="claim")
+        boundary.call(call, repeatable=True, what="claim")
     assert len(pauses) == 2
 
 
 def test_a_call_that_may_not_be_repeated_raises_at_once(pauses: list[float]) -> None:
     """A cancel whose connection dropped is not sent again."""
     with pytest.raises(RedisUnavailable):
-        connection.call(failing(redis.ConnectionError("reset")), repeatable=False, what="cancel")
+        boundary.call(failing(redis.ConnectionError("reset")), repeatable=False, what="cancel")
     assert pauses == []
 
 
@@ -91,7 +92,7 @@ def test_a_call_that_may_not_be_repeated_raises_at_once(pauses: list[float]) -> 
 def test_a_server_not_ready_for_us_is_an_outage(error: Exception, pauses: list[float]) -> None:
     """Loading after a restart, a cluster in trouble, full memory, a replica: all outages."""
     with pytest.raises(RedisUnavailable):
-        connection.call(failing(error), repeatable=False, what="test")
+        boundary.call(failing(error), repeatable=False, what="test")
 
 
 @pytest.mark.parametrize(
@@ -106,22 +107,71 @@ def test_a_server_not_ready_for_us_is_an_outage(error: Exception, pauses: list[f
 def test_what_waiting_cannot_fix_is_not_an_outage(error: Exception, pauses: list[float]) -> None:
     """Refused credentials and error replies raise RedisBackendError, never an outage."""
     with pytest.raises(RedisBackendError) as info:
-        connection.call(failing(error), repeatable=True, what="test")
+        boundary.call(failing(error), repeatable=True, what="test")
     assert not isinstance(info.value, BackendUnavailable)
     assert pauses == []
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        TypeError("ConnectionPool.get_connection() missing 1 required positional argument"),
+        AttributeError("'Connection' object has no attribute '_sock'"),
+        KeyError("command_name"),
+    ],
+    ids=["type-error", "attribute-error", "key-error"],
+)
+def test_a_driver_that_breaks_raises_a_backend_error_not_its_own(
+    error: Exception, pauses: list[float]
+) -> None:
+    """Whatever the driver raises by mistake comes out as RedisBackendError, caused by it."""
+    with pytest.raises(RedisBackendError, match=f"during enqueue: {type(error).__name__}") as info:
+        boundary.call(failing(error), repeatable=True, what="enqueue")
+    assert info.value.__cause__ is error
+    assert not isinstance(info.value, BackendUnavailable)
+    assert pauses == []
+
+
+class BrokenPool(redis.ConnectionPool):
+    """A pool whose API is not the one the backend calls, as with a driver of another version."""
+
+    def get_connection(self, *args: object, **kwargs: object) -> redis.Connection:
+        raise TypeError("ConnectionPool.get_connection() missing 1 required positional argument")
+
+
+def test_every_operation_of_a_broken_driver_raises_a_backend_error() -> None:
+    """No operation lets the driver's own exception through: each is a RedisBackendError."""
+    backend = RedisBackend(redis.Redis(connection_pool=BrokenPool()), namespace="broken")
+    operations: list[Callable[[], object]] = [
+        backend.now,
+        lambda: backend.enqueue([tasks_record() for _ in range(3)]),
+        lambda: backend.claim(["default"], worker="w", lease_ttl=timedelta(minutes=1)),
+        lambda: backend.get("t"),
+        backend.counts,
+        lambda: backend.cancel("t"),
+        lambda: backend.wait_for_tasks(["default"], timedelta(milliseconds=10)),
+    ]
+    for operation in operations:
+        with pytest.raises(RedisBackendError) as info:
+            operation()
+        assert isinstance(info.value.__cause__, TypeError)
+
+
+def tasks_record() -> TaskResult:
+    return TaskResult(id=new_task_id(), task_path="app:work")
 
 
 def test_a_cluster_url_naming_a_database_is_refused() -> None:
     """A cluster has database 0 only: another is an InvalidOption before anything connects."""
     with pytest.raises(InvalidOption, match="database 0 only"):
-        connection.client_from_url("redis+cluster://127.0.0.1:7000/2", "")
+        clients.client_from_url("redis+cluster://127.0.0.1:7000/2", "")
 
 
 def test_the_socket_timeout_is_read_from_the_client() -> None:
     """The blocking wait reads the socket timeout a client was built with (None for none)."""
     with redis.Redis(socket_timeout=7.5) as timed, redis.Redis(socket_timeout=None) as untimed:
-        assert connection.socket_timeout(timed) == 7.5
-        assert connection.socket_timeout(untimed) is None
+        assert clients.socket_timeout(timed) == 7.5
+        assert clients.socket_timeout(untimed) is None
 
 
 @pytest.mark.redis

@@ -1,0 +1,82 @@
+"""The driver boundary: every call on redis-py goes through `call`, where its errors become ours.
+
+`call` runs a function of the client (a command, a script, a pipeline) and
+lets no exception of the driver through: an outage becomes `RedisUnavailable`
+(the core's `BackendUnavailable`, which workers ride out with a backoff),
+anything else `RedisBackendError`, the driver's exception its `__cause__`.
+That includes exceptions redis-py does not mean to raise, such as a
+`TypeError` from a version whose API differs: a broken driver is a failed
+call, never an exception from deep inside it. A call that may be repeated
+is repeated here after a dropped connection, and nowhere else: the clients
+the backend builds do no retries of their own.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+import redis
+from redis.exceptions import (
+    ClusterDownError,
+    OutOfMemoryError,
+    ReadOnlyError,
+    RedisClusterException,
+    TryAgainError,
+)
+
+from threadmill_redis.errors import RedisBackendError, RedisUnavailable
+
+log = logging.getLogger("threadmill_redis")
+
+T = TypeVar("T")
+
+#: Repeats of a call that may be repeated, after the connection dropped.
+REPEATS = 2
+
+#: Driver errors that mean "Redis is not there right now", not "Redis said no":
+#: no connection, a dropped one, a timeout, a server still loading its data
+#: after a restart (BusyLoadingError is a ConnectionError), a cluster that is
+#: down, resharding or has no node for the slot, and a server that cannot
+#: take writes (out of memory under noeviction, or a replica after a
+#: failover). Those last refusals come before a script has written anything.
+UNAVAILABLE: tuple[type[Exception], ...] = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+    ClusterDownError,
+    TryAgainError,
+    RedisClusterException,
+    OutOfMemoryError,
+    ReadOnlyError,
+)
+
+
+def call(fn: Callable[[], T], *, repeatable: bool, what: str) -> T:
+    """Run `fn` (calls on a redis-py client, nothing else); the one place its errors become ours.
+
+    An outage (see `UNAVAILABLE`) repeats a `repeatable` call twice, after
+    50 and 100 ms, then raises `RedisUnavailable`; a call that is not
+    repeatable raises it at once. Refused credentials and every other
+    exception raise `RedisBackendError`: they will not go away by waiting.
+    `what` names the call in the message.
+    """
+    for attempt in range(REPEATS + 1):
+        try:
+            return fn()
+        except redis.AuthenticationError as exc:  # a ConnectionError, but not an outage
+            raise RedisBackendError(f"Redis refused the credentials ({what}): {exc}") from exc
+        except UNAVAILABLE as exc:
+            if repeatable and attempt < REPEATS:
+                log.debug("%s: Redis unavailable (%s); repeating the call", what, exc)
+                time.sleep(0.05 * 2**attempt)
+                continue
+            raise RedisUnavailable(f"Redis unavailable during {what}: {exc}") from exc
+        except redis.RedisError as exc:
+            raise RedisBackendError(f"Redis failed during {what}: {exc}") from exc
+        except Exception as exc:  # the driver broke (see the module docstring)
+            raise RedisBackendError(
+                f"the Redis driver failed during {what}: {type(exc).__name__}: {exc}"
+            ) from exc
+    raise AssertionError("unreachable")  # pragma: no cover

@@ -1,0 +1,106 @@
+"""Redis clients: built from our URLs, and what the backend reads of their settings.
+
+Schemes: ``redis://`` and ``rediss://`` (TLS) and ``unix://`` reach one
+server; ``redis+cluster://host:port`` reaches a Redis Cluster through any of
+its nodes, with redis-py's cluster client. Every key of a namespace shares
+one hash tag (see `threadmill_redis.keys`), so each script runs on the one
+shard that holds the namespace, and a cluster scales by spreading namespaces
+over its shards.
+
+Clients built here do no retries of their own: `threadmill_redis.boundary`
+decides what may be repeated after a connection drops. Building one is the
+only place that turns driver errors into `InvalidOption` (a URL or
+credentials that cannot work); every call on a client goes through
+`threadmill_redis.boundary.call`.
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Iterator
+from typing import Any, TypeAlias
+from urllib.parse import urlsplit, urlunsplit
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from threadmill_core.errors import InvalidOption
+from threadmill_redis.boundary import UNAVAILABLE
+from threadmill_redis.errors import RedisUnavailable
+
+#: What the backend talks to: one server, or a cluster.
+Client: TypeAlias = redis.Redis | redis.RedisCluster
+
+#: Our URL schemes, and the scheme redis-py is given for each.
+SCHEMES = {"redis": "redis", "rediss": "rediss", "unix": "unix", "redis+cluster": "redis"}
+CLUSTER_SCHEMES = frozenset({"redis+cluster"})
+
+
+def client_from_url(url: str, query: str) -> Client:
+    """A client for `url` (one of `SCHEMES`) with `query` (redis-py's options only).
+
+    A cluster client learns the topology when it is built, so it raises
+    `RedisUnavailable` when no node answers; a single-server client connects
+    on first use.
+    """
+    parts = urlsplit(url)
+    if parts.scheme in CLUSTER_SCHEMES and parts.path.strip("/") not in ("", "0"):
+        raise InvalidOption(f"a Redis Cluster has database 0 only, not {parts.path!r}: {url!r}")
+    driver_url = urlunsplit(parts._replace(scheme=SCHEMES[parts.scheme], query=query))
+    if not parts.netloc:  # urlunsplit writes "unix:/path"; redis-py reads only "unix:///path"
+        driver_url = driver_url.replace(":", "://", 1)
+    no_retries = Retry(NoBackoff(), 0)
+    try:
+        if parts.scheme in CLUSTER_SCHEMES:
+            return redis.RedisCluster.from_url(driver_url, retry=no_retries)
+        return redis.Redis.from_url(driver_url, retry=no_retries)
+    except redis.AuthenticationError as exc:  # a ConnectionError, but not an outage
+        raise InvalidOption(f"Redis refused the credentials in {url!r}: {exc}") from exc
+    except UNAVAILABLE as exc:
+        if any(isinstance(e, redis.ResponseError) for e in _chain(exc)):
+            # A node answered, and said no: not a cluster, say. Waiting will not help.
+            raise InvalidOption(f"Redis refused the connection for {url!r}: {exc}") from exc
+        raise RedisUnavailable(f"Redis unavailable at {url!r}: {exc}") from exc
+    except redis.RedisError as exc:
+        raise InvalidOption(f"Redis refused the connection for {url!r}: {exc}") from exc
+    except (ValueError, TypeError) as exc:
+        raise InvalidOption(f"invalid Redis URL {url!r}: {exc}") from exc
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """`exc` and the exceptions it was raised from or while handling, innermost last."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        yield current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+
+
+def certificate_refused(exc: BaseException) -> bool:
+    """Whether `exc` comes from a server certificate that did not verify (a wrong CA, say)."""
+    return any(isinstance(e, ssl.SSLCertVerificationError) for e in _chain(exc))
+
+
+def socket_timeout(client: Client) -> float | None:
+    """The client's socket timeout in seconds, or None for none."""
+    if isinstance(client, redis.RedisCluster):
+        kwargs: dict[str, Any] = client.nodes_manager.connection_kwargs
+    else:
+        kwargs = client.connection_pool.connection_kwargs
+    value = kwargs.get("socket_timeout")
+    return float(value) if value else None
+
+
+def on_key_node(client: Client, key: str) -> dict[str, Any]:
+    """Keyword arguments that send a keyless command to the node holding `key`.
+
+    On a cluster, commands without keys (TIME, CONFIG GET) go to a random
+    node unless told otherwise; the namespace's own shard is the one whose
+    clock the scripts read.
+    """
+    if isinstance(client, redis.RedisCluster):
+        node = client.get_node_from_key(key)  # type: ignore[no-untyped-call]  # redis-py leaves it untyped
+        return {"target_nodes": node}
+    return {}
