@@ -590,6 +590,12 @@ class RedisBackend(Backend):
     # --- lifecycle ---------------------------------------------------------------------
 
     def close(self) -> None:
-        """Close the client if this backend built it (`from_url`); a given client stays open."""
+        """Close the client if this backend built it (`from_url`); a given client stays open.
+
+        Its pool is disconnected too: redis-py 5.0.0's ``Redis.close`` leaves
+        the connections of a pool made by ``from_url`` open (5.0.1 closes them).
+        """
         if self._owns_client:
             self.client.close()
+            if isinstance(self.client, redis.Redis):
+                self.client.connection_pool.disconnect()

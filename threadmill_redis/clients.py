@@ -58,7 +58,7 @@ def client_from_url(url: str, query: str) -> Client:
     except redis.AuthenticationError as exc:  # a ConnectionError, but not an outage
         raise InvalidOption(f"Redis refused the credentials in {url!r}: {exc}") from exc
     except UNAVAILABLE as exc:
-        if any(isinstance(e, redis.ResponseError) for e in _chain(exc)):
+        if _refused(exc):
             # A node answered, and said no: not a cluster, say. Waiting will not help.
             raise InvalidOption(f"Redis refused the connection for {url!r}: {exc}") from exc
         raise RedisUnavailable(f"Redis unavailable at {url!r}: {exc}") from exc
@@ -66,6 +66,21 @@ def client_from_url(url: str, query: str) -> Client:
         raise InvalidOption(f"Redis refused the connection for {url!r}: {exc}") from exc
     except (ValueError, TypeError) as exc:
         raise InvalidOption(f"invalid Redis URL {url!r}: {exc}") from exc
+
+
+def _refused(exc: BaseException) -> bool:
+    """Whether a node answered and said no (it is not in cluster mode, say), or none answered.
+
+    redis-py words a refusal as an error reply in the chain, or (5.0) as a
+    cluster exception of its own beneath the outer one; an outage ends the
+    chain in a connection error or a timeout.
+    """
+    chain = list(_chain(exc))
+    if any(isinstance(e, redis.ResponseError) for e in chain):
+        return True
+    return len(chain) > 1 and not isinstance(
+        chain[-1], redis.ConnectionError | redis.TimeoutError | OSError
+    )
 
 
 def _chain(exc: BaseException) -> Iterator[BaseException]:
