@@ -61,8 +61,7 @@ class Broker:
         Arguments the codec cannot carry raise `UnsupportedValue` naming them
         (e.g. ``kwargs['when']``), and nothing is stored.
         """
-        record = attrs.evolve(self._shared(task), id=new_task_id(), args=list(args), kwargs=kwargs)
-        [stored] = self.backend.enqueue([record])
+        [stored] = self.backend.enqueue([_call(self._shared(task), new_task_id(), args, kwargs)])
         notify("threadmill_task_enqueued", record=stored)
         return stored
 
@@ -79,7 +78,7 @@ class Broker:
         shared = self._shared(task)
         calls = list(calls)
         records = [
-            attrs.evolve(shared, id=task_id, args=list(args), kwargs=dict(kwargs))
+            _call(shared, task_id, args, kwargs)
             for task_id, (args, kwargs) in zip(new_task_ids(len(calls)), calls, strict=True)
         ]
         stored = self.backend.enqueue(records)
@@ -167,6 +166,26 @@ class Broker:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def _call(
+    shared: TaskResult, task_id: str, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> TaskResult:
+    """The record of one call: `shared`'s task path, queue, priority, run_after and retry policy,
+    with the call's id and its arguments copied into a list and a dict.
+
+    Made by the class (its validators run); the backend checks the arguments.
+    """
+    return TaskResult(
+        id=task_id,
+        task_path=shared.task_path,
+        args=list(args),
+        kwargs=dict(kwargs),
+        queue=shared.queue,
+        priority=shared.priority,
+        run_after=shared.run_after,
+        retry=shared.retry,
+    )
 
 
 def connect(url: str, **options: Any) -> Broker:

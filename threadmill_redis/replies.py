@@ -311,45 +311,41 @@ def extended(reply: Sequence[Any], lease: Lease) -> Lease | None:
     return attrs.evolve(lease, deadline=from_ms(int(deadline)))
 
 
-#: The fields ``enqueue.lua`` keeps beside the payload, as it stores a new task
-#: (`enqueued` sets the status, enqueued_at and run_after).
-_NEW_STATE: dict[str, Any] = {
-    field.name: field.default
-    for field in attrs.fields(TaskResult)
-    if field.name in codec.STATE_FIELDS - {"status", "enqueued_at", "run_after"}
-}
-
-
 def enqueued(rows: Sequence[Any], records: Sequence[TaskResult], now_ms: int) -> list[TaskResult]:
     """The records the rows of one ``enqueue.lua`` reply answer for the `records` it was sent.
 
     A bare OK means stored now, at server time `now_ms`: the record follows
-    from what was sent, so nothing is read back or decoded. It is DEFERRED
-    when its `run_after` (in whole ms) is later than `now_ms`, else READY, as
-    the script decides, and every other field the scripts keep is at its
-    default. Any other row is the stored record of a repeated id.
+    from what was sent, so nothing is read back or decoded. It holds what the
+    caller gave (id, task path, arguments, queue, priority, retry policy) and
+    the state the script set: DEFERRED when its `run_after` (in whole ms) is
+    later than `now_ms`, else READY, enqueued at `now_ms`; every other field
+    at its default, whatever the caller had set. Any other row is the stored
+    record of a repeated id.
     """
+    enqueued_at = from_ms(now_ms)
     results: list[TaskResult] = []
-    # The state of a new task depends only on its run_after, which the
-    # records of a batch usually share: worked out once per run_after.
-    stored_now: dict[datetime | None, dict[str, Any]] = {}
     for row, record in zip(rows, records, strict=True):
         if row != Status.OK:
             results.append(Row.parse(row).record())
             continue
-        state = stored_now.get(record.run_after)
-        if state is None:
-            state = stored_now[record.run_after] = _new_state(record.run_after, now_ms)
-        results.append(attrs.evolve(record, **state))
+        run_after, status = record.run_after, TaskResultStatus.READY
+        if run_after is not None:
+            ms = to_ms(run_after)
+            run_after = from_ms(ms)
+            if ms > now_ms:
+                status = TaskResultStatus.DEFERRED
+        results.append(
+            TaskResult(
+                id=record.id,
+                task_path=record.task_path,
+                args=record.args,
+                kwargs=record.kwargs,
+                queue=record.queue,
+                priority=record.priority,
+                retry=record.retry,
+                status=status,
+                enqueued_at=enqueued_at,
+                run_after=run_after,
+            )
+        )
     return results
-
-
-def _new_state(run_after: datetime | None, now_ms: int) -> dict[str, Any]:
-    """The fields the scripts keep, for a task with `run_after` stored at server time `now_ms`."""
-    status = TaskResultStatus.READY
-    if run_after is not None:
-        ms = to_ms(run_after)
-        run_after = from_ms(ms)
-        if ms > now_ms:
-            status = TaskResultStatus.DEFERRED
-    return {**_NEW_STATE, "status": status, "enqueued_at": from_ms(now_ms), "run_after": run_after}
