@@ -131,7 +131,12 @@ def _floor(name: str, measured: str, target: str, passed: bool | None) -> dict[s
 def floors(medians: dict[str, dict[str, Any]], settings: dict[str, Any]) -> list[dict[str, Any]]:
     """The floors of issue 7, each with what was measured and PASS/FAIL (None: not measured)."""
     tm = medians["threadmill"]
-    peers = {name: m for name, m in medians.items() if name != "threadmill"}
+    # A baseline (`--baseline`: threadmill@COMMIT) is not a peer the floors are measured against.
+    peers = {
+        name: m
+        for name, m in medians.items()
+        if name != "threadmill" and not name.startswith("threadmill@")
+    }
     out = []
 
     def best(key: str, pick: Any) -> tuple[str, float] | None:

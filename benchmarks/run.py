@@ -26,6 +26,7 @@ from typing import Any
 from benchmarks import measure, report
 from benchmarks.peers import REGISTRY, Peer, load
 from benchmarks.peers._common import URL_VARIABLE
+from benchmarks.peers.checkout import CheckoutPeer
 from benchmarks.server import RedisServer, WorkerDied
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -51,6 +52,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--peers",
         default=",".join(name for name in REGISTRY if name != "threadmill"),
         help="peers to measure besides threadmill, comma-separated (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="CHECKOUT",
+        help="also measure threadmill as the checkout at CHECKOUT has it (a git worktree of "
+        "an earlier commit, say), as one more system of the same interleaved run named "
+        "threadmill@COMMIT, in the depth scan too; left out of the floors; repeatable",
     )
     parser.add_argument("--tasks", type=int, help="backlog drained per run (default 5000)")
     parser.add_argument("--repeat", type=int, help="repeats of the schedule (default 3)")
@@ -301,17 +312,34 @@ def wait_for_quiet(longest: float, load: float) -> None:
         time.sleep(15)
 
 
-def load_peers(wanted: Sequence[str], redis_url: str) -> tuple[dict[str, Peer], dict[str, str]]:
-    """The systems that import and set up here, and a reason for each that does not."""
+def load_peers(
+    wanted: Sequence[str], redis_url: str, baselines: Sequence[Path] = ()
+) -> tuple[dict[str, Peer], dict[str, str]]:
+    """The systems that import and set up here, and a reason for each that does not.
+
+    `baselines` are checkouts of threadmill measured as well (`CheckoutPeer`).
+    """
     peers: dict[str, Peer] = {}
     skipped: dict[str, str] = {}
-    for name in wanted:
+    makers: list[tuple[str, Callable[[], Peer]]] = [
+        (name, functools.partial(load, name, redis_url)) for name in wanted
+    ]
+    makers += [
+        (f"baseline {path}", functools.partial(CheckoutPeer, redis_url, path)) for path in baselines
+    ]
+    for name, make in makers:
         try:
-            peer = load(name, redis_url)
+            peer = make()
+            name = peer.name
             peer.setup()
             peer.teardown()
         except ImportError as exc:
-            skipped[name] = f"not installed ({exc}); pip install -r benchmarks/requirements.txt"
+            hint = (
+                ""
+                if name.startswith("baseline")
+                else "; pip install -r benchmarks/requirements.txt"
+            )
+            skipped[name] = f"not installed ({exc}){hint}"
         except Exception as exc:
             skipped[name] = f"cannot set up: {type(exc).__name__}: {exc}"
         else:
@@ -362,7 +390,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with RedisServer(args.redis_server) as server:
         # Peer modules read the URL when they are imported, as their workers do.
         os.environ[URL_VARIABLE] = server.url
-        peers, skipped = load_peers(wanted, server.url)
+        peers, skipped = load_peers(wanted, server.url, args.baseline)
         for peer_name, reason in skipped.items():
             print(f"skipping {peer_name}: {reason}", flush=True)
         if "threadmill" not in peers:
@@ -371,7 +399,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.depth_peers.strip() == "all":
             depth_names = list(peers)
         else:
-            depth_names = ["threadmill", *[p.strip() for p in args.depth_peers.split(",")]]
+            baselines = [name for name in peers if name.startswith("threadmill@")]
+            depth_names = [
+                "threadmill",
+                *baselines,
+                *[p.strip() for p in args.depth_peers.split(",")],
+            ]
         bench = measure.Bench(server.url, log_dir)
         try:
             machine = report.machine_info(bench.admin)

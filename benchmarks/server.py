@@ -126,8 +126,10 @@ class WorkerProcess:
         self.log_path = log_path
         full_env = dict(os.environ)
         full_env.update(env)
-        path = full_env.get("PYTHONPATH")
-        full_env["PYTHONPATH"] = f"{REPO_ROOT}{os.pathsep}{path}" if path else str(REPO_ROOT)
+        # The peer's own import path first (a baseline's checkout), then this
+        # repository, then the caller's.
+        paths = [env.get("PYTHONPATH"), str(REPO_ROOT), os.environ.get("PYTHONPATH")]
+        full_env["PYTHONPATH"] = os.pathsep.join(path for path in paths if path)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = log_path.open("wb")
         self.process = subprocess.Popen(
