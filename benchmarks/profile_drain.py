@@ -80,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             finally:
                 profile.disable()
 
-        worker._task_thread = profiled_thread  # type: ignore[method-assign]
+        worker._task_thread = profiled_thread  # type: ignore[method-assign]  # profiling the worker's own thread, on purpose
         begin = time.perf_counter()
         worker.run(burst=True)
         elapsed = time.perf_counter() - begin

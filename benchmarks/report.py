@@ -8,7 +8,6 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -17,6 +16,7 @@ import redis
 
 import threadmill_core
 from benchmarks.peers import Unsupported
+from benchmarks.peers.checkout import commit_of
 from benchmarks.server import REPO_ROOT
 
 if TYPE_CHECKING:
@@ -67,17 +67,10 @@ def _version(distribution: str) -> str:
 
 
 def _git_commit() -> str:
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=REPO_ROOT, capture_output=True, text=True, check=True,
-        ).stdout.strip()  # fmt: skip
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=REPO_ROOT, capture_output=True, text=True, check=True,
-        ).stdout.strip()  # fmt: skip
-    except (OSError, subprocess.CalledProcessError):
+    found = commit_of(REPO_ROOT)
+    if found is None:
         return "unknown"
+    commit, dirty = found
     return f"{commit} (with uncommitted changes)" if dirty else commit
 
 

@@ -123,8 +123,8 @@ def _parse_json(data: bytes | str) -> Any:
     `json.loads` itself, which accepts or refuses it with its usual error.
     """
     try:
-        text = data.decode() if type(data) is bytes else data
-        value, end = _decoder.raw_decode(text)  # type: ignore[arg-type]
+        text = data.decode() if isinstance(data, bytes) else data
+        value, end = _decoder.raw_decode(text)
         if end == len(text):
             return value
     except ValueError:

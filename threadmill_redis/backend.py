@@ -71,7 +71,6 @@ from threadmill_core.models import (
 from threadmill_redis import arguments, clients, scripts
 from threadmill_redis.boundary import call
 from threadmill_redis.clients import Client
-from threadmill_redis.errors import RedisBackendError, RedisUnavailable
 from threadmill_redis.keys import STORE, TELEMETRY, Keys
 from threadmill_redis.options import RedisOptions, split_query
 from threadmill_redis.replies import (
@@ -114,7 +113,7 @@ class RedisBackend(Backend):
         self._static_keys: dict[str, list[str | None]] = {}
         self._ttl_ms = duration_ms(self.options.result_ttl)
         self._owns_client = False
-        self._check_server()
+        clients.check_server(client, self.keys)
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> RedisBackend:
@@ -186,56 +185,6 @@ class RedisBackend(Backend):
             missing = [name for name, key in zip(script.key_names, keys, strict=True) if not key]
             raise ValueError(f"{script.name}.lua needs the keys {missing}")
         return [*keys, *extra]  # type: ignore[list-item]  # no None left, as checked
-
-    def _check_server(self) -> None:
-        """Raise `InvalidOption` for what cannot work; warn unless ``noeviction``.
-
-        Refused credentials, a server certificate that does not verify and a
-        Redis user that may not use this namespace's keys will not go away by
-        waiting, so they fail here. A server that cannot be reached now is
-        not an error: workers start during an outage too, and ride it out.
-        """
-        state = self.keys.store("state")
-        try:
-            # One read of a namespace key settles credentials, certificate and key permissions.
-            call(lambda: self.client.exists(state), repeatable=False, what="connect")
-        except RedisUnavailable as exc:
-            if clients.certificate_refused(exc):
-                raise InvalidOption(f"Redis's TLS certificate does not verify: {exc}") from exc
-            log.debug("Redis is not reachable now (%s); calls will wait for it", exc)
-            return
-        except RedisBackendError as exc:
-            if isinstance(exc.__cause__, redis.AuthenticationError):
-                raise InvalidOption(f"Redis refused the credentials: {exc.__cause__}") from exc
-            if isinstance(exc.__cause__, redis.exceptions.NoPermissionError):
-                raise InvalidOption(
-                    f"the Redis user may not use the keys of namespace {self.keys.namespace!r} "
-                    f"({self.keys.prefix}*): {exc.__cause__}"
-                ) from exc
-            log.debug("Redis could not be checked now (%s); calls will tell", exc)
-            return
-        self._warn_about_eviction()
-
-    def _warn_about_eviction(self) -> None:
-        here = clients.on_key_node(self.client, self.keys.store("state"))
-        try:
-            reply = call(
-                lambda: self.client.config_get("maxmemory-policy", **here),
-                repeatable=False,
-                what="config",
-            )
-        except RedisBackendError as exc:
-            # CONFIG may be disabled (managed Redis, an ACL user without it, fakeredis).
-            log.debug("could not read maxmemory-policy: %s", exc)
-            return
-        policy = reply.get("maxmemory-policy")
-        if policy not in (None, "noeviction", b"noeviction"):
-            log.warning(
-                "Redis maxmemory-policy is %r, not 'noeviction': when memory runs out Redis "
-                "may evict threadmill's keys (task records, leases, whole queues), losing "
-                "tasks silently; set maxmemory-policy to noeviction so writes fail loudly instead",
-                policy.decode() if isinstance(policy, bytes) else policy,
-            )
 
     # --- clock -------------------------------------------------------------------------
 

@@ -11,11 +11,13 @@ Clients built here do no retries of their own: `threadmill_redis.boundary`
 decides what may be repeated after a connection drops. Building one is the
 only place that turns driver errors into `InvalidOption` (a URL or
 credentials that cannot work); every call on a client goes through
-`threadmill_redis.boundary.call`.
+`threadmill_redis.boundary.call`. `check_server` is what a backend asks of
+a client as it is built.
 """
 
 from __future__ import annotations
 
+import logging
 import ssl
 from collections.abc import Iterator
 from typing import Any, TypeAlias
@@ -26,8 +28,11 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from threadmill_core.errors import InvalidOption
-from threadmill_redis.boundary import UNAVAILABLE
-from threadmill_redis.errors import RedisUnavailable
+from threadmill_redis.boundary import UNAVAILABLE, call
+from threadmill_redis.errors import RedisBackendError, RedisUnavailable
+from threadmill_redis.keys import Keys
+
+log = logging.getLogger("threadmill_redis")
 
 #: What the backend talks to: one server, or a cluster.
 Client: TypeAlias = redis.Redis | redis.RedisCluster
@@ -119,3 +124,57 @@ def on_key_node(client: Client, key: str) -> dict[str, Any]:
         node = client.get_node_from_key(key)  # type: ignore[no-untyped-call]  # redis-py leaves it untyped
         return {"target_nodes": node}
     return {}
+
+
+def check_server(client: Client, keys: Keys) -> None:
+    """Check a backend's `client` once, as it is built, for the namespace of `keys`.
+
+    Raises `InvalidOption` for what cannot work; warns unless ``noeviction``.
+
+    Refused credentials, a server certificate that does not verify and a
+    Redis user that may not use this namespace's keys will not go away by
+    waiting, so they fail here. A server that cannot be reached now is
+    not an error: workers start during an outage too, and ride it out.
+    """
+    state = keys.store("state")
+    try:
+        # One read of a namespace key settles credentials, certificate and key permissions.
+        call(lambda: client.exists(state), repeatable=False, what="connect")
+    except RedisUnavailable as exc:
+        if certificate_refused(exc):
+            raise InvalidOption(f"Redis's TLS certificate does not verify: {exc}") from exc
+        log.debug("Redis is not reachable now (%s); calls will wait for it", exc)
+        return
+    except RedisBackendError as exc:
+        if isinstance(exc.__cause__, redis.AuthenticationError):
+            raise InvalidOption(f"Redis refused the credentials: {exc.__cause__}") from exc
+        if isinstance(exc.__cause__, redis.exceptions.NoPermissionError):
+            raise InvalidOption(
+                f"the Redis user may not use the keys of namespace {keys.namespace!r} "
+                f"({keys.prefix}*): {exc.__cause__}"
+            ) from exc
+        log.debug("Redis could not be checked now (%s); calls will tell", exc)
+        return
+    _warn_about_eviction(client, keys)
+
+
+def _warn_about_eviction(client: Client, keys: Keys) -> None:
+    here = on_key_node(client, keys.store("state"))
+    try:
+        reply = call(
+            lambda: client.config_get("maxmemory-policy", **here),
+            repeatable=False,
+            what="config",
+        )
+    except RedisBackendError as exc:
+        # CONFIG may be disabled (managed Redis, an ACL user without it, fakeredis).
+        log.debug("could not read maxmemory-policy: %s", exc)
+        return
+    policy = reply.get("maxmemory-policy")
+    if policy not in (None, "noeviction", b"noeviction"):
+        log.warning(
+            "Redis maxmemory-policy is %r, not 'noeviction': when memory runs out Redis "
+            "may evict threadmill's keys (task records, leases, whole queues), losing "
+            "tasks silently; set maxmemory-policy to noeviction so writes fail loudly instead",
+            policy.decode() if isinstance(policy, bytes) else policy,
+        )

@@ -41,8 +41,8 @@ PACKAGES = ("threadmill_core", "threadmill_memory", "threadmill_redis")
 PREFIX = "threadmill@"
 
 
-def commit_of(checkout: Path) -> str:
-    """The short commit a checkout is at (with a mark if it has changes), or its folder's name."""
+def commit_of(checkout: Path) -> tuple[str, bool] | None:
+    """The short commit a git checkout is at, and whether it has uncommitted changes; or None."""
     try:
         commit = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"],
@@ -53,8 +53,8 @@ def commit_of(checkout: Path) -> str:
             cwd=checkout, capture_output=True, text=True, check=True,
         ).stdout.strip()  # fmt: skip
     except (OSError, subprocess.CalledProcessError):
-        return checkout.name
-    return f"{commit}+changes" if dirty else commit
+        return None
+    return commit, bool(dirty)
 
 
 class CheckoutPeer(Peer):
@@ -72,7 +72,9 @@ class CheckoutPeer(Peer):
             raise ImportError(
                 f"{self.checkout} has no {', '.join(missing)}: not a threadmill checkout"
             )
-        self.commit = commit_of(self.checkout)
+        found = commit_of(self.checkout)
+        #: The commit, marked "+changes" where the checkout has some; else the folder's name.
+        self.commit = self.checkout.name if found is None else found[0] + "+changes" * found[1]
         self.name = f"{PREFIX}{self.commit}"  # type: ignore[misc]  # per instance, by design
         self._links = Path(tempfile.mkdtemp(prefix="threadmill-baseline-"))
         atexit.register(shutil.rmtree, self._links, ignore_errors=True)

@@ -45,7 +45,7 @@ def test_unknown_scheme_lists_installed_schemes() -> None:
 
 def test_known_but_missing_scheme_names_its_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     """A scheme threadmill knows but nothing installed serves says which extra adds it."""
-    monkeypatch.setitem(plugins.KNOWN_EXTRAS, "fancydb", "fancydb")  # type: ignore[index]
+    monkeypatch.setitem(plugins.KNOWN_EXTRAS, "fancydb", "fancydb")  # type: ignore[index]  # a test adds an extra to the read-only mapping
     with pytest.raises(UnknownBackend, match=r"pip install 'threadmill\[fancydb\]'"):
         connect("fancydb://somewhere")
 

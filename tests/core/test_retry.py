@@ -87,7 +87,7 @@ def test_retry_on_admits_subclasses_and_refuses_others() -> None:
 def test_bad_backoff_options_are_refused(options: dict[str, object]) -> None:
     """Nonsense backoff settings raise InvalidOption at construction."""
     with pytest.raises(InvalidOption):
-        ExponentialBackoff(**options)  # type: ignore[arg-type]
+        ExponentialBackoff(**options)  # type: ignore[arg-type]  # the bad option under test
 
 
 def test_backoff_survives_a_round_trip_through_storage() -> None:

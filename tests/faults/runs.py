@@ -46,7 +46,7 @@ def burst_settings(broker_url: str, **overrides: object) -> WorkerSettings:
         "reconnect_backoff": QUICK_RECONNECT,
     }
     options.update(overrides)
-    return WorkerSettings(**options)  # type: ignore[arg-type]
+    return WorkerSettings(**options)  # type: ignore[arg-type]  # options as keywords, checked by WorkerSettings
 
 
 @contextmanager

@@ -68,7 +68,7 @@ def test_the_conformance_machine_passes_on_a_cluster(cluster_client: redis.Redis
 
     def factory() -> Harness:
         harness = make_harness(cluster_client, result_ttl=RESULT_TTL)
-        ports.add(node_port(cluster_client, harness.backend.keys.namespace))  # type: ignore[attr-defined]
+        ports.add(node_port(cluster_client, harness.backend.keys.namespace))  # type: ignore[attr-defined]  # a RedisBackend, as the harness says
         return harness
 
     # The full-depth run is the standalone server's (the same scripts); here the
@@ -181,7 +181,7 @@ def test_killed_workers_of_three_namespaces_on_three_shards_lose_nothing(
     for namespace in namespaces:
         with connect(cluster.url(namespace)) as broker:
             finals = [broker.get_result(r.id) for r in records[namespace]]
-            delete_namespace(broker.backend)  # type: ignore[arg-type]
+            delete_namespace(broker.backend)  # type: ignore[arg-type]  # a RedisBackend, as the URL says
         assert Counter(f.status for f in finals) == {TaskResultStatus.SUCCESSFUL: total}
         assert sorted(f.return_value for f in finals) == list(range(total))
         check_crash_runs(read_events(namespace), total, killed[namespace], threads)

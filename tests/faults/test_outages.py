@@ -72,7 +72,7 @@ def broker(flaky: FlakyBackend) -> Iterator[Broker]:
 
 def worker(broker: Broker, **options: object) -> Worker:
     options.setdefault("poll_interval", timedelta(milliseconds=10))
-    return Worker(broker, reconnect_backoff=NO_WAIT, **options)  # type: ignore[arg-type]
+    return Worker(broker, reconnect_backoff=NO_WAIT, **options)  # type: ignore[arg-type]  # options as keywords, checked by Worker
 
 
 def lines(caplog: pytest.LogCaptureFixture, text: str) -> list[str]:

@@ -40,7 +40,7 @@ def good(count: int, **fields: object) -> list[TaskResult]:
     """Records of `fault_tasks.echo`, retried on expiry (the policy of `fault_tasks.work`)."""
     fields.setdefault("retry", fault_tasks.work.retry_spec)
     return [
-        TaskResult(id=new_task_id(), task_path=fault_tasks.echo.path, args=[n], **fields)  # type: ignore[arg-type]
+        TaskResult(id=new_task_id(), task_path=fault_tasks.echo.path, args=[n], **fields)  # type: ignore[arg-type]  # fields given as keywords, checked by the class
         for n in range(count)
     ]
 
@@ -110,7 +110,7 @@ def test_a_worker_quarantines_poison_and_runs_the_rest(harness: Harness) -> None
     assert_quarantined(harness, poisoned)
     counts = backend.counts()["poison"]
     assert (counts.successful, counts.failed, counts.ready, counts.running) == (4, 1, 0, 0)
-    assert all(backend.get(r.id).attempts == 1 for r in records)  # type: ignore[union-attr]
+    assert all(backend.get(r.id).attempts == 1 for r in records)  # type: ignore[union-attr]  # every task is stored
 
 
 @pytest.mark.parametrize("status", [READY, FAILED])

@@ -52,7 +52,7 @@ def test_redis_killed_three_times_mid_run_loses_nothing(
     total, kills = 240, len(OUTAGES)
     url = f"{durable.url}?namespace={namespace}"
     with connect(url) as broker:
-        config = broker.backend.client.config_get("append*")  # type: ignore[attr-defined]
+        config = broker.backend.client.config_get("append*")  # type: ignore[attr-defined]  # a RedisBackend, as the URL says
         assert (config["appendonly"], config["appendfsync"]) == ("yes", "always")
         work = fault_tasks.work.using(broker=broker)
         records = broker.enqueue_many(
@@ -117,7 +117,7 @@ def test_a_server_out_of_memory_refuses_enqueues_and_still_drains(
 ) -> None:
     """Under noeviction and no memory left, enqueue is an outage while workers drain the queue."""
     with connect(f"{full_server.url}?namespace={namespace}") as broker:
-        client = broker.backend.client  # type: ignore[attr-defined]
+        client = broker.backend.client  # type: ignore[attr-defined]  # a RedisBackend, as the URL says
         work = fault_tasks.echo.using(broker=broker)
         records = broker.enqueue_many(work, [((n,), {}) for n in range(10)])
         client.config_set("maxmemory", 1)  # every byte is now over the limit

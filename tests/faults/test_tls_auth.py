@@ -46,7 +46,7 @@ def auth_server() -> Iterator[Server]:
 def test_rediss_with_a_client_certificate_runs_tasks(tls_server: TlsServer) -> None:
     """rediss:// with the CA and a client certificate in the URL query runs tasks over TLS."""
     with connect(f"{tls_server.tls_url()}&namespace=tls") as broker:
-        client = broker.backend.client  # type: ignore[attr-defined]
+        client = broker.backend.client  # type: ignore[attr-defined]  # a RedisBackend, as the URL says
         assert client.connection_pool.connection_class is redis.SSLConnection
         run_one_task(broker)
 

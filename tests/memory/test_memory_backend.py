@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 import math
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import attrs
@@ -396,12 +397,21 @@ BAD_CALLS = {
     "purge-running": lambda b, lease: b.purge("default", RUNNING),
     "peek-limit-0": lambda b, lease: b.peek("default", READY, limit=0),
     "peek-offset-negative": lambda b, lease: b.peek("default", READY, offset=-1),
+    # As Redis has them: True is not a limit, and "1" is a ValueError, not a TypeError.
+    "claim-limit-true": lambda b, lease: b.claim(
+        ["default"], worker="w", lease_ttl=LEASE, limit=True
+    ),
+    "claim-limit-str": lambda b, lease: b.claim(
+        ["default"], worker="w", lease_ttl=LEASE, limit="1"
+    ),
+    "promote_due-limit-true": lambda b, lease: b.promote_due(limit=True),
+    "peek-offset-true": lambda b, lease: b.peek("default", READY, offset=True),
 }
 
 
 @pytest.mark.parametrize("call", BAD_CALLS.values(), ids=BAD_CALLS.keys())
 def test_bad_arguments_raise_value_error_and_change_nothing(
-    backend: MemoryBackend, clock: FakeClock, call: object
+    backend: MemoryBackend, clock: FakeClock, call: Callable[..., object]
 ) -> None:
     """Each bad argument raises ValueError before anything changes."""
     backend.enqueue([make_task(), make_task(), make_task(run_after=clock.now())])
@@ -410,7 +420,7 @@ def test_bad_arguments_raise_value_error_and_change_nothing(
     clock.advance(LEASE)
     before = {status: backend.peek("default", status) for status in TaskResultStatus}
     with pytest.raises(ValueError):  # noqa: PT011 - each case has its own message
-        call(backend, lease)  # type: ignore[operator]
+        call(backend, lease)
     assert {status: backend.peek("default", status) for status in TaskResultStatus} == before
 
 

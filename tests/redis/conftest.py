@@ -145,7 +145,7 @@ def script_commands(
     """
     marker = f"end-{uuid.uuid4().hex}"
     spent: collections.Counter[str] = collections.Counter()
-    with client.monitor() as monitor:  # type: ignore[no-untyped-call]
+    with client.monitor() as monitor:  # type: ignore[no-untyped-call]  # redis-py leaves monitor untyped
         fn()
         client.echo(marker)
         while marker not in (event := monitor.next_command())["command"]:

@@ -116,7 +116,7 @@ def test_a_claim_whose_reply_was_lost_is_answered_with_the_same_leases(
     assert [lease.record.args for lease in leases] == [[0], [1]]
     counts = backend.counts()["default"]
     assert (counts.running, counts.ready) == (2, 1)
-    assert all(backend.get(lease.task_id).attempts == 1 for lease in leases)  # type: ignore[union-attr]
+    assert all(backend.get(lease.task_id).attempts == 1 for lease in leases)  # type: ignore[union-attr]  # every task is stored
     done = [
         Decision(lease=lease, record=attrs.evolve(lease.record, status=TaskResultStatus.SUCCESSFUL))
         for lease in leases

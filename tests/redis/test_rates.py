@@ -80,7 +80,7 @@ def test_an_idle_namespace_answers_an_empty_mapping(harness: Harness) -> None:
 def test_a_window_must_be_a_positive_timedelta(harness: Harness, window: object) -> None:
     """A window that is not a positive timedelta is a ValueError, before Redis is asked."""
     with pytest.raises(ValueError, match="window must be a positive timedelta"):
-        harness.backend.rates(window)  # type: ignore[arg-type]
+        harness.backend.rates(window)  # type: ignore[arg-type]  # the bad argument under test
 
 
 def test_enqueue_and_requeue_enter_and_terminal_states_finish(harness: Harness) -> None:

@@ -111,7 +111,7 @@ def any_states(draw: st.DrawFn) -> tuple[str, str]:
 
 def run(client: redis.Redis, check: str, *args: Any) -> list[Any]:
     source = scripts.resolve("check", lambda n: check if n == "check" else scripts.read_packaged(n))
-    return client.eval(source, 0, *args)  # type: ignore[no-any-return]
+    return client.eval(source, 0, *args)  # type: ignore[no-any-return]  # redis-py leaves eval untyped
 
 
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
