@@ -61,7 +61,9 @@ class Broker:
         Arguments the codec cannot carry raise `UnsupportedValue` naming them
         (e.g. ``kwargs['when']``), and nothing is stored.
         """
-        [stored] = self.backend.enqueue([_call(self._shared(task), new_task_id(), args, kwargs)])
+        [stored] = self.backend.enqueue(
+            [_call_record(self._shared(task), new_task_id(), args, kwargs)]
+        )
         notify("threadmill_task_enqueued", record=stored)
         return stored
 
@@ -78,7 +80,7 @@ class Broker:
         shared = self._shared(task)
         calls = list(calls)
         records = [
-            _call(shared, task_id, args, kwargs)
+            _call_record(shared, task_id, args, kwargs)
             for task_id, (args, kwargs) in zip(new_task_ids(len(calls)), calls, strict=True)
         ]
         stored = self.backend.enqueue(records)
@@ -168,7 +170,7 @@ class Broker:
         self.close()
 
 
-def _call(
+def _call_record(
     shared: TaskResult, task_id: str, args: Sequence[Any], kwargs: Mapping[str, Any]
 ) -> TaskResult:
     """The record of one call: `shared`'s task path, queue, priority, run_after and retry policy,
