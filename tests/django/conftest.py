@@ -44,3 +44,29 @@ else:
         },
     )
     django.setup()
+
+    from collections.abc import Iterator
+    from typing import Any
+
+    import pytest
+
+    from tests.django import bench as _bench
+
+    @pytest.fixture
+    def bench() -> Iterator[_bench.Bench]:
+        """The default alias on a fresh memory backend with a fake clock."""
+        yield from _bench.bench()
+
+    @pytest.fixture
+    def signals_seen() -> Iterator[_bench.Signals]:
+        """Django's task signals, recorded while the test runs."""
+        yield from _bench.recorded_signals()
+
+    @pytest.fixture
+    def runs() -> Iterator[list[Any]]:
+        """What djapp's tasks recorded, emptied before and after the test."""
+        from tests.django.djapp import tasks
+
+        tasks.RUNS.clear()
+        yield tasks.RUNS
+        tasks.RUNS.clear()
