@@ -34,7 +34,7 @@ import re
 from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import attrs
 
@@ -141,10 +141,8 @@ class BackendOptions:
         """
         if self.result_ttl is None:
             return self.url
-        parts = urlsplit(self.url)
-        extra = f"result_ttl={self.result_ttl:g}"
-        query = f"{parts.query}&{extra}" if parts.query else extra
-        return urlunsplit(parts._replace(query=query))
+        separator = "&" if urlsplit(self.url).query else "?"
+        return f"{self.url}{separator}result_ttl={self.result_ttl:g}"
 
     def worker_flags(self) -> list[str]:
         """The worker options as `threadmill worker` flags, QUEUES as ``--queues``."""
