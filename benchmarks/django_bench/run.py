@@ -13,7 +13,7 @@ and the floors of issue 19, as ratios within the run:
 
 It is written to ``benchmarks/results/django.{md,json}`` (``quick.django.*``,
 which git ignores, with ``--quick``). Needs Python 3.12+ with Django, psycopg and the peers
-installed (``benchmarks/README.md``); a peer that is not installed is left
+installed (``benchmarks/django_bench/README.md``); a peer that is not installed is left
 out and the report says so.
 """
 
