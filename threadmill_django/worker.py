@@ -86,7 +86,14 @@ def parse_worker_args(
     modules = list(
         dict.fromkeys([*discover_task_modules(), *options.task_modules, *ours.tasks_module])
     )
-    if not modules and not {"-h", "--help"} & set(rest):
+    asking = bool({"-h", "--help"} & set(rest))
+    if asking:
+        print(
+            "manage.py threadmill worker takes the options of `threadmill worker` below, with "
+            "the alias's QUEUES and OPTIONS as their defaults, and --tasks-module MODULE "
+            "(repeatable); the MODULE list is every installed app's tasks module, found for you.\n"
+        )
+    if not modules and not asking:
         raise WorkerUsageError(
             "no tasks to run: no installed app has a tasks module, and neither "
             "--tasks-module nor OPTIONS['task_modules'] names one"

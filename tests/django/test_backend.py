@@ -113,6 +113,23 @@ def test_a_result_of_a_task_outside_installed_apps_is_not_imported(bench: Bench)
         task_backends["default"].get_result(record.id)
 
 
+def test_reading_a_result_imports_the_tasks_module_of_an_installed_app(bench: Bench) -> None:
+    """A process that never imported a task's module reads its result: the app's module loads."""
+    import sys
+
+    from threadmill_core.task import register_task, unregister_task
+
+    module = "tests.django.djapp.late_tasks"
+    assert module not in sys.modules
+    path = f"{module}:late"
+    record = register_task(tasks.add.func, path=path).using(broker=bench.broker).enqueue(5)
+    unregister_task(path)  # as in a process that only reads results
+    result = task_backends["default"].get_result(record.id)
+    assert module in sys.modules
+    assert result.task.func is sys.modules[module].late.func
+    assert result.args == [5]
+
+
 def test_priority_and_queue_are_stored(bench: Bench) -> None:
     """Django's priority and queue_name are threadmill's; a float priority that is whole works."""
     result = tasks.add.using(priority=7.0, queue_name="high").enqueue(1, 2)  # type: ignore[arg-type]
