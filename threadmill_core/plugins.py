@@ -115,6 +115,34 @@ def backend_for_url(url: str, options: Mapping[str, Any]) -> Backend:
     return backend  # type: ignore[no-any-return]
 
 
+def register_plugin(plugin: object, name: str) -> None:
+    """Register an in-process plugin: an observer that a framework integration installs.
+
+    Entry points suit plugins that every process with the package installed
+    should load; an integration that observes only the processes it runs in
+    (threadmill_django sends Django's signals from the lifecycle hooks)
+    registers itself at start-up instead. Registering the same object under
+    the same name again does nothing, so start-up code may run twice; another
+    plugin under a name already taken is a `ValueError` naming both.
+    """
+    pm = plugin_manager()
+    current = pm.get_plugin(name)
+    if current is plugin:
+        return
+    if current is not None:
+        raise ValueError(f"a threadmill plugin named {name!r} is registered already: {current!r}")
+    pm.register(plugin, name=name)
+
+
+def unregister_plugin(name: str) -> object | None:
+    """Remove the plugin registered under `name`; return it, or None if there was none."""
+    pm = plugin_manager()
+    plugin: object | None = pm.get_plugin(name)
+    if plugin is not None:
+        pm.unregister(name=name)
+    return plugin
+
+
 def notify(hook_name: str, **kwargs: Any) -> None:
     """Call a lifecycle hook if, and only if, some plugin implements it.
 

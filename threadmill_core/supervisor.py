@@ -12,6 +12,12 @@ tasks finish within `shutdown_timeout`, and exits 0; children still running
 then are killed (their leases expire and the reaper retries their tasks). A
 second signal kills the children at once.
 
+Process setup: `WorkerSettings.setup`, if given, is called first thing in
+the supervisor and in every worker process, before the task modules are
+imported: it is how a framework integration prepares a process for its
+tasks (threadmill_django calls ``django.setup()`` there). See
+docs/integrations.md.
+
 Outages: when the backend is unavailable (`BackendUnavailable`), nothing
 exits or restarts. Each worker process backs off and reconnects on its own
 (see `threadmill_core.worker`), and the maintenance loop skips its passes
@@ -27,6 +33,7 @@ import importlib
 import logging
 import multiprocessing
 import os
+import pickle
 import random
 import signal
 import sys
@@ -75,6 +82,9 @@ class WorkerSettings:
     log_level: str = "INFO"
     #: Spaces out attempts to reach an unavailable backend (see `Worker`).
     reconnect_backoff: ExponentialBackoff = RECONNECT_BACKOFF
+    #: Called with no arguments first thing in the supervisor and in each worker
+    #: process (a restarted one too), before `modules` are imported; see `prepare_process`.
+    setup: Callable[[], object] | None = None
 
     def __attrs_post_init__(self) -> None:
         if self.broker_url.split("://", 1)[0] == "memory":
@@ -91,6 +101,34 @@ class WorkerSettings:
             raise InvalidOption(f"max_tasks must be 1 or more, got {self.max_tasks}")
         if self.max_tasks_jitter < 0:
             raise InvalidOption(f"max_tasks_jitter must be 0 or more, got {self.max_tasks_jitter}")
+        if self.setup is not None:
+            _check_setup(self.setup)
+
+
+def _check_setup(setup: object) -> None:
+    """Refuse a setup that is not callable, or that a spawned process could not receive."""
+    if not callable(setup):
+        raise InvalidOption(f"setup must be a callable taking no arguments, got {setup!r}")
+    try:
+        pickle.dumps(setup)
+    except Exception as exc:
+        raise InvalidOption(
+            f"setup {setup!r} cannot be sent to a spawned worker process ({exc}); use a "
+            "module-level function, or functools.partial of one with picklable arguments"
+        ) from exc
+
+
+def prepare_process(settings: WorkerSettings) -> None:
+    """Run `settings.setup`, then import `settings.modules`: how every process starts.
+
+    The supervisor and each worker process call this before anything else,
+    so a setup that configures a framework (and may register tasks) runs
+    before the modules whose imports need it. An exception from either is a
+    configuration error: the process does not start.
+    """
+    if settings.setup is not None:
+        settings.setup()
+    load_modules(settings.modules)
 
 
 def load_modules(modules: Sequence[str]) -> None:
@@ -127,7 +165,7 @@ def _child_main(settings: WorkerSettings, index: int) -> None:
     """A worker process: load the tasks, then work until told to stop."""
     logging.basicConfig(level=settings.log_level, format=LOG_FORMAT, stream=sys.stderr)
     try:
-        load_modules(settings.modules)
+        prepare_process(settings)
         outage = Outage(logging.getLogger("threadmill.worker"), settings.reconnect_backoff)
         broker = connect_when_reachable(settings.broker_url, outage, time.sleep)
     except Exception as exc:
@@ -230,7 +268,7 @@ class Supervisor:
         try:
             # The modules load here too, before any child is spawned: a typo
             # fails fast, and the reaper knows the tasks' retry policies.
-            load_modules(settings.modules)
+            prepare_process(settings)
             broker = connect_when_reachable(
                 settings.broker_url, self.outage, lambda delay: self._wake.wait(delay)
             )

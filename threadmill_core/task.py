@@ -18,11 +18,19 @@ task registry; a worker runs only tasks registered by the modules it loaded.
 A function whose first parameter is named ``context`` receives a
 `TaskContext` there (the record, attempt number, lease token, and whether
 the lease was lost); callers never pass it.
+
+Framework integrations (threadmill_django, and any later Flask or FastAPI
+one) define tasks without ``@task``: `register_task` registers any callable
+under a path of their choosing, such as a wrapper that prepares the
+framework around the user's function, and `unregister_task` removes it.
+The registry is per process; `registered_task` and `registered_tasks` read
+it. See docs/integrations.md.
 """
 
 from __future__ import annotations
 
 import inspect
+import re
 import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -62,12 +70,100 @@ def registered_tasks() -> dict[str, Task[Any, Any]]:
         return dict(_registry)
 
 
+def register_task(
+    func: Callable[..., Any],
+    /,
+    *,
+    path: str | None = None,
+    queue: str = DEFAULT_QUEUE,
+    priority: int = 0,
+    retry: RetryPolicy | None = None,
+    lease_ttl: timedelta | float | None = None,
+    takes_context: bool | None = None,
+) -> Task[Any, Any]:
+    """Make `func` a task of this process, registered under `path`, and return it.
+
+    This is ``@task`` for code that defines tasks some other way: a
+    framework integration registers a wrapper around the user's function,
+    under the user's function's path, and workers that load the
+    integration run the wrapper. The options are ``@task``'s, validated the
+    same way (`InvalidOption`), and `queue` and `priority` are only the
+    defaults that `Task.using` changes.
+
+    - `path` None: `func` must be a module-level function and the path is
+      its ``module:qualname``, exactly as ``@task`` names it
+      (`InvalidTaskDefinition` otherwise).
+    - An explicit `path` must read ``module:qualname`` (dotted identifiers
+      on both sides). `func` may then be any callable: a closure, a
+      `functools.partial`, an object with ``__call__``. Nothing is ever
+      imported from the path: a worker runs what is registered under it.
+    - `takes_context` None: the task gets a `TaskContext` as its first
+      argument when its first parameter is named ``context`` (as with
+      ``@task``); True or False says so explicitly, for callables whose
+      signature does not tell.
+
+    Registering a path that is already registered replaces the task (as
+    importing a module again re-runs its decorators); the replaced `Task`
+    object keeps working for enqueueing, since records name paths, not
+    objects. The registry is per process: every worker process must
+    register its tasks itself, normally by importing the modules that do.
+    """
+    retry_spec = policy_spec(retry)
+    made: Task[Any, Any] = Task(
+        func=func,
+        path=_task_path(func) if path is None else validate_task_path(path),
+        queue=validate_queue(queue),
+        priority=validate_priority(priority),
+        retry=retry,
+        retry_spec=retry_spec,
+        lease_ttl=None if lease_ttl is None else validate_timedelta("lease_ttl", lease_ttl),
+        takes_context=_wants_context(func) if takes_context is None else bool(takes_context),
+    )
+    with _registry_lock:
+        _registry[made.path] = made
+    return made
+
+
+def unregister_task(path: str) -> Task[Any, Any] | None:
+    """Remove the task registered under `path` from this process; return it, or None.
+
+    A worker of this process then quarantines records naming the path, as
+    it does any unknown path. For integrations that tear down what they
+    registered (and for tests).
+    """
+    with _registry_lock:
+        return _registry.pop(path, None)
+
+
 def validate_queue(queue: object) -> str:
     if not isinstance(queue, str) or not queue or len(queue) > 200 or not queue.isprintable():
         raise InvalidOption(
             f"queue must be a non-empty printable str of at most 200 chars, got {queue!r}"
         )
     return queue
+
+
+_IDENTIFIERS = re.compile(r"[^\W\d]\w*(\.[^\W\d]\w*)*")
+
+
+def validate_task_path(path: object) -> str:
+    """Return `path` if it reads ``module:qualname``; else `InvalidTaskDefinition` naming it."""
+    if isinstance(path, str):
+        module, colon, qualname = path.partition(":")
+        if colon and _IDENTIFIERS.fullmatch(module) and _IDENTIFIERS.fullmatch(qualname):
+            return path
+    raise InvalidTaskDefinition(
+        f"a task path reads 'module:qualname' (dotted identifiers on both sides), got {path!r}"
+    )
+
+
+def _wants_context(func: Callable[..., Any]) -> bool:
+    """Whether `func`'s first parameter is named ``context`` (False if it has no signature)."""
+    try:
+        params = list(inspect.signature(func).parameters)
+    except (TypeError, ValueError):
+        return False
+    return bool(params) and params[0] == "context"
 
 
 def _task_path(func: Callable[..., Any]) -> str:
@@ -194,29 +290,19 @@ def task(func: Callable[..., Any] | None = None, /, **options: Any) -> Any:
         raise InvalidOption(
             f"unknown task option(s) {', '.join(unknown)}; valid: {', '.join(_TASK_OPTIONS)}"
         )
+    # Checked here, so that a bad option fails at the decorator, not at the function.
     queue = validate_queue(options.get("queue", DEFAULT_QUEUE))
     priority = validate_priority(options.get("priority", 0))
     retry = options.get("retry")
-    retry_spec = policy_spec(retry)
+    policy_spec(retry)
     lease_ttl = options.get("lease_ttl")
     if lease_ttl is not None:
         lease_ttl = validate_timedelta("lease_ttl", lease_ttl)
 
     def decorate(function: Callable[P, R]) -> Task[P, R]:
-        path = _task_path(function)
-        params = list(inspect.signature(function).parameters)
-        made: Task[P, R] = Task(
-            func=function,
-            path=path,
-            queue=queue,
-            priority=priority,
-            retry=retry,
-            retry_spec=retry_spec,
-            lease_ttl=lease_ttl,
-            takes_context=bool(params) and params[0] == "context",
+        made: Task[P, R] = register_task(
+            function, queue=queue, priority=priority, retry=retry, lease_ttl=lease_ttl
         )
-        with _registry_lock:
-            _registry[path] = made
         return made
 
     if func is not None:

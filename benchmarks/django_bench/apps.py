@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class DjangoBenchConfig(AppConfig):
+    name = "benchmarks.django_bench"
+    label = "django_bench"

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class DjappConfig(AppConfig):
+    name = "tests.django.djapp"
+    label = "djapp"

@@ -1,0 +1,21 @@
+"""threadmill as a backend of Django's task framework (``django.tasks``, Django 6.0+).
+
+``"threadmill_django"`` in INSTALLED_APPS, ``"threadmill_django.TaskBackend"``
+as a TASKS backend, ``manage.py threadmill worker`` to run the tasks. See
+docs/django.md.
+"""
+
+from threadmill_django.backend import TaskBackend
+from threadmill_django.exceptions import TaskCancelled, TaskExit, UnknownTask, UnsupportedArgument
+from threadmill_django.task import Task, TaskContext, task
+
+__all__ = [
+    "Task",
+    "TaskBackend",
+    "TaskCancelled",
+    "TaskContext",
+    "TaskExit",
+    "UnknownTask",
+    "UnsupportedArgument",
+    "task",
+]

@@ -1,0 +1,96 @@
+"""``manage.py threadmill [--backend ALIAS] COMMAND [ARGS...]``: threadmill's CLI on an alias.
+
+``worker`` runs threadmill's supervisor with Django in every process (see
+`threadmill_django.worker`). ``stats``, ``ls``, ``show``, ``requeue``,
+``cancel``, ``purge`` and ``inspect`` are the ``threadmill`` command's own,
+run on the alias's broker: the same output, ``--json`` and exit codes, by
+construction. Django's options (``--settings``, ``--verbosity``) go before
+COMMAND; everything after it is the threadmill command's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.tasks import DEFAULT_TASK_BACKEND_ALIAS, task_backends
+from django.tasks.exceptions import InvalidTaskBackend
+
+from threadmill_core import cli
+from threadmill_core.errors import ThreadmillError
+from threadmill_core.supervisor import LOG_FORMAT, Supervisor
+from threadmill_django.backend import TaskBackend
+from threadmill_django.worker import WorkerUsageError, parse_worker_args, worker_settings
+
+INSPECTING = ("stats", "ls", "show", "requeue", "cancel", "purge", "inspect")
+
+
+class Command(BaseCommand):
+    help = (
+        "threadmill's commands on a Django task backend alias: worker runs tasks; stats, ls, "
+        "show, requeue, cancel, purge and inspect look at the queues and steer them, as the "
+        "threadmill command does. `manage.py threadmill COMMAND --help` explains each."
+    )
+    # The worker runs the checks itself; the inspecting commands only read and steer.
+    requires_system_checks: list[str] = []  # noqa: RUF012  # Django's own attribute, a list
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--backend",
+            default=DEFAULT_TASK_BACKEND_ALIAS,
+            metavar="ALIAS",
+            help="the TASKS alias whose broker to use (default: %(default)s)",
+        )
+        parser.add_argument("subcommand", choices=("worker", *INSPECTING), metavar="COMMAND")
+        parser.add_argument("arguments", nargs=argparse.REMAINDER, metavar="ARGS")
+
+    def handle(self, *_args: Any, backend: str, subcommand: str, arguments: list[str],
+               **_options: Any) -> None:  # fmt: skip
+        try:
+            chosen = task_backends[backend]
+        except InvalidTaskBackend as exc:
+            raise CommandError(str(exc), returncode=2) from exc
+        if not isinstance(chosen, TaskBackend):
+            raise CommandError(
+                f"TASKS[{backend!r}] is a {type(chosen).__module__}.{type(chosen).__qualname__}, "
+                "not a threadmill_django.TaskBackend",
+                returncode=2,
+            )
+        try:
+            options = chosen.options_checked
+        except InvalidTaskBackend as exc:
+            raise CommandError(str(exc), returncode=2) from exc
+        if subcommand == "worker":
+            code = self._worker(chosen, arguments)
+        else:
+            if {"--broker", "-b"} & set(arguments) or any(
+                a.startswith("--broker=") for a in arguments
+            ):
+                raise CommandError(
+                    f"the broker is TASKS[{options.alias!r}]'s: choose it with --backend ALIAS, "
+                    "not --broker",
+                    returncode=2,
+                )
+            code = cli.main([subcommand, *arguments], broker=chosen.broker)
+        if code:
+            sys.exit(code)
+
+    def _worker(self, backend: TaskBackend, arguments: list[str]) -> int:
+        self.check()
+        if not os.environ.get("DJANGO_SETTINGS_MODULE"):
+            raise CommandError(
+                "the worker's processes are spawned and configure Django from "
+                "DJANGO_SETTINGS_MODULE, which is not set (manage.py sets it)",
+                returncode=2,
+            )
+        try:
+            args, _modules = parse_worker_args(backend.options_checked, arguments)
+            settings = worker_settings(backend.options_checked, args)
+        except (WorkerUsageError, ThreadmillError) as exc:
+            raise CommandError(str(exc), returncode=2) from exc
+        logging.basicConfig(level=args.log_level, format=LOG_FORMAT)
+        return Supervisor(settings).run()

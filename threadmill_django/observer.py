@@ -1,0 +1,39 @@
+"""Django's ``task_finished``, sent once a task's outcome is stored.
+
+Django's own backends send ``task_finished`` when a task ends. Here a task
+ends when its lease holder's decision is stored: a worker's acknowledgement
+(batched with others), or the reaper's verdict on an expired lease (in the
+supervisor process). This plugin hears threadmill's
+``threadmill_task_finished`` hook for both, and sends the signal with the
+stored result, so a receiver that reads the result back sees it final.
+
+An attempt that fails and will be retried has not finished: it sends no
+``task_finished`` (its error is in the next attempt's ``errors``). Only
+tasks this process registered as Django tasks are announced.
+"""
+
+from __future__ import annotations
+
+from django.db import close_old_connections
+from django.tasks.signals import task_finished
+
+from threadmill_core.hookspecs import hookimpl
+from threadmill_core.models import TaskResult
+from threadmill_django.results import django_result
+from threadmill_django.runner import runner_for, serving_alias
+
+#: The name this module is registered under with threadmill's plugin manager.
+NAME = "threadmill_django"
+
+
+@hookimpl
+def threadmill_task_finished(record: TaskResult) -> None:
+    runner = runner_for(record.task_path)
+    if runner is None:
+        return
+    try:
+        task = runner.task_for(record, serving_alias(runner.task.backend))
+        result = django_result(record, task, task.backend)
+        task_finished.send(sender=type(task.get_backend()), task_result=result)
+    finally:
+        close_old_connections()  # a receiver may have used the ORM from this thread

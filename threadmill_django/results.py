@@ -1,0 +1,118 @@
+"""threadmill's records as Django's `TaskResult`s.
+
+Statuses Django has no name for are mapped, and the mapping is the only
+place they appear:
+
+- DEFERRED (waiting for ``run_after`` or a retry's delay) reads READY: the
+  task is waiting, and Django has one name for waiting.
+- CANCELLED reads FAILED, with a last error of class
+  `threadmill_django.exceptions.TaskCancelled` saying it was cancelled, so
+  ``result.errors[-1]`` tells a cancelled task from one that raised.
+
+Each threadmill error becomes a Django `TaskError` with the same class path
+and its traceback; an error recorded without one (an expired lease, a
+quarantined record) gets a one-line ``Class: message``, so every error
+says what it was. A `TaskExit` (a task that raised `SystemExit` or another
+`BaseException`) shows as the exception the task raised, with that
+exception's own traceback.
+
+Timestamps are aware UTC datetimes; with ``USE_TZ = False`` they are naive
+local times, as Django gives everywhere in that mode.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from django.conf import settings
+from django.tasks import TaskResult as DjangoTaskResult
+from django.tasks import TaskResultStatus as DjangoStatus
+from django.tasks.base import TaskError as DjangoTaskError
+from django.utils import timezone
+
+from threadmill_core.models import TaskError, TaskResult, TaskResultStatus
+from threadmill_django.exceptions import TaskCancelled, TaskExit
+
+if TYPE_CHECKING:
+    from threadmill_django._typing import AnyResult, AnyTask
+
+STATUSES = {
+    TaskResultStatus.READY: DjangoStatus.READY,
+    TaskResultStatus.DEFERRED: DjangoStatus.READY,
+    TaskResultStatus.RUNNING: DjangoStatus.RUNNING,
+    TaskResultStatus.SUCCESSFUL: DjangoStatus.SUCCESSFUL,
+    TaskResultStatus.FAILED: DjangoStatus.FAILED,
+    TaskResultStatus.CANCELLED: DjangoStatus.FAILED,
+}
+
+TASK_EXIT_PATH = f"{TaskExit.__module__}.{TaskExit.__qualname__}"
+CANCELLED_ERROR = DjangoTaskError(
+    exception_class_path=f"{TaskCancelled.__module__}.{TaskCancelled.__qualname__}",
+    traceback=(
+        "TaskCancelled: the task was cancelled before it ran (its threadmill status is "
+        "CANCELLED; `threadmill requeue` sends it back to READY)\n"
+    ),
+)
+#: What `traceback.format_exc` puts between an exception and one raised ``from`` it.
+_CAUSE = "\nThe above exception was the direct cause of the following exception:\n"
+
+
+def django_error(error: TaskError) -> DjangoTaskError:
+    """One threadmill error as Django's `TaskError`."""
+    path = error.exception_class_path
+    if path == TASK_EXIT_PATH:
+        # The message is "module.Class: text" of what the task raised, and the
+        # traceback that exception's, then ours raised from it: show theirs.
+        original, _, text = error.message.partition(": ")
+        traceback = error.traceback.rpartition(_CAUSE)[0].rstrip("\n")
+        if not traceback:
+            traceback = f"{original.rpartition('.')[2]}: {text}"
+        return DjangoTaskError(exception_class_path=original, traceback=traceback + "\n")
+    traceback = error.traceback or f"{path.rpartition('.')[2]}: {error.message}\n"
+    return DjangoTaskError(exception_class_path=path, traceback=traceback)
+
+
+def local(moment: datetime | None) -> datetime | None:
+    """A stored (aware UTC) time as Django code expects it under the USE_TZ setting."""
+    if moment is None or settings.USE_TZ:
+        return moment
+    return timezone.make_naive(moment)
+
+
+def django_result(
+    record: TaskResult,
+    task: AnyTask,
+    alias: str,
+    *,
+    status: TaskResultStatus | None = None,
+    errors: tuple[TaskError, ...] | None = None,
+) -> AnyResult:
+    """`record` as Django's `TaskResult` of `task` on backend `alias`.
+
+    `status` and `errors`, if given, replace the record's: a retry policy
+    sees the failing attempt as FAILED with its error, before anything is
+    stored.
+    """
+    status = record.status if status is None else status
+    django_errors = [django_error(e) for e in (record.errors if errors is None else errors)]
+    if status is TaskResultStatus.CANCELLED:
+        django_errors.append(CANCELLED_ERROR)
+    result: AnyResult = DjangoTaskResult(
+        task=task,
+        id=record.id,
+        status=STATUSES[status],
+        enqueued_at=local(record.enqueued_at),
+        started_at=local(record.started_at),
+        finished_at=local(record.finished_at),
+        last_attempted_at=local(record.last_attempted_at),
+        args=record.args,
+        kwargs=record.kwargs,
+        backend=alias,
+        errors=django_errors,
+        worker_ids=list(record.worker_ids),
+    )
+    if status is TaskResultStatus.SUCCESSFUL:
+        # The field Django's own backends set: it is not an argument of the class.
+        object.__setattr__(result, "_return_value", record.return_value)
+    return result

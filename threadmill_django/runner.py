@@ -1,0 +1,189 @@
+"""What a threadmill worker runs for a Django task, registered through the core's public API.
+
+`register` (called by `TaskBackend.validate_task`, so by every decoration,
+``using`` and enqueue) registers a threadmill task under the Django
+function's path ``module:qualname``. Its callable is a `AnyTaskRunner`,
+which, around each attempt, does what Django's request cycle does for a
+view (old database connections closed before and after, queries reset),
+builds Django's `TaskResult` and `TaskContext` from threadmill's, sends
+``task_started`` as Django's own backends do, and calls the task as
+Django's `Task.call` does (coroutines under ``async_to_sync``). Its return
+value goes through Django's normalisation, then threadmill's codec.
+
+A Django task's retry policy is stored as a `DjangoContextPolicy` naming
+it: the worker (for a raised exception) and the reaper (for an expired
+lease) call it, and it calls the policy with Django's context.
+
+The core worker knows nothing of Django; only processes that imported a
+module of Django tasks (a worker loads every installed app's ``tasks``)
+can run them, and only those.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+import attrs
+from django.db import close_old_connections, reset_queries
+from django.tasks.signals import task_started
+from django.utils.json import normalize_json
+
+from threadmill_core.models import RetryPolicySpec, TaskResult, TaskResultStatus
+from threadmill_core.models import TaskContext as CoreTaskContext
+from threadmill_core.retry import policy_spec, resolve_policy
+from threadmill_core.task import register_task, registered_task
+from threadmill_django.exceptions import TaskExit, UnknownTask
+from threadmill_django.results import django_result, local
+from threadmill_django.task import TaskContext
+
+if TYPE_CHECKING:
+    from threadmill_django._typing import AnyTask
+
+#: A task's fields that each call may set; the others make the task what it is.
+PER_CALL = frozenset({"priority", "queue_name", "run_after", "backend"})
+#: How many (queue, priority, run_after, alias) variants of a task a runner keeps made.
+VARIANTS = 256
+
+#: The alias this process works for: set by the worker's process setup.
+_serving: dict[str, str] = {}
+
+
+def serve(alias: str) -> None:
+    """Record that this process works for backend `alias` (its results carry that name)."""
+    _serving["alias"] = alias
+
+
+def serving_alias(default: str) -> str:
+    """The alias this process works for, or `default` (in-process workers, tests)."""
+    return _serving.get("alias", default)
+
+
+def task_path(task: AnyTask) -> str:
+    """The threadmill path of a Django task: its function's ``module:qualname``."""
+    return f"{task.func.__module__}:{task.func.__qualname__}"
+
+
+def _identity(task: AnyTask) -> tuple[Any, ...]:
+    return (
+        type(task),
+        *(getattr(task, f.name) for f in dataclasses.fields(task) if f.name not in PER_CALL),
+    )
+
+
+class AnyTaskRunner:
+    """The callable registered for a Django task; a worker calls it with threadmill's context."""
+
+    def __init__(self, task: AnyTask) -> None:
+        self.task = task
+        self.identity = _identity(task)
+        self._variants: dict[tuple[Any, ...], AnyTask] = {}
+
+    def __repr__(self) -> str:
+        return f"AnyTaskRunner({self.task.module_path})"
+
+    def task_for(self, record: TaskResult, alias: str) -> AnyTask:
+        """The Django task that enqueued `record` as backend `alias` saw it."""
+        key = (record.queue, record.priority, record.run_after, alias)
+        made = self._variants.get(key)
+        if made is None:
+            if len(self._variants) >= VARIANTS:
+                self._variants.clear()
+            made = dataclasses.replace(
+                self.task,
+                queue_name=record.queue,
+                priority=record.priority,
+                run_after=local(record.run_after),
+                backend=alias,
+            )
+            self._variants[key] = made
+        return made
+
+    def __call__(self, context: CoreTaskContext, *args: Any, **kwargs: Any) -> Any:
+        reset_queries()
+        close_old_connections()
+        try:
+            record = context.record
+            task = self.task_for(record, serving_alias(self.task.backend))
+            result = django_result(record, task, task.backend)
+            task_started.send(sender=type(task.get_backend()), task_result=result)
+            if task.takes_context:
+                value = task.call(TaskContext(task_result=result, core=context), *args, **kwargs)
+            else:
+                value = task.call(*args, **kwargs)
+            return normalize_json(value)
+        except Exception:
+            raise
+        except BaseException as exc:  # SystemExit and kin end the task, not the worker
+            kind = type(exc)
+            raise TaskExit(f"{kind.__module__}.{kind.__qualname__}: {exc}") from exc
+        finally:
+            close_old_connections()
+
+
+def runner_for(path: str) -> AnyTaskRunner | None:
+    """The runner registered under `path` in this process, if that is a Django task."""
+    registered = registered_task(path)
+    runner = registered.func if registered is not None else None
+    return runner if isinstance(runner, AnyTaskRunner) else None
+
+
+def register(task: AnyTask) -> None:
+    """Register `task` with threadmill in this process, unless an equal one is registered.
+
+    Copies made by ``using`` differ only in what each call sets (queue,
+    priority, run_after, alias), so they share one registration. Bad
+    threadmill options raise `threadmill_core.InvalidOption` naming them.
+    """
+    path = task_path(task)
+    current = runner_for(path)
+    if current is not None and current.identity == _identity(task):
+        return
+    retry = getattr(task, "retry", None)
+    policy = None
+    if retry is not None:
+        spec = policy_spec(retry)
+        assert spec is not None
+        policy = DjangoContextPolicy(path=spec.path, options=spec.options)
+    register_task(
+        AnyTaskRunner(task),
+        path=path,
+        retry=policy,
+        lease_ttl=getattr(task, "lease_ttl", None),
+        takes_context=True,
+    )
+
+
+@attrs.frozen(kw_only=True)
+class DjangoContextPolicy:
+    """A Django task's retry policy, as stored: called with Django's `TaskContext`.
+
+    `path` and `options` are the stored form of the policy the task named
+    (see `threadmill_core.retry.policy_spec`). The policy is found only
+    among those the tasks of this process named, never imported on the
+    record's say-so, and it sees the attempt as FAILED with the error being
+    decided last in ``context.task_result.errors``.
+    """
+
+    path: str
+    options: dict[str, Any] | None = None
+
+    def __call__(self, context: CoreTaskContext) -> timedelta | None:
+        policy = resolve_policy(RetryPolicySpec(path=self.path, options=self.options))
+        record = context.record
+        runner = runner_for(record.task_path)
+        if runner is None:
+            raise UnknownTask(f"task {record.task_path} is not registered in this process")
+        task = runner.task_for(record, serving_alias(runner.task.backend))
+        failed = record.errors
+        if context.last_error is not None:
+            failed = (*failed, context.last_error)
+        result = django_result(
+            record, task, task.backend, status=TaskResultStatus.FAILED, errors=failed
+        )
+        last = result.errors[-1] if result.errors else None
+        delay: timedelta | None = policy(
+            TaskContext(task_result=result, core=context, last_error=last)  # type: ignore[arg-type]  # a Django context, by design
+        )
+        return delay
