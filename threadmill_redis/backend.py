@@ -68,7 +68,7 @@ from threadmill_core.models import (
     TaskResult,
     TaskResultStatus,
 )
-from threadmill_redis import arguments, clients, scripts
+from threadmill_redis import arguments, clients, connections, scripts
 from threadmill_redis.boundary import call
 from threadmill_redis.clients import Client
 from threadmill_redis.keys import STORE, TELEMETRY, Keys
@@ -113,6 +113,14 @@ class RedisBackend(Backend):
         self._static_keys: dict[str, list[str | None]] = {}
         self._ttl_ms = duration_ms(self.options.result_ttl)
         self._owns_client = False
+        #: Sends one command: on a connection of this thread's (see `connections`), or
+        #: through a cluster client, which picks the node.
+        self._connections = (
+            connections.ThreadConnections(client) if isinstance(client, redis.Redis) else None
+        )
+        self._execute = (
+            self._connections.execute if self._connections is not None else client.execute_command
+        )
         clients.check_server(client, self.keys)
 
     @classmethod
@@ -161,7 +169,7 @@ class RedisBackend(Backend):
         script = scripts.load(name)
         keys = self._script_keys(script, named_keys, extra_keys)
         return call(
-            lambda: scripts.evalsha(self.client, script, keys, args),
+            lambda: scripts.evalsha(self._execute, script, keys, args),
             repeatable=repeatable,
             what=name,
         )
@@ -214,7 +222,7 @@ class RedisBackend(Backend):
             [script, keys, args] = calls[0]
             replies = [
                 call(
-                    lambda: scripts.evalsha(self.client, script, keys, args),
+                    lambda: scripts.evalsha(self._execute, script, keys, args),
                     repeatable=True,
                     what="enqueue",
                 )
@@ -544,6 +552,8 @@ class RedisBackend(Backend):
         Its pool is disconnected too: redis-py 5.0.0's ``Redis.close`` leaves
         the connections of a pool made by ``from_url`` open (5.0.1 closes them).
         """
+        if self._connections is not None:
+            self._connections.close()
         if self._owns_client:
             self.client.close()
             if isinstance(self.client, redis.Redis):

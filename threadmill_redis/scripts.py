@@ -110,13 +110,19 @@ def load(name: str) -> Script:
     return Script.from_source(name, resolve(name, read_packaged))
 
 
-def evalsha(client: Client, script: Script, keys: Sequence[str], args: Sequence[Any]) -> Any:
-    """Run `script` once (EVALSHA), loading it first if the server does not know it."""
+def evalsha(
+    execute: Callable[..., Any], script: Script, keys: Sequence[str], args: Sequence[Any]
+) -> Any:
+    """Run `script` once (EVALSHA), loading it first if the server does not know it.
+
+    `execute` sends one command and returns its reply: a client's
+    ``execute_command``, or `ThreadConnections.execute`.
+    """
     try:
-        return client.evalsha(script.sha, len(keys), *keys, *args)
+        return execute("EVALSHA", script.sha, len(keys), *keys, *args)
     except redis.exceptions.NoScriptError:
-        client.script_load(script.source)
-        return client.evalsha(script.sha, len(keys), *keys, *args)
+        execute("SCRIPT", "LOAD", script.source)
+        return execute("EVALSHA", script.sha, len(keys), *keys, *args)
 
 
 def evalsha_many(client: Client, calls: Sequence[Call]) -> list[Any]:
@@ -129,7 +135,7 @@ def evalsha_many(client: Client, calls: Sequence[Call]) -> list[Any]:
     does not pipeline scripts, so there the calls run one by one.
     """
     if isinstance(client, redis.RedisCluster):
-        return [evalsha(client, script, keys, args) for script, keys, args in calls]
+        return [evalsha(client.execute_command, script, keys, args) for script, keys, args in calls]
     results: list[Any] = [None] * len(calls)
     pending = list(range(len(calls)))
     for attempt in range(2):

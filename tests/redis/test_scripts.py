@@ -114,6 +114,6 @@ def test_a_flushed_script_cache_is_reloaded_transparently(real_client: redis.Red
     script = scripts.load("counts")
     keys = ["{t-flush}:" + name for name in script.key_names]
     real_client.script_flush()
-    assert scripts.evalsha(real_client, script, keys, [1000]) == []
+    assert scripts.evalsha(real_client.execute_command, script, keys, [1000]) == []
     real_client.script_flush()
     assert scripts.evalsha_many(real_client, [(script, keys, [1000])] * 2) == [[], []]
