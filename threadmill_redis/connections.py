@@ -2,12 +2,12 @@
 
 ``Redis.execute_command`` takes a connection from the pool and gives it back
 for every command, with its retry, health-check and observability machinery
-around it. For one short command that machinery costs the client about three
-times what sending the command and reading its reply cost (measured with
-``python -m benchmarks.instructions``; see the commit that added this
-module), and the backend's hot calls (a single enqueue, a claim, a batch of
-decisions, a round of heartbeats) are one command each. So each thread sends
-them on a connection of its own, kept for the thread's life.
+around it. For one short command that machinery costs the client several
+times what sending the command and reading its reply cost (the commit that
+added this module has the counts), and the backend's hot calls (a single
+enqueue, a claim, a batch of decisions, a round of heartbeats) are one
+command each. So each thread sends them on a connection of its own, kept
+for the thread's life.
 
 The connection is redis-py's own: made like the pool's connections
 (`ConnectionPool.connection_class` with `connection_kwargs`, the pool's
