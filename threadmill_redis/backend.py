@@ -48,6 +48,8 @@ from threadmill_core.backend import (
     NOTHING_DEFERRED,
     RATE_HISTORY,
     Backend,
+    TaskCall,
+    check_calls,
     check_decision,
     check_limit,
     check_offset,
@@ -204,19 +206,28 @@ class RedisBackend(Backend):
     # --- producing ---------------------------------------------------------------------
 
     def enqueue(self, records: Sequence[TaskResult]) -> list[TaskResult]:
-        """Store `records` with ``enqueue.lua``, in calls of at most ``enqueue_batch`` records.
-
-        Every record is checked before any call is sent. One call is one
-        EVALSHA; several go in one pipeline, one round trip, each call
-        atomic on its own. A repeat after a dropped connection sends them
-        all again, which stores nothing twice (idempotent on id).
-        """
+        """Store `records` as `_store` does (see there)."""
         records = list(records)
         check_records(records)
-        if not records:
+        return self._store([(r, (r.id, r.args, r.kwargs)) for r in records])
+
+    def enqueue_calls(self, template: TaskResult, calls: Sequence[TaskCall]) -> list[TaskResult]:
+        """Store the calls as `_store` does, without a record per call (see `Backend`)."""
+        calls = list(calls)
+        check_calls(template, calls)
+        return self._store([(template, call) for call in calls])
+
+    def _store(self, pending: Sequence[arguments.Pending]) -> list[TaskResult]:
+        """Store checked tasks with ``enqueue.lua``, in calls of at most ``enqueue_batch`` tasks.
+
+        One call is one EVALSHA; several go in one pipeline, one round trip,
+        each call atomic on its own. A repeat after a dropped connection
+        sends them all again, which stores nothing twice (idempotent on id).
+        """
+        if not pending:
             return []
         size = self.options.enqueue_batch
-        chunks = [records[start : start + size] for start in range(0, len(records), size)]
+        chunks = [pending[start : start + size] for start in range(0, len(pending), size)]
         calls = [self._enqueue_call(chunk) for chunk in chunks]
         if len(calls) == 1:
             [script, keys, args] = calls[0]
@@ -236,14 +247,14 @@ class RedisBackend(Backend):
             stored += enqueued(rows, chunk, now)
         return stored
 
-    def _enqueue_call(self, records: Sequence[TaskResult]) -> scripts.Call:
-        """The ``enqueue.lua`` call of `records`: its keys (a notify list per queue) and ARGV."""
+    def _enqueue_call(self, pending: Sequence[arguments.Pending]) -> scripts.Call:
+        """The ``enqueue.lua`` call of `pending`: its keys (a notify list per queue) and ARGV."""
         script = scripts.load("enqueue")
-        queues = list(dict.fromkeys(record.queue for record in records))
+        queues = list(dict.fromkeys(base.queue for base, _ in pending))
         first = len(script.key_names) + 1  # the KEYS index of the first notify list
         notify_index = {queue: first + n for n, queue in enumerate(queues)}
         keys = self._script_keys(script, {}, [self.keys.notify(queue) for queue in queues])
-        args = [self.options.notify_cap, *arguments.enqueue_runs(records, notify_index)]
+        args = [self.options.notify_cap, *arguments.enqueue_runs(pending, notify_index)]
         return script, keys, args
 
     # --- working -----------------------------------------------------------------------

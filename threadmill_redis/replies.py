@@ -18,6 +18,7 @@ from threadmill_core import codec
 from threadmill_core.clock import from_ms, to_ms
 from threadmill_core.errors import PayloadError
 from threadmill_core.models import Decision, Lease, TaskError, TaskResult, TaskResultStatus
+from threadmill_redis.arguments import Pending
 
 
 class Status(enum.IntEnum):
@@ -337,8 +338,8 @@ def extended(reply: Sequence[Any], lease: Lease) -> Lease | None:
     return Lease(token=lease.token, deadline=from_ms(int(deadline)), record=lease.record)
 
 
-def enqueued(rows: Sequence[Any], records: Sequence[TaskResult], now_ms: int) -> list[TaskResult]:
-    """The records the rows of one ``enqueue.lua`` reply answer for the `records` it was sent.
+def enqueued(rows: Sequence[Any], pending: Sequence[Pending], now_ms: int) -> list[TaskResult]:
+    """The records the rows of one ``enqueue.lua`` reply answer for the `pending` tasks it was sent.
 
     A bare OK means stored now, at server time `now_ms`: the record follows
     from what was sent, so nothing is read back or decoded. It holds what the
@@ -350,11 +351,11 @@ def enqueued(rows: Sequence[Any], records: Sequence[TaskResult], now_ms: int) ->
     """
     enqueued_at = from_ms(now_ms)
     results: list[TaskResult] = []
-    for row, record in zip(rows, records, strict=True):
+    for row, (base, (task_id, args, kwargs)) in zip(rows, pending, strict=True):
         if row != Status.OK:
             results.append(Row.parse(row).record())
             continue
-        run_after, status = record.run_after, TaskResultStatus.READY
+        run_after, status = base.run_after, TaskResultStatus.READY
         if run_after is not None:
             ms = to_ms(run_after)
             run_after = from_ms(ms)
@@ -362,13 +363,13 @@ def enqueued(rows: Sequence[Any], records: Sequence[TaskResult], now_ms: int) ->
                 status = TaskResultStatus.DEFERRED
         results.append(
             TaskResult(
-                id=record.id,
-                task_path=record.task_path,
-                args=record.args,
-                kwargs=record.kwargs,
-                queue=record.queue,
-                priority=record.priority,
-                retry=record.retry,
+                id=task_id,
+                task_path=base.task_path,
+                args=args,
+                kwargs=kwargs,
+                queue=base.queue,
+                priority=base.priority,
+                retry=base.retry,
                 status=status,
                 enqueued_at=enqueued_at,
                 run_after=run_after,
