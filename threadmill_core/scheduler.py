@@ -21,8 +21,8 @@ The steps, in the order they are considered:
 3. `Claim`: refill the room (free threads and prefetch), once
    `Settings.refill_at` of it is free, or all of it with nothing left to run.
 4. `Run`: start the next prefetched task.
-5. `Exit`: nothing held and nothing more may be claimed (stopping, or
-   `max_tasks` reached), or nothing was found in a burst.
+5. `Exit`: nothing held, no claim on its way, and nothing more may be
+   claimed (stopping, or `max_tasks` reached), or nothing was found in a burst.
 6. `IdleWait`: nothing held and the last claim found nothing; block in the
    backend until a task may be ready (one thread at a time).
 7. `Wait`: none of the above yet; wait on the worker's condition for at
@@ -243,21 +243,21 @@ def next_step(
             ready=ready[1:], unsent=s.unsent, unsent_since=s.unsent_since, calls=c
         )
     idle = not held and not s.unsent and not c.give_back
-    if idle and (stopping or room <= 0):  # stopped, or claimed all it may
+    # Stopped, or claimed all it may; not while a claim may still bring tasks.
+    if idle and (stopping or room <= 0) and not c.claiming:
         return EXIT, s._replace(calls=attrs.evolve(c, exiting=True))
     if idle and reachable and now < c.nothing_until and not c.claiming:
         if settings.burst:
             return EXIT, s._replace(calls=attrs.evolve(c, exiting=True))
         if not c.idle_waiting:
             return IDLE_WAIT, s._replace(calls=attrs.evolve(c, idle_waiting=True))
+    # Outcomes waiting here cannot go before `retry_at` (due ones went above).
     pause = settings.poll
-    if s.unsent and not c.acknowledging:
-        pause = min(pause, s.unsent_since + settings.ack_delay - now)
     if not reachable:
         pause = min(pause, c.retry_at - now)
     elif room > 0 and not c.claiming and c.nothing_until > now:
         pause = min(pause, c.nothing_until - now)
-    return Wait(max(pause, 0.0)), s
+    return Wait(pause), s
 
 
 # --- what a finished step leaves -------------------------------------------------------
