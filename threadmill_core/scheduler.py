@@ -124,9 +124,9 @@ class Schedule(NamedTuple):
     """What the task threads of one `Worker.run` share; times are `time.monotonic()`.
 
     Split by how often it changes: the fields here once or twice per task,
-    `calls` once per backend call. A named tuple, since a new one is built
-    at every step a task takes, and attrs' frozen classes cost twice as much
-    to build.
+    `calls` once per backend call. A named tuple rather than an attrs class
+    because a new one is built at every step of every task, and a named
+    tuple is the cheapest immutable record to build.
     """
 
     #: Prefetched tasks no thread has started, in claim order.
