@@ -30,6 +30,11 @@ The steps, in the order they are considered:
 
 No two calls of one kind are in flight at once, and while the backend is
 unavailable (`backend_unavailable`), no call is made before `Calls.retry_at`.
+
+A new kind of step is a class here added to `Action`, its place in
+`next_step`'s order, a function for the schedule its ending leaves, and a
+case in `Worker._task_thread`, which mypy insists on; the simulation in
+tests/worker/test_scheduler.py then checks it against every promise above.
 """
 
 from __future__ import annotations
