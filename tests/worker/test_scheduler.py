@@ -5,8 +5,9 @@ threads step by step (Hypothesis picks which thread moves, what the backend
 answers and when time passes) and checks the promises of the schedule
 after every move: one call of a kind at a time, no claim once stopping, the
 prefetch given back, outcomes sent within the delay or once the batch is
-full, no call during a backoff, and every claimed task run, given back or
-acknowledged exactly once.
+full, no call during a backoff, no wait of zero seconds (a spinning
+thread), no end of the run while a claim is on its way, and every claimed
+task run, given back or acknowledged exactly once.
 """
 
 from __future__ import annotations
@@ -433,7 +434,7 @@ class WorkerSimulation(RuleBasedStateMachine):
         self.backlog = 0
         #: Every task claimed, and where it is now (one place each).
         self.claimed: list[HeldTask] = []
-        self.started: set[int] = set()
+        self.running_tasks: set[int] = set()
         self.acknowledged: list[int] = []
         self.released: list[int] = []
         self.dropped: list[int] = []
@@ -464,14 +465,14 @@ class WorkerSimulation(RuleBasedStateMachine):
         self.threads = [SimulatedThread() for _ in range(threads)]
         self.backlog = backlog
 
-    def running(self) -> bool:
+    def some_thread_runs(self) -> bool:
         return any(not t.exited for t in self.threads)
 
     @rule(seconds=st.sampled_from([0.001, 0.004, scheduler.ACK_DELAY, 0.3, POLL, 2.5]))
     def time_passes(self, seconds: float) -> None:
         self.now += seconds
 
-    @precondition(running)
+    @precondition(some_thread_runs)
     @rule(event=st.sampled_from(["enqueue", "stop", "break down", "maintain"]))
     def something_happens(self, event: str) -> None:
         """Tasks arrive, `stop()`, our own bug (`Worker._failed` stops), or maintenance ran."""
@@ -513,7 +514,7 @@ class WorkerSimulation(RuleBasedStateMachine):
         elif not isinstance(step, Wait):
             thread.doing = step
             if isinstance(step, Run):
-                self.started.add(id(step.task))
+                self.running_tasks.add(id(step.task))
 
     @precondition(lambda self: bool(self.busy()))
     @rule(data=st.data(), got_through=st.booleans(), found=st.integers(min_value=0, max_value=8))
@@ -523,7 +524,7 @@ class WorkerSimulation(RuleBasedStateMachine):
         step, thread.doing = thread.doing, None
         s = self.schedule
         if isinstance(step, Run):
-            self.started.discard(id(step.task))
+            self.running_tasks.discard(id(step.task))
             self.schedule, _ = scheduler.finished(s, self.given, Outcome(step.task, None),
                                                   now=self.now)  # fmt: skip
             return
@@ -635,7 +636,7 @@ class WorkerSimulation(RuleBasedStateMachine):
             *(id(t) for t in s.ready),
             *(id(o.held) for o in s.unsent),
             *(id(t) for t in s.calls.give_back),
-            *self.started,
+            *self.running_tasks,
             *in_flight,
             *self.acknowledged,
             *self.released,
