@@ -51,8 +51,9 @@ from threadmill_core.broker import Broker, connect
 from threadmill_core.errors import BackendUnavailable, InvalidOption
 from threadmill_core.maintenance import promote, reap
 from threadmill_core.models import TaskResultStatus
+from threadmill_core.outage import RECONNECT_BACKOFF, Outage
 from threadmill_core.retry import ExponentialBackoff
-from threadmill_core.worker import RECONNECT_BACKOFF, Outage, Worker, default_worker_id
+from threadmill_core.worker import Worker, default_worker_id
 
 log = logging.getLogger("threadmill.supervisor")
 

@@ -8,13 +8,12 @@
 A worker runs only tasks registered in its task registry (by default every
 ``@task`` imported in this process). A record naming any other path is
 finalized FAILED with a `TaskQuarantined` error and nothing is imported on
-the record's say-so.
+the record's say-so (see `threadmill_core.execution`).
 
 Heartbeats: a daemon thread renews the leases of every held task in one
-`extend_many` call each `lease_ttl / 3`. Task code cannot starve it (it
-holds no lock a task can hold). When a renewal is refused the lease was
-taken away (a reaper decided the task, or an operator acted): the task's
-`TaskContext.lease_lost` turns true and its outcome is not written.
+`extend_many` call each `lease_ttl / 3`. When a renewal is refused the lease
+was taken away: the task's `TaskContext.lease_lost` turns true and its
+outcome is not written (see `threadmill_core.heartbeat`).
 
 With ``maintenance=True`` (the default) the thread that calls `run` runs
 the reaper and the mover every `poll_interval` (the first pass before any
@@ -26,71 +25,45 @@ Outages: a backend call that raises `BackendUnavailable` (Redis restarting,
 a dropped connection) never kills the worker. Each loop backs off
 exponentially (`reconnect_backoff`) and tries again; the process logs one
 warning when the backend goes away and one line when it is back (see
-`Outage`). An acknowledgement is never dropped: it is sent again with the
-same lease until the backend answers, which it does as the first time if an
-earlier send was applied but its reply lost; meanwhile the task stays among
-the running ones, so heartbeats keep its lease alive.
+`threadmill_core.outage.Outage`). An acknowledgement is never dropped: it is
+sent again with the same lease until the backend answers, which it does as
+the first time if an earlier send was applied but its reply lost; meanwhile
+the task stays among the held ones, so heartbeats keep its lease alive.
+
+The parts: `threadmill_core.scheduler` chooses each task thread's next
+step, `threadmill_core.execution` runs one task,
+`threadmill_core.acknowledgement` sends outcomes, `threadmill_core.heartbeat`
+renews leases; this module starts the threads and applies their steps.
 """
 
 from __future__ import annotations
 
-import asyncio
-import collections
-import functools
 import logging
 import os
-import random
 import socket
 import threading
 import time
-import traceback
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, assert_never
 
 import attrs
 
-from threadmill_core import codec
+from threadmill_core import heartbeat, scheduler
+from threadmill_core.acknowledgement import send_outcomes
 from threadmill_core.backend import NOTHING_DEFERRED
 from threadmill_core.broker import Broker
-from threadmill_core.errors import BackendUnavailable, TaskQuarantined, UnsupportedValue
+from threadmill_core.errors import BackendUnavailable
+from threadmill_core.execution import execute
+from threadmill_core.held import HeldTask, HeldTasks, Outcome
 from threadmill_core.maintenance import promote, reap
-from threadmill_core.models import (
-    Decision,
-    Lease,
-    TaskContext,
-    TaskError,
-    TaskResult,
-    TaskResultStatus,
-    validate_timedelta,
-)
-from threadmill_core.plugins import notify, notify_each
-from threadmill_core.retry import ExponentialBackoff, decide
-from threadmill_core.task import Task, registered_task, registered_tasks, validate_queue
+from threadmill_core.models import Lease, validate_timedelta
+from threadmill_core.outage import RECONNECT_BACKOFF, Outage
+from threadmill_core.retry import ExponentialBackoff
+from threadmill_core.task import Task, registered_tasks, validate_queue
 
 log = logging.getLogger("threadmill.worker")
-
-QUARANTINE_PATH = f"{TaskQuarantined.__module__}.{TaskQuarantined.__qualname__}"
-
-
-#: How long to wait between attempts to reach an unavailable backend: 0.1 s,
-#: doubling to 5 s, each plus up to half again at random so that the workers
-#: of a restarted server do not all come back in the same instant.
-RECONNECT_BACKOFF = ExponentialBackoff(
-    base_delay=0.1, max_delay=5.0, factor=2.0, max_retries=None, jitter=0.5
-)
-
-
-#: Outcomes are acknowledged in batches of up to this many (or the worker's
-#: whole room, threads plus prefetch, if that is more: a claim sends what has
-#: gathered anyway, and one more round trip per claim would only split it) ...
-ACK_BATCH = 64
-#: ... or once the oldest has waited this long (seconds), whichever comes first.
-#: Under load a batch fills first (64 tasks of 150 µs take 10 ms); the delay
-#: bounds how late a result shows while tasks keep coming. An idle worker
-#: sends what it has at once.
-ACK_DELAY = 0.010
 
 #: A worker without its own maintenance claims after this many idle waits in
 #: a row that ended quietly (no wake-up), however quiet: a wake-up is a hint
@@ -102,126 +75,20 @@ def default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
-class Outage:
-    """One process's view of backend outages: backoff delays, and one log line each way.
+@attrs.define(eq=False)
+class _Run:
+    """One call of `Worker.run`: its task threads' schedule, and how they ended.
 
-    Every loop that calls the backend reports to the same `Outage`, passing
-    the `time.monotonic()` at which its call started: `failed` when the call
-    raised `BackendUnavailable` (with how many times in a row that loop has
-    failed; the answer is how long to wait before trying again), `reached`
-    after it got through. The first failure logs one warning, the first
-    success after it one info line saying how long it lasted; calls in
-    between log nothing, and no traceback is logged. A call that started
-    before an outage and got through after it began does not end it, and one
-    that started before the outage ended and failed after it does not start
-    another: threads racing at the edges log no extra lines. Thread-safe.
+    `schedule` is replaced (never changed in place) under the worker's lock.
     """
 
-    def __init__(
-        self, logger: logging.Logger, backoff: ExponentialBackoff = RECONNECT_BACKOFF
-    ) -> None:
-        self.log = logger
-        self.backoff = backoff
-        #: Outages seen so far (each one logged once).
-        self.count = 0
-        self._lock = threading.Lock()
-        self._since: float | None = None
-        self._ended = float("-inf")
-        self._failures = 0
-
-    @property
-    def down(self) -> bool:
-        """True from a failure until a call started after it gets through."""
-        return self._since is not None
-
-    def failed(self, exc: BackendUnavailable, attempt: int, started: float) -> float:
-        """Note a call started at `started` that failed, its loop's `attempt`-th in a row.
-
-        Returns how many seconds that loop should wait before trying again.
-        """
-        with self._lock:
-            self._failures += 1
-            if self._since is None and started >= self._ended:
-                self._since = started
-                self.count += 1
-                self.log.warning(
-                    "backend unavailable (%s: %s); retrying with backoff, at most %g s apart",
-                    type(exc).__name__, exc, self.backoff.max_delay,
-                )  # fmt: skip
-        delay = self.backoff.delay_for(attempt)
-        return delay + delay * self.backoff.jitter * random.random()
-
-    def reached(self, started: float) -> None:
-        """Note a call started at `started` that got through; it may end the outage."""
-        if self._since is None:  # the hot path: no lock when nothing is wrong
-            return
-        with self._lock:
-            if self._since is None or started < self._since:
-                return
-            now = time.monotonic()
-            self.log.info(
-                "backend reachable again after %.1f s (%d failed calls meanwhile)",
-                now - self._since, self._failures,
-            )  # fmt: skip
-            self._since = None
-            self._ended = now
-            self._failures = 0
-
-
-@attrs.define(eq=False)
-class _Held:
-    """A lease this worker holds: waiting for a thread, running, or being acknowledged."""
-
-    lease: Lease
-    lease_ttl: timedelta
-    #: Set when a thread starts the task; None while it waits in the prefetch.
-    context: TaskContext | None = None
-    #: A renewal was refused while the task waited: it must not start.
-    lost: bool = False
-    #: Set once the outcome is being sent: a refused renewal then means the
-    #: outcome landed (or will be refused itself), not that the lease is lost.
-    acknowledging: bool = False
-    #: Seconds the task ran, for the acknowledgement's log line.
-    duration: float = 0.0
-
-
-@attrs.frozen
-class _Done:
-    """What a task thread hands back: the decision to send, or None when there is none."""
-
-    held: _Held
-    decision: Decision | None
-
-
-@attrs.define(eq=False)
-class _Plan:
-    """What the task threads of one `Worker.run` share, guarded by the worker's condition."""
-
-    burst: bool
-    max_tasks: int | None
-    #: Prefetched leases no thread has started, in claim order.
-    ready: collections.deque[_Held] = attrs.Factory(collections.deque)
-    #: Outcomes not acknowledged yet, and when the oldest of them came back.
-    unsent: list[_Done] = attrs.Factory(list)
-    unsent_since: float = 0.0
-    #: Prefetched leases to give back (the worker is stopping).
-    give_back: list[_Held] = attrs.Factory(list)
-    #: A thread is in that call now (one at a time of each).
-    claiming: bool = False
-    acking: bool = False
-    releasing: bool = False
-    idling: bool = False
-    claimed: int = 0
-    #: A claim found nothing: the next waits until then (time.monotonic()).
-    nothing_until: float = 0.0
-    #: During an outage: when to call the backend again; failures in a row.
-    retry_at: float = 0.0
-    failures: int = 0
-    exit: bool = False
+    settings: scheduler.Settings
+    schedule: scheduler.Schedule = attrs.Factory(scheduler.Schedule)
+    #: Task threads that have exited; `finished` is set once all have.
     exited: int = 0
+    finished: threading.Event = attrs.Factory(threading.Event)
     #: What broke a task thread (our own bug, not a task's error), raised by `run`.
     error: BaseException | None = None
-    finished: threading.Event = attrs.Factory(threading.Event)
 
 
 class Worker:
@@ -235,22 +102,23 @@ class Worker:
     are retried like any lost lease, each having counted an attempt. Claims
     and acknowledgements go in batches: one `claim` refills the prefetch
     once it is half empty (with one thread, once it is empty: see
-    `_refill_at`), and outcomes are sent together in one `decide_many`
-    once `ACK_BATCH` (or ``threads + prefetch``, if more) have gathered,
-    the oldest has waited `ACK_DELAY`, a claim is due, or nothing is left
-    to run. A task is held, and its lease renewed, until its outcome is
-    acknowledged, so batching never weakens at-least-once.
+    `scheduler.Settings.for_worker`), and outcomes are sent together in one
+    `decide_many` once `scheduler.ACK_BATCH` (or ``threads + prefetch``, if
+    more) have gathered, the oldest has waited `scheduler.ACK_DELAY`, a
+    claim is due, or nothing is left to run. A task is held, and its lease
+    renewed, until its outcome is acknowledged, so batching never weakens
+    at-least-once.
 
     `lease_ttl` is how long a claim lives without a heartbeat (a task's own
     ``lease_ttl`` option overrides it). `poll_interval` is the maintenance
     interval (``maintenance=True``) and the longest single idle wait, so it
     bounds how long `stop()` takes to be noticed; without maintenance, an
     idle worker waits through quiet intervals until it is woken or the next
-    deferred task falls due (see `_idle_wait`). `tasks` is the registry of tasks this
-    worker may run, by path; by default, every task registered in this
-    process. `reconnect_backoff` spaces out the attempts to reach a backend
-    that is unavailable (its `max_retries` is ignored: the worker never gives
-    up on the backend).
+    deferred task falls due (see `_idle_wait`). `tasks` is the registry of
+    tasks this worker may run, by path; by default, every task registered in
+    this process. `reconnect_backoff` spaces out the attempts to reach a
+    backend that is unavailable (its `max_retries` is ignored: the worker
+    never gives up on the backend).
     """
 
     def __init__(
@@ -282,25 +150,32 @@ class Worker:
         self.backend = broker.backend
         self.threads = threads
         self.prefetch = prefetch
-        self._ack_batch = max(ACK_BATCH, threads + prefetch)
         self.lease_ttl = validate_timedelta("lease_ttl", lease_ttl)
         self.poll_interval = validate_timedelta("poll_interval", poll_interval)
         self.maintenance = maintenance
         self.worker_id = worker_id or default_worker_id()
         self._tasks = dict(tasks) if tasks is not None else None
-        #: Every lease held, by token: prefetched, running or being acknowledged.
-        self._held: dict[str, _Held] = {}
-        self._held_lock = threading.Lock()
-        #: Guards the current run's `_Plan`; task threads wait on `_cond` for work.
-        #: Taken as ``with self._lock``, the condition's own lock: the condition's
-        #: ``with`` adds two Python calls, and it is taken twice per task.
+        #: Every task held: prefetched, running, or being acknowledged or given back.
+        self._held = HeldTasks()
+        #: Guards the current `_Run`; task threads wait on `_cond` for work.
+        #: Taken as ``with self._lock``, the condition's own lock, which is
+        #: reentrant so that `stop()` is safe from a signal handler in any thread.
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
-        self._plan = _Plan(burst=False, max_tasks=None)
+        self._current = _Run(self._settings(burst=False, max_tasks=None))
         self._stop = threading.Event()
         self.processed = 0
         #: Shared by every loop of this worker, so an outage is logged once.
         self.outage = Outage(log, reconnect_backoff)
+
+    def _settings(self, *, burst: bool, max_tasks: int | None) -> scheduler.Settings:
+        return scheduler.Settings.for_worker(
+            threads=self.threads,
+            prefetch=self.prefetch,
+            poll=self.poll_interval.total_seconds(),
+            burst=burst,
+            max_tasks=max_tasks,
+        )
 
     # --- the loop ------------------------------------------------------------------------
 
@@ -329,19 +204,19 @@ class Worker:
         and prefetched tasks not started are given back.
 
         There is no dispatcher thread: each task thread takes the next step
-        itself (`_next_step`): send the acknowledgements that are due, refill
-        the prefetch, run a task, or wait. With one thread, claims,
-        acknowledgements and tasks follow each other in that thread, and no
-        task waits on a hand-over between threads. This thread runs the
-        maintenance passes, if any, and waits.
+        itself, as `scheduler.next_step` chooses it: send the
+        acknowledgements that are due, refill the prefetch, run a task, or
+        wait. With one thread, claims, acknowledgements and tasks follow each
+        other in that thread, and no task waits on a hand-over between
+        threads. This thread runs the maintenance passes, if any, and waits.
         """
         self._stop.clear()
         processed_before = self.processed
-        self._plan = _Plan(burst=burst, max_tasks=max_tasks)
+        run = self._current = _Run(self._settings(burst=burst, max_tasks=max_tasks))
         beating = threading.Event()
-        heartbeat = threading.Thread(
-            target=self._heartbeat_loop,
-            args=(beating,),
+        heartbeats = threading.Thread(
+            target=heartbeat.beat_until,
+            args=(beating, self._beat, self._beat_interval, self.outage),
             name=f"threadmill-heartbeat-{self.worker_id}",
             daemon=True,
         )
@@ -349,7 +224,7 @@ class Worker:
             threading.Thread(target=self._task_thread, name=f"threadmill-task-{n}", daemon=True)
             for n in range(self.threads)
         ]
-        heartbeat.start()
+        heartbeats.start()
         try:
             poll = self.poll_interval.total_seconds()
             # The first pass comes before any claim: what is due is promoted first.
@@ -360,9 +235,9 @@ class Worker:
                 if time.monotonic() >= next_maintenance and not self._stop.is_set():
                     next_maintenance = self._maintain(poll)
                     with self._lock:  # promoted tasks may be ready: look again
-                        self._plan.nothing_until = 0.0
+                        run.schedule = scheduler.look_again(run.schedule)
                         self._cond.notify_all()
-                self._plan.finished.wait(min(max(next_maintenance - time.monotonic(), 0.0), poll))
+                run.finished.wait(min(max(next_maintenance - time.monotonic(), 0.0), poll))
         except BaseException:
             self.stop()  # our own bug, or KeyboardInterrupt here: the threads drain and exit
             raise
@@ -371,9 +246,9 @@ class Worker:
                 if runner.is_alive():
                     runner.join()
             beating.set()
-            heartbeat.join()
-        if self._plan.error is not None:
-            raise self._plan.error
+            heartbeats.join()
+        if run.error is not None:
+            raise run.error
         return self.processed - processed_before
 
     def _maintain(self, poll: float) -> float:
@@ -391,118 +266,70 @@ class Worker:
             self.outage.reached(started)
             return time.monotonic() + poll
 
-    # --- the steps a task thread takes ---------------------------------------------------
+    def run_maintenance(self) -> None:
+        """One reaper pass and one mover pass; `BackendUnavailable` goes to the caller."""
+        reap(self.backend, claim_ttl=self.lease_ttl)
+        promote(self.backend)
+
+    # --- a task thread: ask the scheduler, take the step, tell the scheduler -------------
 
     def _task_thread(self) -> None:
-        plan = self._plan
+        run = self._current
         try:
-            while (step := self._next_step(plan)) is not None:
-                step()
+            while True:
+                step = self._next_step(run)
+                match step:
+                    case scheduler.Run(task=held):
+                        self._run_task(run, held)
+                    case scheduler.Acknowledge(outcomes=outcomes):
+                        self._acknowledge(run, outcomes)
+                    case scheduler.Claim(limit=limit):
+                        self._claim(run, limit)
+                    case scheduler.Release(tasks=tasks):
+                        self._release(run, tasks)
+                    case scheduler.IdleWait():
+                        self._idle(run)
+                    case scheduler.Exit():
+                        return
+                    case _:  # mypy checks that every kind of step is handled above
+                        assert_never(step)
         except BaseException as exc:
             # Our own bug, or SystemExit from a task: the others stop gracefully
             # (the prefetch given back, outcomes acknowledged), and `run` raises it.
             log.exception("a worker thread failed; stopping the worker")
-            self._failed(plan, exc)
+            self._failed(run, exc)
         finally:
             with self._lock:
-                plan.exited += 1
-                if plan.exited == self.threads:
-                    plan.finished.set()
+                run.exited += 1
+                if run.exited == self.threads:
+                    run.finished.set()
                 self._cond.notify_all()
 
-    def _next_step(self, plan: _Plan) -> Callable[[], None] | None:
-        """What this thread should do next (None: exit), waiting until there is something."""
-        capacity = self.threads + self.prefetch
-        refill = self._refill_at()
-        poll = self.poll_interval.total_seconds()
+    def _next_step(self, run: _Run) -> scheduler.Action:
+        """The scheduler's next step for this thread, after the waits it asks for."""
         with self._lock:
             while True:
-                if plan.exit:
-                    return None
-                now = time.monotonic()
-                stopping = self._stop.is_set()
-                if stopping and plan.ready:
-                    plan.give_back.extend(plan.ready)
-                    plan.ready.clear()
-                reachable = now >= plan.retry_at
-                if plan.give_back and reachable and not plan.releasing:
-                    giving, plan.give_back = plan.give_back, []
-                    plan.releasing = True
-                    return functools.partial(self._release_step, plan, giving)
-                room = 0 if stopping else capacity - len(self._held)
-                if plan.max_tasks is not None:
-                    room = min(room, plan.max_tasks - plan.claimed)
-                claim = (
-                    room > 0
-                    and (room >= refill or not plan.ready)
-                    and now >= plan.nothing_until
-                    and not plan.claiming
+                step, run.schedule = scheduler.next_step(
+                    run.schedule,
+                    run.settings,
+                    now=time.monotonic(),
+                    stopping=self._stop.is_set(),
+                    held=len(self._held),
                 )
-                # Outcomes wait a moment to go in one batch, unless a call goes
-                # anyway (a refill) or there is nothing left to run meanwhile.
-                if (
-                    plan.unsent
-                    and reachable
-                    and not plan.acking
-                    and (
-                        claim
-                        or stopping
-                        or not plan.ready
-                        or len(plan.unsent) >= self._ack_batch
-                        or now - plan.unsent_since >= ACK_DELAY
-                    )
-                ):
-                    sending, plan.unsent = plan.unsent, []
-                    plan.acking = True
-                    return functools.partial(self._acknowledge_step, plan, sending)
-                if claim and reachable:
-                    plan.claiming = True
-                    return functools.partial(self._claim_step, plan, room)
-                if plan.ready:
-                    return functools.partial(self._run_step, plan, plan.ready.popleft())
-                idle = not self._held and not plan.unsent and not plan.give_back
-                if idle and (stopping or room <= 0):  # stopped, or claimed all it may
-                    plan.exit = True
-                    self._cond.notify_all()
-                    return None
-                if idle and reachable and now < plan.nothing_until and not plan.claiming:
-                    if plan.burst:
-                        plan.exit = True
-                        self._cond.notify_all()
-                        return None
-                    if not plan.idling:
-                        plan.idling = True
-                        return functools.partial(self._idle_step, plan)
-                pause = poll
-                if plan.unsent and not plan.acking:
-                    pause = min(pause, plan.unsent_since + ACK_DELAY - now)
-                if not reachable:
-                    pause = min(pause, plan.retry_at - now)
-                elif room > 0 and not plan.claiming and plan.nothing_until > now:
-                    pause = min(pause, plan.nothing_until - now)
-                self._cond.wait(max(pause, 0.0))
+                if not isinstance(step, scheduler.Wait):
+                    if isinstance(step, scheduler.Exit):
+                        self._cond.notify_all()  # the run is over for every thread
+                    return step
+                self._cond.wait(step.seconds)
 
-    def _refill_at(self) -> int:
-        """How much room (free threads and prefetch) makes a claim worth it while tasks wait.
-
-        With several threads, half the prefetch: the other threads run what
-        is left while one claims the next batch. With one, the whole of it:
-        nothing runs while the only thread claims anyway, so it claims when
-        it has run out (all its room free), and each claim brings a batch
-        twice the size.
-        """
-        if self.threads == 1:
-            return 1 + self.prefetch
-        return max(1, (self.prefetch + 1) // 2)
-
-    def _failed(self, plan: _Plan, exc: BaseException) -> None:
+    def _failed(self, run: _Run, exc: BaseException) -> None:
         with self._lock:
-            if plan.error is None:
-                plan.error = exc
+            if run.error is None:
+                run.error = exc
         self.stop()
 
-    def _backend_step(self, plan: _Plan, call: Callable[[], Any]) -> bool:
-        """Run one backend call of a step; False if it did not get through.
+    def _call_backend(self, run: _Run, call: Callable[[], Any]) -> bool:
+        """Make one backend call of a step; False if it did not get through.
 
         An unavailable backend means a backoff before the next call. Any other
         error is our own bug: logged, the worker stops, and `run` raises it.
@@ -512,90 +339,104 @@ class Worker:
             call()
         except BackendUnavailable as exc:
             with self._lock:
-                plan.failures += 1
-                plan.retry_at = time.monotonic() + self.outage.failed(exc, plan.failures, started)
+                attempt = run.schedule.calls.failures + 1
+                retry_at = time.monotonic() + self.outage.failed(exc, attempt, started)
+                run.schedule = scheduler.backend_unavailable(run.schedule, retry_at=retry_at)
             return False
         except Exception as exc:
             log.exception("a call to the backend failed unexpectedly; stopping the worker")
-            self._failed(plan, exc)
+            self._failed(run, exc)
             return False
         self.outage.reached(started)
         with self._lock:
-            plan.failures = 0
+            run.schedule = scheduler.backend_reached(run.schedule)
         return True
 
-    def _claim_step(self, plan: _Plan, limit: int) -> None:
+    def _claim(self, run: _Run, limit: int) -> None:
         leases: list[Lease] = []
 
         def claim() -> None:
-            leases.extend(self._claim(limit))
+            leases.extend(
+                self.backend.claim(
+                    self.queues, worker=self.worker_id, lease_ttl=self.lease_ttl, limit=limit
+                )
+            )
 
-        reached = self._backend_step(plan, claim)
-        helds = [_Held(lease, self.lease_ttl) for lease in leases]
-        with self._held_lock:
-            for held in helds:
-                self._held[held.lease.token] = held
+        reached = self._call_backend(run, claim)
+        tasks = tuple(HeldTask(lease, self.lease_ttl) for lease in leases)
+        self._held.add(tasks)
         with self._lock:
-            plan.claiming = False
-            plan.claimed += len(helds)
-            plan.ready.extend(helds)
-            if reached and not helds:  # nothing ready: do not ask again at once
-                plan.nothing_until = time.monotonic() + self.poll_interval.total_seconds()
+            run.schedule = scheduler.claimed(
+                run.schedule, run.settings, tasks, reached=reached, now=time.monotonic()
+            )
             self._cond.notify_all()
 
-    def _acknowledge_step(self, plan: _Plan, batch: list[_Done]) -> None:
-        reached = self._backend_step(plan, functools.partial(self._acknowledge, batch))
+    def _acknowledge(self, run: _Run, outcomes: tuple[Outcome, ...]) -> None:
+        def send() -> None:
+            self.processed += send_outcomes(self.backend, outcomes, self._held)
+
+        reached = self._call_backend(run, send)
         with self._lock:
-            plan.acking = False
-            if reached:
-                plan.nothing_until = 0.0  # a retry may have made a task ready
-            elif plan.error is not None:  # not an outage: their leases lapse, the reaper decides
-                for item in batch:
-                    self._forget(item.held)
-            else:  # sent again, same leases, once the backend is back
-                if not plan.unsent:
-                    plan.unsent_since = time.monotonic()
-                plan.unsent = batch + plan.unsent
+            run.schedule, dropped = scheduler.acknowledged(
+                run.schedule,
+                outcomes,
+                reached=reached,
+                broken=run.error is not None,
+                now=time.monotonic(),
+            )
+            for outcome in dropped:
+                self._held.forget(outcome.held)
             self._cond.notify_all()
 
-    def _release_step(self, plan: _Plan, batch: list[_Held]) -> None:
-        reached = self._backend_step(plan, functools.partial(self._release, batch))
+    def _release(self, run: _Run, tasks: tuple[HeldTask, ...]) -> None:
+        def give_back() -> None:
+            live = [held for held in tasks if not held.lost]
+            if live:
+                released = self.backend.release([held.lease for held in live])
+                given = sum(record is not None for record in released)
+                log.info("gave back %d prefetched task(s) not started", given)
+            for held in tasks:
+                self._held.forget(held)
+
+        reached = self._call_backend(run, give_back)
         with self._lock:
-            plan.releasing = False
-            if not reached and plan.error is None:
-                plan.give_back = batch + plan.give_back
-            elif not reached:  # not an outage: their leases lapse, the reaper decides
-                for held in batch:
-                    self._forget(held)
+            run.schedule, dropped = scheduler.released(
+                run.schedule, tasks, reached=reached, broken=run.error is not None
+            )
+            for held in dropped:
+                self._held.forget(held)
             self._cond.notify_all()
 
-    def _idle_step(self, plan: _Plan) -> None:
+    def _idle(self, run: _Run) -> None:
         try:
             self._idle_wait()
         finally:
             with self._lock:
-                plan.idling = False
-                plan.nothing_until = 0.0
+                run.schedule = scheduler.idle_wait_ended(run.schedule)
                 self._cond.notify_all()
 
-    def _run_step(self, plan: _Plan, held: _Held) -> None:
+    def _run_task(self, run: _Run, held: HeldTask) -> None:
         decision = None
         try:
-            decision = self._execute(held)
+            decision = execute(
+                held,
+                tasks=self._tasks,
+                backend=self.backend,
+                outage=self.outage,
+                lease_ttl=self.lease_ttl,
+            )
         except Exception:
             # Our own bug, not the task's (task errors become decisions): the
             # lease lapses and the reaper decides; the thread goes on.
             log.exception("task %s: the worker failed running it", held.lease.task_id)
         except BaseException:  # SystemExit or KeyboardInterrupt in the task: its lease lapses
-            self._forget(held)
+            self._held.forget(held)
             raise
         with self._lock:
-            if not plan.unsent:
-                plan.unsent_since = time.monotonic()
-            plan.unsent.append(_Done(held, decision))
-            # Others may be waiting for the batch (it starts a clock, or is full) or for
-            # work; a thread with more to run sends it itself, on its next step.
-            if len(plan.unsent) in (1, self._ack_batch) or not plan.ready:
+            run.schedule, news = scheduler.finished(
+                run.schedule, run.settings, Outcome(held, decision), now=time.monotonic()
+            )
+            if news:
                 self._cond.notify_all()
 
     def _idle_wait(self) -> None:
@@ -638,217 +479,7 @@ class Worker:
         except BackendUnavailable as exc:
             self._stop.wait(self.outage.failed(exc, 1, started))
 
-    def run_maintenance(self) -> None:
-        """One reaper pass and one mover pass; `BackendUnavailable` goes to the caller."""
-        reap(self.backend, claim_ttl=self.lease_ttl)
-        promote(self.backend)
-
-    def _claim(self, limit: int) -> list[Lease]:
-        return self.backend.claim(
-            self.queues, worker=self.worker_id, lease_ttl=self.lease_ttl, limit=limit
-        )
-
-    def _forget(self, held: _Held) -> None:
-        with self._held_lock:
-            if self._held.get(held.lease.token) is held:
-                del self._held[held.lease.token]
-
-    def _release(self, waiting: list[_Held]) -> None:
-        """Give back prefetched leases, in one call; `BackendUnavailable` goes to the caller."""
-        live = [held for held in waiting if not held.lost]
-        if live:
-            released = self.backend.release([held.lease for held in live])
-            given = sum(record is not None for record in released)
-            log.info("gave back %d prefetched task(s) not started", given)
-        for held in waiting:
-            self._forget(held)
-
-    def _acknowledge(self, done: list[_Done]) -> None:
-        """Send the outcomes in `done` in one `decide_many`; `BackendUnavailable` to the caller.
-
-        A send that was applied but whose reply was lost is recognised by the
-        backend when the same decisions are sent again, and answered as the
-        first time; a lease that really was lost meanwhile is refused, the
-        only way an outcome is not written.
-        """
-        sending = [item for item in done if item.decision is not None]
-        if sending:
-            # The heartbeat may have renewed a lease meanwhile: same token, so a
-            # decision made with the claim's lease is still the current holder's.
-            decisions = [item.decision for item in sending if item.decision is not None]
-            try:
-                stored = self.backend.decide_many(decisions)
-            except BackendUnavailable:
-                raise
-            except Exception:
-                # A decision the backend refused to take (our bug, not the task's):
-                # send the others one by one; that one's lease lapses and is reaped.
-                log.exception("acknowledging %d tasks failed; sending them one by one",
-                              len(decisions))  # fmt: skip
-                stored = [self._decide_one(decision) for decision in decisions]
-            finished = [
-                record
-                for item, record in zip(sending, stored, strict=True)
-                if self._acknowledged(item, record)
-            ]
-            # Once per batch, not per task: whether some plugin listens is asked once.
-            notify_each("threadmill_task_finished", "record", finished)
-        for item in done:
-            self._forget(item.held)
-
-    def _decide_one(self, decision: Decision) -> TaskResult | None:
-        try:
-            return self.backend.decide_many([decision])[0]
-        except BackendUnavailable:
-            raise
-        except Exception:
-            log.exception("task %s: acknowledgement failed; its lease will lapse and be reaped",
-                          decision.lease.task_id)  # fmt: skip
-            return None
-
-    def _acknowledged(self, item: _Done, stored: TaskResult | None) -> bool:
-        """Count and log one answered decision; whether its task is now finished.
-
-        A retry is announced here (``threadmill_task_retried``); the caller
-        announces the finished ones of a batch together.
-        """
-        decision = item.decision
-        assert decision is not None
-        record = decision.record
-        if stored is None:
-            log.warning(
-                "task %s (%s) attempt %d: acknowledgement refused, the lease was lost",
-                record.id, record.task_path, record.attempts,
-            )  # fmt: skip
-            return False
-        self.processed += 1
-        if item.held.context is None:  # quarantined without running
-            return True
-        if decision.retry_delay is not None:
-            log.warning(
-                "task %s (%s) attempt %d failed after %.3f s (%s); retry in %.3f s",
-                record.id, record.task_path, record.attempts, item.held.duration,
-                record.errors[-1].exception_class_path, decision.retry_delay.total_seconds(),
-            )  # fmt: skip
-            notify("threadmill_task_retried", record=stored, delay=decision.retry_delay)
-            return False
-        # A failure is worth a line at WARNING; success is the norm, at DEBUG.
-        level = logging.DEBUG if stored.status is TaskResultStatus.SUCCESSFUL else logging.WARNING
-        if log.isEnabledFor(level):
-            log.log(
-                level,
-                "task %s (%s) attempt %d %s in %.3f s",
-                record.id, record.task_path, record.attempts, stored.status.value,
-                item.held.duration,
-            )  # fmt: skip
-        return True
-
-    # --- one task ------------------------------------------------------------------------
-
-    def _execute(self, held: _Held) -> Decision | None:
-        """Run one held task; return the decision to acknowledge, or None to send nothing."""
-        if held.lost:
-            log.warning("task %s: lease lost before it started; not run", held.lease.task_id)
-            return None
-        lease = held.lease
-        record = lease.record
-        # One lookup per task: copying the whole registry here would sit on the hot path.
-        task = (
-            self._tasks.get(record.task_path)
-            if self._tasks is not None
-            else registered_task(record.task_path)
-        )
-        if task is None:
-            return self._quarantine(lease, f"task {record.task_path} is not registered")
-        if task.lease_ttl is not None and task.lease_ttl != self.lease_ttl:
-            started = time.monotonic()
-            try:
-                renewed = self.backend.extend(lease, task.lease_ttl)
-                self.outage.reached(started)
-            except BackendUnavailable as exc:
-                # The claim's lease holds for now, and the first heartbeat
-                # (within a third of it) renews it for the task's own TTL.
-                self.outage.failed(exc, 1, started)
-                renewed = lease
-            if renewed is None:
-                log.warning("task %s: lease lost before it started; not run", record.id)
-                return None
-            held.lease = lease = renewed
-            held.lease_ttl = task.lease_ttl
-        context = TaskContext(record=record, attempt=record.attempts, token=lease.token)
-        held.context = context
-        notify("threadmill_task_started", lease=lease)
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug(
-                "task %s (%s) attempt %d started", record.id, record.task_path, record.attempts
-            )
-        started = time.monotonic()
-        decision = self._call(task, lease, context)
-        held.duration = time.monotonic() - started
-        if context.lease_lost:
-            log.warning(
-                "task %s (%s) attempt %d finished after its lease was lost; "
-                "outcome not written",
-                record.id, record.task_path, record.attempts,
-            )  # fmt: skip
-            return None
-        # Still held while the outcome is sent, so that heartbeats keep the
-        # lease alive if the backend is unavailable.
-        held.acknowledging = True
-        return decision
-
-    def _call(self, task: Task[Any, Any], lease: Lease, context: TaskContext) -> Decision:
-        record = lease.record
-        args = [context, *record.args] if task.takes_context else list(record.args)
-        try:
-            if task.is_async:
-                value = asyncio.run(task.func(*args, **record.kwargs))
-            else:
-                value = task.func(*args, **record.kwargs)
-            if value is not None:  # what most tasks return, and always carried
-                codec.check_value(value, "the return value")
-        except UnsupportedValue as exc:
-            error = TaskError.from_exception(exc)
-            return decide(lease, error)
-        except Exception as exc:
-            error = TaskError.from_exception(exc, traceback.format_exc())
-            return decide(lease, error)
-        done = attrs.evolve(record, status=TaskResultStatus.SUCCESSFUL, return_value=value)
-        return Decision(lease=lease, record=done)
-
-    def _quarantine(self, lease: Lease, why: str) -> Decision:
-        record = lease.record
-        error = TaskError(exception_class_path=QUARANTINE_PATH, message=why)
-        failed = attrs.evolve(
-            record, status=TaskResultStatus.FAILED, errors=(*record.errors, error)
-        )
-        log.error("task %s quarantined as FAILED: %s", record.id, why)
-        return Decision(lease=lease, record=failed)
-
     # --- heartbeats ----------------------------------------------------------------------
-
-    def _heartbeat_loop(self, done: threading.Event) -> None:
-        # Runs until `run` has drained its tasks, not just until stop(): a
-        # graceful shutdown must keep the leases of finishing tasks alive.
-        failures = 0
-        pause = self._heartbeat_interval()
-        while not done.wait(pause):
-            pause = self._heartbeat_interval()
-            started = time.monotonic()
-            try:
-                self._beat()
-                failures = 0
-            except BackendUnavailable as exc:
-                failures += 1
-                # Try again before the next beat is due: the leases run out meanwhile.
-                pause = min(pause, self.outage.failed(exc, failures, started))
-            except Exception:
-                log.exception("heartbeat failed; retrying at the next beat")
-
-    def _heartbeat_interval(self) -> float:
-        with self._held_lock:
-            ttls = {held.lease_ttl for held in self._held.values()}
-        return min([self.lease_ttl, *ttls]).total_seconds() / 3
 
     def heartbeat(self) -> None:
         """Renew the leases of every held task, one `extend_many` call per lease TTL.
@@ -858,37 +489,10 @@ class Worker:
         prefetched one will not start. An unavailable backend is noted in
         `outage`; the heartbeat thread tries again soon.
         """
-        started = time.monotonic()
-        try:
-            self._beat()
-        except BackendUnavailable as exc:
-            self.outage.failed(exc, 1, started)
-        except Exception:
-            log.exception("heartbeat failed; retrying at the next beat")
+        heartbeat.beat_once(self._beat, self.outage)
 
     def _beat(self) -> None:
-        with self._held_lock:
-            holding = list(self._held.values())
-        by_ttl: dict[timedelta, list[_Held]] = {}
-        for held in holding:
-            by_ttl.setdefault(held.lease_ttl, []).append(held)
-        for ttl, items in by_ttl.items():
-            started = time.monotonic()
-            renewed = self.backend.extend_many([held.lease for held in items], ttl)
-            self.outage.reached(started)
-            with self._held_lock:
-                still_held = {id(held) for held in self._held.values()}
-            for held, lease in zip(items, renewed, strict=True):
-                if id(held) not in still_held:
-                    continue  # finished meanwhile: a refusal then means it was acknowledged
-                if lease is not None:
-                    held.lease = lease
-                elif held.context is None:
-                    held.lost = True
-                elif not held.acknowledging and not held.context.lease_lost:
-                    held.context.mark_lease_lost()
-                    log.warning(
-                        "task %s lost its lease (reaped or changed by an operator); "
-                        "its outcome will not be written",
-                        held.lease.task_id,
-                    )
+        heartbeat.renew_leases(self.backend, self._held, self.outage)
+
+    def _beat_interval(self) -> float:
+        return heartbeat.beat_interval(self.lease_ttl, self._held)

@@ -63,7 +63,7 @@ def running() -> Iterator[list[Worker]]:
 
 
 def start(workers: list[Worker], backend: FlakyBackend, **options: object) -> threading.Thread:
-    w = Worker(Broker(backend, url="counted+memory://"), queues=["default"], **options)  # type: ignore[arg-type]  # options as keywords, checked by the class
+    w = Worker(Broker(backend, url="counted+memory://"), queues=["default"], **options)  # type: ignore[arg-type]  # options are passed through as given
     workers.append(w)
     runner = threading.Thread(target=w.run, name="idle-worker", daemon=True)
     runner.start()
@@ -130,7 +130,7 @@ def supervisor(**settings: object) -> Supervisor:
         "poll_interval": timedelta(seconds=1),
     }
     options.update(settings)
-    return Supervisor(WorkerSettings(**options))  # type: ignore[arg-type]  # options as keywords, checked by the class
+    return Supervisor(WorkerSettings(**options))  # type: ignore[arg-type]  # options are passed through as given
 
 
 def test_idle_maintenance_sleeps_until_the_reapers_turn(counted: FlakyBackend) -> None:

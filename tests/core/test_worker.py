@@ -21,7 +21,7 @@ READY, DEFERRED, SUCCESSFUL, FAILED = (
 
 
 def worker(broker: Broker, **options: object) -> Worker:
-    return Worker(broker, queues=["default", "other"], **options)  # type: ignore[arg-type]
+    return Worker(broker, queues=["default", "other"], **options)  # type: ignore[arg-type]  # options are passed through as given
 
 
 def test_burst_runs_everything_ready_and_returns(broker: Broker) -> None:
@@ -197,7 +197,7 @@ def test_heartbeat_keeps_a_long_task_alive(broker: Broker, clock: FakeClock) -> 
 def test_bad_thread_count_is_refused(broker: Broker, threads: object) -> None:
     """A worker needs a positive whole number of threads."""
     with pytest.raises(ValueError, match="threads"):
-        Worker(broker, threads=threads)  # type: ignore[arg-type]
+        Worker(broker, threads=threads)  # type: ignore[arg-type]  # the bad value under test
 
 
 class CountingBackend:
@@ -213,25 +213,25 @@ class CountingBackend:
         inner = self.inner
 
         def claim(*args: object, **kwargs: object) -> list[object]:
-            leases = inner.claim(*args, **kwargs)  # type: ignore[arg-type]
+            leases = inner.claim(*args, **kwargs)  # type: ignore[arg-type]  # a stand-in: calls pass through as they come
             self.claims.append(len(leases))
-            return leases  # type: ignore[return-value]
+            return leases  # type: ignore[return-value]  # a stand-in: calls pass through as they come
 
         def decide_many(decisions: list[object]) -> list[object]:
             self.decisions.append(len(decisions))
-            return inner.decide_many(decisions)  # type: ignore[arg-type,return-value]
+            return inner.decide_many(decisions)  # type: ignore[arg-type,return-value]  # a stand-in: calls pass through as they come
 
         def release(leases: list[object]) -> list[object]:
             self.released.append(len(leases))
-            return inner.release(leases)  # type: ignore[arg-type,return-value]
+            return inner.release(leases)  # type: ignore[arg-type,return-value]  # a stand-in: calls pass through as they come
 
         w.backend = type("Counted", (), {})()  # only what the worker calls, no fallbacks
         for name in ("now", "extend", "extend_many", "wait_for_tasks", "claim_expired",
                      "promote_due", "get"):  # fmt: skip
             setattr(w.backend, name, getattr(inner, name))
-        w.backend.claim = claim  # type: ignore[attr-defined]
-        w.backend.decide_many = decide_many  # type: ignore[attr-defined]
-        w.backend.release = release  # type: ignore[attr-defined]
+        w.backend.claim = claim  # type: ignore[attr-defined]  # a stand-in backend, built attribute by attribute
+        w.backend.decide_many = decide_many  # type: ignore[attr-defined]  # a stand-in backend, built attribute by attribute
+        w.backend.release = release  # type: ignore[attr-defined]  # a stand-in backend, built attribute by attribute
 
 
 def counted_burst(broker: Broker, *, threads: int, prefetch: int) -> tuple[int, CountingBackend]:
@@ -294,7 +294,7 @@ def test_prefetch_zero_claims_only_for_free_threads(broker: Broker) -> None:
 def test_bad_prefetch_is_refused(broker: Broker, prefetch: object) -> None:
     """prefetch is a whole number of tasks, 0 or more."""
     with pytest.raises(ValueError, match="prefetch"):
-        Worker(broker, prefetch=prefetch)  # type: ignore[arg-type]
+        Worker(broker, prefetch=prefetch)  # type: ignore[arg-type]  # the bad value under test
 
 
 def test_a_graceful_stop_gives_back_the_prefetch_without_counting_attempts(
@@ -385,7 +385,7 @@ def test_an_unexpected_backend_error_stops_the_worker_and_is_raised(broker: Brok
 
     def claim(*args: object, **kwargs: object) -> list[object]:
         if not claimed:
-            claimed.extend(inner_claim(*args, **kwargs))  # type: ignore[arg-type]
+            claimed.extend(inner_claim(*args, **kwargs))  # type: ignore[arg-type]  # a stand-in: calls pass through as they come
             return claimed
         raise Broken("a bug in the backend")
 
@@ -394,7 +394,7 @@ def test_an_unexpected_backend_error_stops_the_worker_and_is_raised(broker: Brok
     for name in ("now", "extend", "extend_many", "wait_for_tasks", "next_due", "decide_many",
                  "release", "get"):  # fmt: skip
         setattr(w.backend, name, getattr(broker.backend, name))
-    w.backend.claim = claim  # type: ignore[attr-defined]
+    w.backend.claim = claim  # type: ignore[attr-defined]  # a stand-in backend, built attribute by attribute
     raised: list[BaseException] = []
 
     def run() -> None:

@@ -44,9 +44,9 @@ def test_a_window_must_be_a_positive_timedelta(window: object) -> None:
     """A window that is not a positive timedelta is a ValueError, in the default and overrides."""
     backend = MemoryBackend(clock=FakeClock())
     with pytest.raises(ValueError, match="window must be a positive timedelta"):
-        Backend.rates(backend, window)  # type: ignore[arg-type]
+        Backend.rates(backend, window)  # type: ignore[arg-type]  # the bad value under test
     with pytest.raises(ValueError, match="window must be a positive timedelta"):
-        backend.rates(window)  # type: ignore[arg-type]
+        backend.rates(window)  # type: ignore[arg-type]  # the bad value under test
 
 
 def test_an_idle_backend_with_telemetry_answers_an_empty_mapping() -> None:

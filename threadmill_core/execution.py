@@ -1,0 +1,125 @@
+"""Running one held task: find it in the registry, call it, and decide what to acknowledge.
+
+`execute` is what a task thread does with a task from the prefetch. The
+task's own exceptions become decisions (through its retry policy, by
+`threadmill_core.retry.decide`); a record naming a task the worker may not
+run is quarantined: finalized FAILED with a `TaskQuarantined` error, and
+nothing is imported on the record's say-so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import traceback
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
+
+import attrs
+
+from threadmill_core import codec
+from threadmill_core.backend import Backend
+from threadmill_core.errors import BackendUnavailable, TaskQuarantined, UnsupportedValue
+from threadmill_core.held import HeldTask
+from threadmill_core.models import Decision, Lease, TaskContext, TaskError, TaskResultStatus
+from threadmill_core.outage import Outage
+from threadmill_core.plugins import notify
+from threadmill_core.retry import decide
+from threadmill_core.task import Task, registered_task
+
+log = logging.getLogger("threadmill.worker")
+
+QUARANTINE_PATH = f"{TaskQuarantined.__module__}.{TaskQuarantined.__qualname__}"
+
+
+def execute(
+    held: HeldTask,
+    *,
+    tasks: Mapping[str, Task[Any, Any]] | None,
+    backend: Backend,
+    outage: Outage,
+    lease_ttl: timedelta,
+) -> Decision | None:
+    """Run one held task; return the decision to acknowledge, or None to send nothing.
+
+    `tasks` is the worker's registry (None: every task registered in this
+    process). A task with a `lease_ttl` of its own other than the worker's
+    `lease_ttl` has its lease renewed for it before it starts. None comes
+    back when the lease was lost, before the task started or while it ran.
+    """
+    if held.lost:
+        log.warning("task %s: lease lost before it started; not run", held.lease.task_id)
+        return None
+    lease = held.lease
+    record = lease.record
+    # One lookup per task: copying the whole registry here would sit on the hot path.
+    task = tasks.get(record.task_path) if tasks is not None else registered_task(record.task_path)
+    if task is None:
+        return quarantine(lease, f"task {record.task_path} is not registered")
+    if task.lease_ttl is not None and task.lease_ttl != lease_ttl:
+        started = time.monotonic()
+        try:
+            renewed = backend.extend(lease, task.lease_ttl)
+            outage.reached(started)
+        except BackendUnavailable as exc:
+            # The claim's lease holds for now, and the first heartbeat
+            # (within a third of it) renews it for the task's own TTL.
+            outage.failed(exc, 1, started)
+            renewed = lease
+        if renewed is None:
+            log.warning("task %s: lease lost before it started; not run", record.id)
+            return None
+        held.lease = lease = renewed
+        held.lease_ttl = task.lease_ttl
+    context = TaskContext(record=record, attempt=record.attempts, token=lease.token)
+    held.context = context
+    notify("threadmill_task_started", lease=lease)
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug("task %s (%s) attempt %d started", record.id, record.task_path, record.attempts)
+    started = time.monotonic()
+    decision = call(task, lease, context)
+    held.duration = time.monotonic() - started
+    if context.lease_lost:
+        log.warning(
+            "task %s (%s) attempt %d finished after its lease was lost; outcome not written",
+            record.id, record.task_path, record.attempts,
+        )  # fmt: skip
+        return None
+    # Still held while the outcome is sent, so that heartbeats keep the
+    # lease alive if the backend is unavailable.
+    held.acknowledging = True
+    return decision
+
+
+def call(task: Task[Any, Any], lease: Lease, context: TaskContext) -> Decision:
+    """Call the task with the record's arguments; its success or its exception as a decision.
+
+    An async task runs to completion in an event loop of its own. A return
+    value the codec cannot carry fails the attempt like an exception would.
+    """
+    record = lease.record
+    args = [context, *record.args] if task.takes_context else list(record.args)
+    try:
+        if task.is_async:
+            value = asyncio.run(task.func(*args, **record.kwargs))
+        else:
+            value = task.func(*args, **record.kwargs)
+        if value is not None:  # what most tasks return, and always carried
+            codec.check_value(value, "the return value")
+    except UnsupportedValue as exc:
+        return decide(lease, TaskError.from_exception(exc))
+    except Exception as exc:
+        return decide(lease, TaskError.from_exception(exc, traceback.format_exc()))
+    done = attrs.evolve(record, status=TaskResultStatus.SUCCESSFUL, return_value=value)
+    return Decision(lease=lease, record=done)
+
+
+def quarantine(lease: Lease, why: str) -> Decision:
+    """The decision that finalizes a task the worker may not run FAILED, saying `why`."""
+    record = lease.record
+    error = TaskError(exception_class_path=QUARANTINE_PATH, message=why)
+    failed = attrs.evolve(record, status=TaskResultStatus.FAILED, errors=(*record.errors, error))
+    log.error("task %s quarantined as FAILED: %s", record.id, why)
+    return Decision(lease=lease, record=failed)

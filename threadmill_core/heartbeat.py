@@ -1,0 +1,95 @@
+"""Heartbeats: renewing the lease of every task a worker holds, before it lapses.
+
+A worker's heartbeat thread calls `renew_leases` every third of the
+shortest lease TTL it holds (`beat_interval`): one `extend_many` call per
+TTL, for every task held, prefetched ones included. Task code cannot starve
+it (it holds no lock a task can hold). A refused renewal means the lease
+was taken away (a reaper decided the task, or an operator acted): a running
+task's `TaskContext.lease_lost` turns true and its outcome is not written;
+a prefetched task is marked `lost` and never starts.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import timedelta
+
+from threadmill_core.backend import Backend
+from threadmill_core.errors import BackendUnavailable
+from threadmill_core.held import HeldTask, HeldTasks
+from threadmill_core.outage import Outage
+
+log = logging.getLogger("threadmill.worker")
+
+
+def renew_leases(backend: Backend, held: HeldTasks, outage: Outage) -> None:
+    """Renew every lease in `held`, one `extend_many` per lease TTL; `BackendUnavailable` raises.
+
+    A task acknowledged while its renewal was on the way is left alone: its
+    refusal means the outcome landed.
+    """
+    by_ttl: dict[timedelta, list[HeldTask]] = {}
+    for task in held.all():
+        by_ttl.setdefault(task.lease_ttl, []).append(task)
+    for ttl, tasks in by_ttl.items():
+        started = time.monotonic()
+        renewed = backend.extend_many([task.lease for task in tasks], ttl)
+        outage.reached(started)
+        still_held = {id(task) for task in held.all()}
+        for task, lease in zip(tasks, renewed, strict=True):
+            if id(task) not in still_held:
+                continue  # finished meanwhile: a refusal then means it was acknowledged
+            if lease is not None:
+                task.lease = lease
+            elif task.context is None:
+                task.lost = True
+            elif not task.acknowledging and not task.context.lease_lost:
+                task.context.mark_lease_lost()
+                log.warning(
+                    "task %s lost its lease (reaped or changed by an operator); "
+                    "its outcome will not be written",
+                    task.lease.task_id,
+                )
+
+
+def beat_interval(lease_ttl: timedelta, held: HeldTasks) -> float:
+    """Seconds between beats: a third of the shortest of `lease_ttl` and the TTLs held."""
+    return min([lease_ttl, *held.lease_ttls()]).total_seconds() / 3
+
+
+def beat_once(beat: Callable[[], None], outage: Outage) -> None:
+    """Run `beat` once; an unavailable backend is noted in `outage`, any other error logged."""
+    started = time.monotonic()
+    try:
+        beat()
+    except BackendUnavailable as exc:
+        outage.failed(exc, 1, started)
+    except Exception:
+        log.exception("heartbeat failed; retrying at the next beat")
+
+
+def beat_until(
+    done: threading.Event, beat: Callable[[], None], interval: Callable[[], float], outage: Outage
+) -> None:
+    """The heartbeat thread: `beat` every `interval()` seconds until `done` is set.
+
+    While the backend is unavailable the beats come sooner, at the outage's
+    backoff, since the leases run out meanwhile. Any other error is logged
+    and the next beat comes as usual.
+    """
+    failures = 0
+    pause = interval()
+    while not done.wait(pause):
+        pause = interval()
+        started = time.monotonic()
+        try:
+            beat()
+            failures = 0
+        except BackendUnavailable as exc:
+            failures += 1
+            pause = min(pause, outage.failed(exc, failures, started))
+        except Exception:
+            log.exception("heartbeat failed; retrying at the next beat")

@@ -1,0 +1,83 @@
+"""The leases a worker holds, from its claim until its outcome is acknowledged.
+
+A `HeldTask` is created for every lease a claim brings. It waits in the
+prefetch until a task thread starts it, runs, and is held on while its
+outcome (an `Outcome`) waits to be acknowledged; only then is it forgotten.
+`HeldTasks` is the worker's register of them, which the heartbeat renews:
+so a task's lease stays alive for as long as the worker holds the task,
+outages included.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from datetime import timedelta
+
+import attrs
+
+from threadmill_core.models import Decision, Lease, TaskContext
+
+
+@attrs.define(eq=False)
+class HeldTask:
+    """A lease this worker holds: waiting for a thread, running, or being acknowledged.
+
+    The heartbeat replaces `lease` with each renewal (the token stays the
+    same) and sets `lost` or the context's `lease_lost` when one is refused.
+    """
+
+    lease: Lease
+    #: What the heartbeat renews the lease for: the worker's, or the task's own.
+    lease_ttl: timedelta
+    #: Set when a thread starts the task; None while it waits in the prefetch.
+    context: TaskContext | None = None
+    #: A renewal was refused while the task waited: it must not start.
+    lost: bool = False
+    #: Set once the outcome is being sent: a refused renewal then means the
+    #: outcome landed (or will be refused itself), not that the lease is lost.
+    acknowledging: bool = False
+    #: Seconds the task ran, for the acknowledgement's log line.
+    duration: float = 0.0
+
+
+@attrs.frozen
+class Outcome:
+    """What a task thread hands back: the decision to send, or None when there is none.
+
+    None means the task must not be acknowledged (its lease was lost, or
+    the worker failed running it): it is only forgotten.
+    """
+
+    held: HeldTask
+    decision: Decision | None
+
+
+class HeldTasks:
+    """Every `HeldTask` of one worker, by lease token. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._by_token: dict[str, HeldTask] = {}
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._by_token)
+
+    def add(self, tasks: Iterable[HeldTask]) -> None:
+        with self._lock:
+            for held in tasks:
+                self._by_token[held.lease.token] = held
+
+    def forget(self, held: HeldTask) -> None:
+        """Stop holding `held` (acknowledged, given back, or left to lapse)."""
+        with self._lock:
+            if self._by_token.get(held.lease.token) is held:
+                del self._by_token[held.lease.token]
+
+    def all(self) -> list[HeldTask]:
+        with self._lock:
+            return list(self._by_token.values())
+
+    def lease_ttls(self) -> set[timedelta]:
+        with self._lock:
+            return {held.lease_ttl for held in self._by_token.values()}

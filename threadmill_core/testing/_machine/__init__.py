@@ -1,0 +1,1 @@
+"""The parts of `threadmill_core.testing.machine`, one job each."""
