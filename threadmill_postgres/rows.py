@@ -247,7 +247,7 @@ def stand_in(
         kept = codec.decode_errors(errors)
     except PayloadError:
         kept = ()
-    message = f"the stored task could not be decoded, so it cannot run: {reason}"
+    message = f"the stored payload could not be decoded, so the task cannot run: {reason}"
     error = TaskError.from_exception(TaskQuarantined(message))
     placeholder = TaskResult(id=task_id, task_path="", queue=queue, priority=priority)
     return codec.encode_enqueued(placeholder), codec.encode_errors((*kept, error))
