@@ -85,7 +85,14 @@ def _lock_key(namespace: str) -> int:
 def _versions(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> tuple[int, int] | None:
     """(version, oldest_compatible) of the namespace's schema; None if it has none yet."""
     quoted = quote_ident(schema)
-    exists = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (f"{quoted}.meta",)).fetchone()
+    # The catalog read as a table, with this statement's snapshot: to_regclass()
+    # answers from a cache that a wait for the advisory lock does not refresh.
+    exists = conn.execute(
+        "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class c"
+        " JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE n.nspname = %s AND c.relname = 'meta')",
+        (schema,),
+    ).fetchone()
     if not exists or not exists[0]:
         return None
     meta = conn.execute(f"SELECT name, value FROM {quoted}.meta").fetchall()

@@ -104,33 +104,30 @@ def _notify(source: str) -> str:
 #: Deletes up to four telemetry rows older than the history: each counting
 #: statement makes at most one row per queue, so this keeps up with them.
 _TRIM_RATES = f"""rates_trimmed AS (
-    DELETE FROM {{s}}.rates r USING (
-        SELECT second, queue, shard FROM {{s}}.rates
+    DELETE FROM {{s}}.rates r WHERE r.ctid = ANY(ARRAY(
+        SELECT ctid FROM {{s}}.rates
         WHERE second < (SELECT ms FROM now) / 1000 - {RATE_HISTORY_S}
         LIMIT 4 FOR UPDATE SKIP LOCKED
-    ) old
-    WHERE (r.second, r.queue, r.shard) = (old.second, old.queue, old.shard)
+    ))
 )"""
 
 #: Deletes up to ``prune`` expired results, oldest first.
 _PRUNE_RESULTS = """expired AS (
-    DELETE FROM {s}.tasks t USING (
+    DELETE FROM {s}.tasks t WHERE t.id = ANY(ARRAY(
         SELECT id FROM {s}.tasks
         WHERE finished_at <= (SELECT ms FROM now) - %(ttl)s
         ORDER BY finished_at LIMIT %(prune)s FOR UPDATE SKIP LOCKED
-    ) old
-    WHERE t.id = old.id
+    ))
 )"""
 
 
 def _prune_receipts(limit: str) -> str:
     """A CTE that deletes up to `limit` claim receipts whose leases have expired."""
     return f"""receipts_pruned AS (
-    DELETE FROM {{s}}.claims c USING (
+    DELETE FROM {{s}}.claims c WHERE c.request = ANY(ARRAY(
         SELECT request FROM {{s}}.claims WHERE expires <= (SELECT ms FROM now)
         ORDER BY expires LIMIT {limit} FOR UPDATE SKIP LOCKED
-    ) old
-    WHERE c.request = old.request
+    ))
 )"""
 
 
@@ -158,8 +155,8 @@ given AS (
         WITH ORDINALITY AS g (id, queue, priority, run_after, payload, n)
 ),
 stored AS MATERIALIZED (
-    SELECT {TASK_COLUMNS} FROM {{s}}.tasks t JOIN given g ON g.id = t.id CROSS JOIN now
-    WHERE {_VISIBLE}
+    SELECT {TASK_COLUMNS} FROM {{s}}.tasks t CROSS JOIN now
+    WHERE t.id = ANY(%(ids)s::text[]) AND {_VISIBLE}
 ),
 ready_asked AS MATERIALIZED (
     SELECT g.id, row_number() OVER (ORDER BY g.n) AS k FROM given g CROSS JOIN now
@@ -309,7 +306,7 @@ given AS (
     SELECT * FROM unnest(%(ids)s::text[], %(tokens)s::text[]) WITH ORDINALITY AS g (id, token, n)
 ),
 held AS MATERIALIZED (
-    SELECT t.id FROM {{s}}.tasks t WHERE t.id IN (SELECT id FROM given) ORDER BY t.id FOR UPDATE
+    SELECT t.id FROM {{s}}.tasks t WHERE t.id = ANY(%(ids)s::text[]) ORDER BY t.id FOR UPDATE
 ),
 renewed AS (
     UPDATE {{s}}.tasks t SET deadline = now.ms + %(ttl)s
@@ -347,7 +344,7 @@ given AS (
 ),
 held AS MATERIALIZED (
     SELECT t.id, t.token, t.status, t.run_after, t.finished_at, t.errors, t.return_value
-    FROM {{s}}.tasks t WHERE t.id IN (SELECT id FROM given) ORDER BY t.id FOR UPDATE
+    FROM {{s}}.tasks t WHERE t.id = ANY(%(ids)s::text[]) ORDER BY t.id FOR UPDATE
 ),
 chosen AS MATERIALIZED (
     SELECT DISTINCT ON (g.id) g.id, g.n, g.target, g.delay, g.errors, g.result
@@ -401,7 +398,7 @@ RELEASE = f"""WITH given AS (
 ),
 held AS MATERIALIZED (
     SELECT t.id, t.token, t.status FROM {{s}}.tasks t
-    WHERE t.id IN (SELECT id FROM given) ORDER BY t.id FOR UPDATE
+    WHERE t.id = ANY(%(ids)s::text[]) ORDER BY t.id FOR UPDATE
 ),
 chosen AS MATERIALIZED (
     SELECT DISTINCT ON (g.id) g.id, g.n
@@ -608,14 +605,14 @@ SELECT finished_at FROM cancelled"""
 #: Row: how many were deleted, and how many of those were not expired results.
 PURGE = {
     status: f"""WITH {_NOW},
-doomed AS (
-    SELECT t.id FROM {{s}}.tasks t
-    WHERE t.queue = %(queue)s AND t.status = '{status}'
-    LIMIT %(batch)s
-    FOR UPDATE SKIP LOCKED
-),
 gone AS (
-    DELETE FROM {{s}}.tasks t USING doomed d WHERE t.id = d.id RETURNING t.finished_at
+    DELETE FROM {{s}}.tasks t WHERE t.id = ANY(ARRAY(
+        SELECT id FROM {{s}}.tasks
+        WHERE queue = %(queue)s AND status = '{status}'
+        LIMIT %(batch)s
+        FOR UPDATE SKIP LOCKED
+    ))
+    RETURNING t.finished_at
 )
 SELECT count(*), count(*) FILTER (WHERE t.finished_at IS NULL OR t.finished_at > now.ms - %(ttl)s)
 FROM gone t CROSS JOIN now"""
