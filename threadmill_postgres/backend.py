@@ -512,7 +512,9 @@ class PostgresBackend(Backend):
     def _listen(self) -> Listener:
         with self._listener_lock:
             if self._listener is None:
-                self._listener = Listener(self._conninfo, self.channel, self._has_work)
+                self._listener = Listener(
+                    self._conninfo, self.channel, self._has_work, self._wake_listener
+                )
             return self._listener
 
     def _has_work(self, queues: Sequence[str]) -> bool:
@@ -520,6 +522,9 @@ class PostgresBackend(Backend):
             self.sql.has_work, {"queues": list(queues)}, what="wait", repeatable=True
         )
         return bool(row[0])
+
+    def _wake_listener(self) -> None:
+        self.db.attempt("SELECT pg_notify(%(channel)s, '')", {"channel": self.channel}, "close")
 
     def next_due(self) -> timedelta | None:
         """One read of the index of due times: how long until the earliest DEFERRED task is due."""

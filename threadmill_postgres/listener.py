@@ -12,8 +12,9 @@ woken; waiters sleep on a condition variable until a queue of theirs is
 woken, the connection is lost or made again, or their time runs out.
 
 Nothing in this polls the server: an idle process costs no statement at
-all. The thread wakes once a second to notice `close`, and the kernel's TCP
-keepalives (set on this connection) notice a server that went away
+all. The thread wakes once a second to notice `close` (which also sends an
+empty notification, so that it need not wait for that), and the kernel's
+TCP keepalives (set on this connection) notice a server that went away
 silently.
 
 Missing nothing. A wait must not sleep through a task that arrived between
@@ -80,14 +81,22 @@ class Listener:
     """The LISTEN connection of one backend and the thread that reads it (see the module doc).
 
     Started by the first `wait`; `close` stops the thread and closes the
-    connection (within `TICK`). `look(queues)` is the table check a wait
-    takes when wake-ups cannot tell.
+    connection. `look(queues)` is the table check a wait takes when wake-ups
+    cannot tell; `wake()` sends an empty notification on the channel, so a
+    closing listener's thread need not wait out its `TICK`.
     """
 
-    def __init__(self, conninfo: str, channel: str, look: Callable[[Sequence[str]], bool]) -> None:
+    def __init__(
+        self,
+        conninfo: str,
+        channel: str,
+        look: Callable[[Sequence[str]], bool],
+        wake: Callable[[], None],
+    ) -> None:
         self._conninfo = conninfo
         self._channel = channel
         self._look = look
+        self._wake = wake
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -148,9 +157,15 @@ class Listener:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
-            thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout=TICK * 3)
+            thread, listening = self._thread, self._listening
+        if thread is None or thread is threading.current_thread():
+            return
+        if listening:
+            try:
+                self._wake()
+            except Exception as exc:  # the thread notices within TICK all the same
+                log.debug("could not wake the LISTEN thread (%s)", exc)
+        thread.join(timeout=TICK * 3)
 
     # --- the thread --------------------------------------------------------------------
 
@@ -177,7 +192,8 @@ class Listener:
                     self._set_listening(True)
                     while not self._closed:
                         for notify in conn.notifies(timeout=TICK):
-                            self._woke(notify.payload)
+                            if notify.payload:  # an empty one only wakes this loop
+                                self._woke(notify.payload)
             except psycopg.Error as exc:
                 was = self._set_listening(False)
                 if self._closed:
