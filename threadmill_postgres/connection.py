@@ -19,11 +19,19 @@ decide what may be sent again:
   block runs again; only a failure during the COMMIT leaves the outcome unknown.
 
 Each call is tried at most three times, 50 and then 100 ms apart.
+
+A connection taken from the pool is looked at first, without a round trip:
+one whose socket has something to read while idle was closed by the server
+(a restart, ``pg_terminate_backend``, an idle timeout), and is replaced
+before anything is sent on it. A slot of the pool whose reconnection keeps
+failing is given up after `RECONNECT_TIMEOUT` and made again when a call
+needs it, so a pool never waits out a long backoff once the server is back.
 """
 
 from __future__ import annotations
 
 import logging
+import select
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -47,6 +55,11 @@ Rows: TypeAlias = list[tuple[Any, ...]]
 
 #: Repeats of a call after the first try.
 REPEATS = 2
+
+#: Seconds the pool keeps trying to make one of its connections again (doubling
+#: its waits from one second) before it gives that slot up; a call that then
+#: needs a connection starts a new attempt at once.
+RECONNECT_TIMEOUT = 10.0
 
 #: Errors after which the transaction is known to have been rolled back: it
 #: changed nothing, so it may be sent again, whatever it was. A statement
@@ -136,6 +149,7 @@ class Database:
             timeout=timeout,
             name=name,
             open=False,
+            reconnect_timeout=RECONNECT_TIMEOUT,
             connection_class=connection_class,
             # Our statements are few and run again and again: prepare each at once.
             kwargs={"autocommit": True, "prepare_threshold": 0},
@@ -146,12 +160,21 @@ class Database:
 
     @contextmanager
     def _connection(self) -> Iterator[Connection]:
-        """A pooled connection, with the setup done; driver errors go to the caller."""
-        with self.pool.connection() as conn:
+        """A live pooled connection, with the setup done; driver errors go to the caller."""
+        conn = self.pool.getconn()
+        try:
+            for _ in range(self.pool.max_size):
+                if not _closed_by_server(conn):
+                    break
+                conn.close()  # the pool replaces a closed connection when it comes back
+                self.pool.putconn(conn)
+                conn = self.pool.getconn()
             if self._setup is not None:
                 self._setup(conn)
                 self._setup = None
             yield conn
+        finally:
+            self.pool.putconn(conn)
 
     def attempt(self, statement: str, params: Params | None, what: str) -> Rows:
         """Run one statement once; its rows (binary: bytea as bytes, bigint as int).
@@ -219,6 +242,27 @@ class Database:
 
     def close(self) -> None:
         self.pool.close()
+
+
+def _closed_by_server(conn: Connection) -> bool:
+    """Whether an idle connection is known dead: closed, or its socket has something to read.
+
+    Idle, these connections are sent nothing (they never LISTEN), but for the
+    error the server sends as it closes one, and the end of the stream. A
+    poll with no timeout costs no round trip.
+    """
+    if conn.closed:
+        return True
+    try:
+        fileno = conn.fileno()
+        if hasattr(select, "poll"):  # no limit on descriptor numbers, unlike select()
+            poller = select.poll()
+            poller.register(fileno, select.POLLIN)
+            return bool(poller.poll(0))
+        readable, _, _ = select.select([fileno], [], [], 0)
+    except (OSError, ValueError, psycopg.Error):
+        return True
+    return bool(readable)
 
 
 def unavailable(failure: Failure, what: str) -> PostgresUnavailable:
