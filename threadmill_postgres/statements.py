@@ -23,7 +23,7 @@ Conventions, which every statement keeps:
   rows a caller names by id are locked in id order, so two batches can
   never deadlock on each other.
 - Entering READY draws from the ``ready_order`` sequence. Several tasks
-  entering in one statement draw in a `_PLACES` block: the values drawn are
+  entering in one statement draw in a `_places` block: the values drawn are
   sorted and handed out in the order the protocol gives (call order, DEFERRED
   order), which does not depend on the order the planner evaluates rows in.
 - A statement that makes a task READY (or stores one) sends a NOTIFY on the
