@@ -21,8 +21,6 @@ from threadmill_core.testing import Harness
 from threadmill_postgres import PostgresBackend
 from threadmill_postgres.testing import drop_namespace, make_harness, new_namespace
 
-pytestmark = pytest.mark.postgres
-
 RESULT_TTL = timedelta(hours=1)
 LEASE = timedelta(seconds=30)
 
