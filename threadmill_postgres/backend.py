@@ -330,7 +330,7 @@ class PostgresBackend(Backend):
             poison: list[tuple[Sequence[Any], PayloadError]] = []
             for row in got:
                 try:
-                    leases.append(rows.claimed(row) if len(row) == 14 else rows.reaped(row))
+                    leases.append(rows.lease(row))
                 except PayloadError as exc:
                     poison.append((row, exc))
             if poison:
@@ -343,10 +343,9 @@ class PostgresBackend(Backend):
         """Finalize undecodable claimed tasks FAILED (fenced by the claim's token)."""
         ids, tokens, payloads, errors = [], [], [], []
         for row, exc in poison:
-            # A claim's row: n, token, deadline, id, queue, priority, ..., errors at 11;
-            # a reaper's: n, token, deadline, then TASK_COLUMNS (errors at 14).
-            token, task_id, queue, priority = row[1], row[3], row[4], row[5]
-            stored_errors = row[11] if len(row) == 14 else row[14]
+            token, task_id = row[rows.LEASE_TOKEN], row[rows.LEASE_ID]
+            queue, priority = row[rows.LEASE_QUEUE], row[rows.LEASE_PRIORITY]
+            stored_errors = row[rows.LEASE_ERRORS]
             log.error("quarantining task %s of queue %r as FAILED: %s", task_id, queue, exc)
             payload, error_bytes = rows.stand_in(task_id, queue, priority, stored_errors, exc)
             ids.append(task_id)

@@ -26,8 +26,6 @@ from threadmill_core.models import (
     evolve_unchecked,
 )
 
-RUNNING = TaskResultStatus.RUNNING
-
 #: The errors column of a task without errors, as the codec writes it.
 NO_ERRORS = codec.encode_errors(())
 
@@ -179,49 +177,14 @@ def record(row: Sequence[Any], at: int = 0) -> TaskResult:
     return made
 
 
-def claimed(row: Sequence[Any]) -> Lease:
-    """The lease in a claim's row: n, then the lease columns of `statements.CLAIM`."""
-    (
-        _n,
-        token,
-        deadline,
-        task_id,
-        queue,
-        priority,
-        payload,
-        run_after,
-        enqueued_at,
-        started_at,
-        last_attempted_at,
-        attempts,
-        errors,
-        worker_ids,
-    ) = row
-    try:
-        made = codec.decode_enqueued(
-            payload,
-            status=RUNNING,
-            enqueued_at=from_ms(enqueued_at),
-            run_after=_ms(run_after),
-            started_at=_ms(started_at),
-            last_attempted_at=_ms(last_attempted_at),
-            finished_at=None,
-            attempts=attempts,
-            errors=codec.decode_errors(errors),
-            worker_ids=tuple(worker_ids),
-            return_value=None,
-        )
-        _check_owner(made, task_id, queue, priority)
-    except PayloadError as exc:
-        raise PayloadError(f"task {task_id!r}: {exc}") from exc
-    except (TypeError, ValueError) as exc:
-        raise PayloadError(f"task {task_id!r}: the stored payload is invalid: {exc}") from exc
-    return Lease(token=token, deadline=from_ms(deadline), record=made)
-
-
-def reaped(row: Sequence[Any]) -> Lease:
-    """The lease in a reaper claim's row: n, token, deadline, then `TASK_COLUMNS`."""
+def lease(row: Sequence[Any]) -> Lease:
+    """The lease in a claim's row (a worker's or the reaper's): its place in the answer,
+    token and deadline, then `statements.TASK_COLUMNS`."""
     return Lease(token=row[1], deadline=from_ms(row[2]), record=record(row, 3))
+
+
+#: Where a claim's row holds what quarantine needs (see `lease`).
+LEASE_TOKEN, LEASE_ID, LEASE_QUEUE, LEASE_PRIORITY, LEASE_ERRORS = 1, 3, 4, 5, 14
 
 
 def _check_owner(made: TaskResult, task_id: str, queue: str, priority: int) -> None:

@@ -193,12 +193,8 @@ ORDER BY g.n"""
 
 # --- working -----------------------------------------------------------------------------
 
-#: The columns of a lease a claim answers: its place, token and deadline, then
-#: what `rows.claimed` reads.
-_LEASE_COLUMNS = (
-    "t.token, t.deadline, t.id, t.queue, t.priority, t.payload, t.run_after, t.enqueued_at, "
-    "t.started_at, t.last_attempted_at, t.attempts, t.errors, t.worker_ids"
-)
+#: The columns of a lease, after its place in the answer: what `rows.lease` reads.
+_LEASE_COLUMNS = f"t.token, t.deadline, {TASK_COLUMNS}"
 
 #: Promote the due DEFERRED tasks of the queues, then take up to ``limit``
 #: tasks to RUNNING, queues in the order given, each in READY order, and leave
@@ -454,8 +450,7 @@ SELECT count(*) FROM poisoned"""
 #: a fresh token (``<request>-<n>``) and the deadline ``now + ttl``; nothing
 #: else changes (it is not an attempt).
 #:
-#: Params: limit, ttl (claim ms), request. Rows: n, token, deadline, then
-#: `TASK_COLUMNS`, oldest deadline first.
+#: Params: limit, ttl (claim ms), request. Rows as `CLAIM`'s, oldest deadline first.
 CLAIM_EXPIRED = f"""WITH {_NOW},
 picked AS MATERIALIZED (
     SELECT t.id, t.deadline FROM {{s}}.tasks t
@@ -471,7 +466,7 @@ reaped AS (
     UPDATE {{s}}.tasks t SET token = %(request)s || '-' || nb.n, deadline = now.ms + %(ttl)s
     FROM numbered nb CROSS JOIN now
     WHERE t.id = nb.id
-    RETURNING nb.n, t.token, t.deadline, {TASK_COLUMNS}
+    RETURNING nb.n, {_LEASE_COLUMNS}
 )
 SELECT * FROM reaped ORDER BY n"""
 
