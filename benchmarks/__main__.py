@@ -1,7 +1,8 @@
-"""``python -m benchmarks``: see `benchmarks.run`; ``python -m benchmarks django``: Django's.
+"""``python -m benchmarks``: see `benchmarks.run`; ``... django`` and ``... postgres``: their own.
 
 The Django section (`benchmarks.django_bench.run`) needs Python 3.12+ with
-Django and its peers installed, so it is a run of its own.
+Django and its peers installed, and the PostgreSQL one (`benchmarks.postgres`)
+its peers, so each is a run of its own.
 """
 
 import sys
@@ -10,6 +11,10 @@ if sys.argv[1:2] == ["django"]:
     from benchmarks.django_bench.run import main as django_main
 
     sys.exit(django_main(sys.argv[2:]))
+if sys.argv[1:2] == ["postgres"]:
+    from benchmarks.postgres import main as postgres_main
+
+    sys.exit(postgres_main(sys.argv[2:]))
 
 from benchmarks.run import main
 

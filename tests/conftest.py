@@ -1,12 +1,18 @@
-"""Shared fixtures: hypothesis profiles, a real redis-server, and the backend registry.
+"""Shared fixtures: hypothesis profiles, a real redis-server, PostgreSQL, and the backend registry.
 
 Every backend the suite knows is one entry of `BACKENDS`, carrying a marker,
-so ``pytest -m "not redis"`` runs without a server. Tests that take the
-`harness_factory` fixture run once per backend.
+so ``pytest -m "not redis and not postgres"`` runs without a server. Tests
+that take the `harness_factory` fixture run once per backend.
 
 A real redis-server is started by the session on a free loopback port. Where
 ``redis-server`` is not installed, real-Redis tests skip with the reason,
 except in CI (``CI=true``), where that is a failure.
+
+PostgreSQL tests use the server at ``THREADMILL_TEST_POSTGRES`` (a libpq URL
+of a database to connect to first; by default the local server's
+``postgres`` database as user ``postgres``). The session creates a database
+of its own there and drops it at the end. Where no server answers, they skip
+with the reason, except in CI, where that is a failure.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import socket
 import subprocess
 import tempfile
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -133,6 +140,59 @@ def redis_server() -> Iterator[RedisServer]:
         server.close()
 
 
+# --- PostgreSQL ----------------------------------------------------------------------
+
+#: Where the PostgreSQL tests connect to make their database.
+POSTGRES_ADMIN_URL = os.environ.get(
+    "THREADMILL_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres"
+)
+
+
+def with_database(url: str, database: str) -> str:
+    """`url` with its database replaced by `database` (and its query kept)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    return urlunsplit(urlsplit(url)._replace(path=f"/{database}"))
+
+
+class PostgresDatabase:
+    """A database of the session's own on a PostgreSQL server; dropped by `close`."""
+
+    def __init__(self, admin_url: str) -> None:
+        import psycopg
+
+        self.admin_url = admin_url
+        self.name = f"threadmill_test_{uuid.uuid4().hex[:12]}"
+        try:
+            with psycopg.connect(admin_url, autocommit=True, connect_timeout=5) as conn:
+                conn.execute(f'CREATE DATABASE "{self.name}"')
+        except psycopg.OperationalError as exc:
+            message = (
+                f"no PostgreSQL server at {admin_url} ({str(exc).strip()}); start one "
+                "(Debian: pg_ctlcluster 15 main start) or set THREADMILL_TEST_POSTGRES"
+            )
+            if IN_CI:
+                pytest.fail(f"{message}; CI must run the PostgreSQL tests")
+            pytest.skip(message)
+        self.url = with_database(admin_url, self.name)
+
+    def close(self) -> None:
+        import psycopg
+
+        with psycopg.connect(self.admin_url, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def postgres_database() -> Iterator[PostgresDatabase]:
+    """One database for the whole session (tests use separate namespaces in it)."""
+    database = PostgresDatabase(POSTGRES_ADMIN_URL)
+    try:
+        yield database
+    finally:
+        database.close()
+
+
 # --- the backend registry ------------------------------------------------------------
 
 
@@ -169,10 +229,19 @@ def _real_redis_factory(request: pytest.FixtureRequest) -> HarnessFactory:
     return lambda: make_harness(client, result_ttl=RESULT_TTL)
 
 
+def _postgres_factory(request: pytest.FixtureRequest) -> HarnessFactory:
+    from threadmill_postgres.testing import make_harness
+
+    database: PostgresDatabase = request.getfixturevalue("postgres_database")
+    # The exact clock: the kit compares every timestamp, as on the memory backend.
+    return lambda: make_harness(database.url, result_ttl=RESULT_TTL, exact=True)
+
+
 BACKENDS: dict[str, Callable[[pytest.FixtureRequest], HarnessFactory]] = {
     "memory": lambda _request: memory_harness,
     "fakeredis": lambda _request: fakeredis_harness,
     "redis": _real_redis_factory,
+    "postgres": _postgres_factory,
 }
 
 

@@ -31,6 +31,8 @@ KNOWN_EXTRAS: Mapping[str, str] = {
     "rediss": "redis",
     "unix": "redis",
     "redis+cluster": "redis",
+    "postgresql": "postgres",
+    "postgres": "postgres",
 }
 
 

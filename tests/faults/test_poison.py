@@ -4,7 +4,8 @@ Guarantee 6: the reaper and workers quarantine such a task as FAILED with a
 payload error and go on with the rest of the batch; inspection raises
 `PayloadError` naming the task; counts and purge still work; nothing cycles.
 The memory backend is planted with its test-support `_plant_raw`, Redis by
-writing the bytes into the payload hash of the key schema.
+writing the bytes into the payload hash of the key schema, PostgreSQL by
+overwriting the payload column (`threadmill_postgres.testing.plant_raw`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from threadmill_core.maintenance import reap
 from threadmill_core.models import RetryPolicySpec
 from threadmill_core.testing import Harness
 from threadmill_memory import MemoryBackend
+from threadmill_postgres import PostgresBackend
+from threadmill_postgres.testing import plant_raw
 from threadmill_redis import RedisBackend
 
 READY, RUNNING, FAILED = TaskResultStatus.READY, TaskResultStatus.RUNNING, TaskResultStatus.FAILED
@@ -53,13 +56,16 @@ def plant(harness: Harness, data: bytes, status: TaskResultStatus) -> str:
         at = backend.now() + LEASE if status is RUNNING else None
         backend._plant_raw(task_id, data, queue="poison", status=status, at=at)
         return task_id
-    assert isinstance(backend, RedisBackend)
+    assert isinstance(backend, RedisBackend | PostgresBackend)
     [record] = backend.enqueue([TaskResult(id=task_id, task_path="x:y", queue="poison")])
     if status in (RUNNING, FAILED):
         [lease] = backend.claim(["poison"], worker="ghost", lease_ttl=LEASE)
         if status is FAILED:
             backend.complete(lease, attrs.evolve(lease.record, status=FAILED))
-    backend.client.hset(backend.keys.store("payload"), record.id, data)
+    if isinstance(backend, PostgresBackend):
+        plant_raw(backend, record.id, payload=data)
+    else:
+        backend.client.hset(backend.keys.store("payload"), record.id, data)
     return task_id
 
 

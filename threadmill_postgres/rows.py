@@ -1,0 +1,205 @@
+"""The codec boundary: records to column values, and rows back to records.
+
+Every byte this backend stores is made by `threadmill_core.codec`; nothing
+here hand-rolls JSON. The ``check_*`` functions refuse, before anything is
+sent, what the codec cannot carry unchanged (`UnsupportedValue`) and what a
+PostgreSQL ``text`` column cannot hold (a NUL character). `record` rebuilds a
+record from a row: the payload as the producer gave it, every field the
+backend keeps from its column. Bytes that do not decode, or decode to
+another task, are poison: `record` raises `PayloadError` naming the task,
+and `stand_in` is what replaces them when the task is quarantined.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+
+from threadmill_core import backend, codec
+from threadmill_core.clock import from_ms, to_ms
+from threadmill_core.errors import PayloadError, TaskQuarantined, UnsupportedValue
+from threadmill_core.models import Lease, TaskError, TaskResult, TaskResultStatus
+
+#: The errors column of a task without errors, as the codec writes it.
+NO_ERRORS = codec.encode_errors(())
+
+#: The fields `enqueue` resets, whatever the caller set (it keeps the rest).
+_NEW_STATE: dict[str, Any] = {
+    "started_at": None,
+    "last_attempted_at": None,
+    "finished_at": None,
+    "attempts": 0,
+    "errors": (),
+    "worker_ids": (),
+    "return_value": None,
+}
+
+
+def storable(value: object) -> bool:
+    """Whether `value` is a str a PostgreSQL ``text`` column can hold (no NUL; valid UTF-8)."""
+    if type(value) is not str or "\x00" in value:
+        return False
+    if value.isascii():
+        return True
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def check_records(records: Sequence[TaskResult]) -> None:
+    """Raise `UnsupportedValue` for the first record `enqueue` must refuse, naming the field.
+
+    The shared check (`threadmill_core.backend.check_records`) refuses what
+    the codec cannot write; an id or queue holding NUL, which the codec
+    carries but ``text`` does not, is refused here too.
+    """
+    backend.check_records(records)
+    for record in records:
+        for name in ("id", "queue"):
+            value = getattr(record, name)
+            if not storable(value):
+                raise UnsupportedValue(
+                    name, value, reason="holds NUL, which PostgreSQL text cannot store"
+                )
+
+
+def check_worker(worker: object) -> str:
+    """`worker` if it can be stored in ``worker_ids``; `UnsupportedValue` otherwise."""
+    if type(worker) is not str:
+        raise UnsupportedValue("worker", worker, reason="must be a str")
+    codec.check_value(worker, "worker")
+    if "\x00" in worker:
+        raise UnsupportedValue("worker", worker, reason="holds NUL, which PostgreSQL cannot store")
+    return worker
+
+
+def encode_errors(errors: tuple[TaskError, ...]) -> bytes:
+    """The errors column for a decision's errors; `UnsupportedValue` for what cannot be stored."""
+    if not errors:
+        return NO_ERRORS
+    for index, error in enumerate(errors):
+        if not isinstance(error, TaskError):
+            raise UnsupportedValue(f"errors[{index}]", error, reason="is not a TaskError")
+        for name in ("exception_class_path", "message", "traceback"):
+            codec.check_value(getattr(error, name), f"errors[{index}].{name}")
+    return codec.encode_errors(tuple(errors))
+
+
+def encode_result(record: TaskResult) -> bytes | None:
+    """The return_value column of a completion: the value's bytes (SUCCESSFUL only), else NULL.
+
+    None is stored as no value at all, which reads back the same.
+    """
+    if record.status is not TaskResultStatus.SUCCESSFUL or record.return_value is None:
+        return None
+    return codec.encode_value(record.return_value)
+
+
+def enqueued(record: TaskResult, status: str, now_ms: int) -> TaskResult:
+    """The record `enqueue` answers for `record`, stored now (at `now_ms`) with `status`.
+
+    It follows from what was sent, so nothing is read back: every field the
+    backend keeps is as a new task has it, `run_after` at millisecond
+    resolution, whatever the caller had set.
+    """
+    run_after = record.run_after
+    if run_after is not None:
+        run_after = from_ms(to_ms(run_after))
+    return attrs.evolve(
+        record,
+        **_NEW_STATE,
+        status=TaskResultStatus(status),
+        enqueued_at=from_ms(now_ms),
+        run_after=run_after,
+    )
+
+
+def _ms(value: object) -> Any:
+    return None if value is None else from_ms(int(value))  # type: ignore[call-overload]  # a bigint column, an int or None
+
+
+def record(row: Sequence[Any], at: int = 0) -> TaskResult:
+    """The record in `row`, whose `statements.TASK_COLUMNS` start at index `at`.
+
+    Raises `PayloadError` naming the task when its payload, errors or result
+    do not decode, or the payload holds another task (foreign bytes).
+    """
+    (
+        task_id,
+        queue,
+        priority,
+        status,
+        payload,
+        run_after,
+        enqueued_at,
+        started_at,
+        last_attempted_at,
+        finished_at,
+        attempts,
+        errors,
+        worker_ids,
+        return_value,
+    ) = row[at : at + 14]
+    try:
+        made = codec.decode_record(
+            payload,
+            status=TaskResultStatus(status),
+            enqueued_at=_ms(enqueued_at),
+            run_after=_ms(run_after),
+            started_at=_ms(started_at),
+            last_attempted_at=_ms(last_attempted_at),
+            finished_at=_ms(finished_at),
+            attempts=attempts,
+            errors=codec.decode_errors(errors),
+            worker_ids=tuple(worker_ids),
+            return_value=None if return_value is None else codec.decode_value(return_value),
+        )
+        _check_owner(made, task_id, queue, priority)
+    except PayloadError as exc:
+        raise PayloadError(f"task {task_id!r}: {exc}") from exc
+    except (TypeError, ValueError) as exc:  # a field the payload holds, out of any valid range
+        raise PayloadError(f"task {task_id!r}: the stored payload is invalid: {exc}") from exc
+    return made
+
+
+def lease(row: Sequence[Any]) -> Lease:
+    """The lease in a claim's row (a worker's or the reaper's): its place in the answer,
+    token and deadline, then `statements.TASK_COLUMNS`."""
+    return Lease(token=row[1], deadline=from_ms(row[2]), record=record(row, 3))
+
+
+#: Where a claim's row holds what quarantine needs (see `lease`).
+LEASE_TOKEN, LEASE_ID, LEASE_QUEUE, LEASE_PRIORITY, LEASE_ERRORS = 1, 3, 4, 5, 14
+
+
+def _check_owner(made: TaskResult, task_id: str, queue: str, priority: int) -> None:
+    """Refuse a payload that is not this row's: another task's bytes, copied or corrupted."""
+    if made.id != task_id or made.queue != queue or made.priority != priority:
+        raise PayloadError(
+            f"the stored payload holds task {made.id!r} of queue {made.queue!r} "
+            f"(priority {made.priority}), not this row's"
+        )
+
+
+def stand_in(
+    task_id: str, queue: str, priority: int, errors: bytes, reason: PayloadError
+) -> tuple[bytes, bytes]:
+    """The payload and errors that replace an undecodable task's when it is quarantined.
+
+    The payload is a readable record with an empty `task_path` (the function's
+    path was in the bytes that did not decode), so the task can still be
+    read, counted and purged; the errors are those still readable, and one
+    `TaskQuarantined` error saying why.
+    """
+    try:
+        kept = codec.decode_errors(errors)
+    except PayloadError:
+        kept = ()
+    message = f"the stored payload could not be decoded, so the task cannot run: {reason}"
+    error = TaskError.from_exception(TaskQuarantined(message))
+    placeholder = TaskResult(id=task_id, task_path="", queue=queue, priority=priority)
+    return codec.encode_enqueued(placeholder), codec.encode_errors((*kept, error))
