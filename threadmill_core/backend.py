@@ -54,9 +54,10 @@ sequence of queues is expected is a `TypeError`. A record to enqueue that
 the codec cannot carry, or a SUCCESSFUL return value it cannot carry, is an
 `UnsupportedValue`. The functions at the end of this module make these
 checks (`check_limit`, `check_offset`, `ttl_ms`, `queue_names`,
-`check_purgeable`, `check_window`, `check_records`, `check_decision`); every
-bundled backend calls them, and third-party backends should too, so that
-every backend refuses the same calls with the same words.
+`check_purgeable`, `check_window`, `check_records`, `check_calls`,
+`check_decision`); every bundled backend calls them, and third-party
+backends should too, so that every backend refuses the same calls with the
+same words.
 
 Poison. A stored record that a backend cannot decode (corrupt or foreign
 bytes) is never returned from `claim` or `claim_expired`: the backend
@@ -75,6 +76,7 @@ import abc
 import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
+from typing import Any, TypeAlias
 
 from threadmill_core.clock import duration_ms
 from threadmill_core.models import (
@@ -85,13 +87,17 @@ from threadmill_core.models import (
     TaskResult,
     TaskResultStatus,
 )
-from threadmill_core.values import check_record, check_retry, check_value
+from threadmill_core.values import check_call, check_record, check_retry, check_task, check_value
 
 #: How far back a backend's telemetry reaches (see `Backend.rates`): older
 #: buckets are deleted, so the history of one queue is bounded however busy it is.
 RATE_HISTORY = timedelta(hours=1)
 #: The coarsest time bucket a backend's telemetry may count in.
 RATE_BUCKET_MAX = timedelta(seconds=10)
+
+#: One call of a task, as `Backend.enqueue_calls` takes it: the new task's id, its
+#: positional arguments (a list) and its keyword arguments (a dict).
+TaskCall: TypeAlias = tuple[str, list[Any], dict[str, Any]]
 
 #: What `Backend.next_due` answers when no task is DEFERRED: the largest
 #: timedelta, so ``min(backend.next_due(), ceiling)`` needs no special case.
@@ -139,6 +145,24 @@ class Backend(abc.ABC):
         Every record is checked (`check_records`) before any is stored: one
         the codec cannot carry raises `UnsupportedValue` and nothing is stored.
         """
+
+    def enqueue_calls(self, template: TaskResult, calls: Sequence[TaskCall]) -> list[TaskResult]:
+        """`enqueue` of one record per call: `template` with the call's id and arguments.
+
+        `template` gives what every call shares: `task_path`, `queue`,
+        `priority`, `run_after` and `retry` (its own id and arguments are
+        ignored). Everything `enqueue` promises holds for the records
+        `call_record` makes, as if they were passed to it: stored in the
+        order given, idempotent on id, every call checked before any is
+        stored (`check_calls`, which refuses what `check_records` refuses).
+        The records returned are the stored ones, as `enqueue` returns them.
+
+        `Broker.enqueue` and `Broker.enqueue_many` store through this. The
+        default makes the records and calls `enqueue`; a backend may instead
+        write what the calls share once per batch and each call's own parts,
+        without making a record per call first.
+        """
+        return self.enqueue([call_record(template, call) for call in calls])
 
     # --- working ---------------------------------------------------------------------
 
@@ -459,6 +483,37 @@ def check_records(records: Sequence[TaskResult]) -> None:
         if record.retry is not None and record.retry is not checked:
             check_retry(record.retry)
             checked = record.retry
+
+
+def check_calls(template: TaskResult, calls: Sequence[TaskCall]) -> None:
+    """Raise `UnsupportedValue` for the first call `enqueue_calls` must refuse, naming the field.
+
+    What `check_records` would raise for the records the calls make, in the
+    same order: each call's id and arguments (`codec.check_call`), and the
+    template's task path, queue and retry policy once, with the first call.
+    """
+    for index, (task_id, args, kwargs) in enumerate(calls):
+        check_call(task_id, args, kwargs)
+        if index == 0:
+            check_task(template.task_path, template.queue)
+            check_retry(template.retry)
+
+
+def call_record(template: TaskResult, call: TaskCall) -> TaskResult:
+    """The record of one call (see `Backend.enqueue_calls`): `template`'s task with its id and
+    arguments; every other field at its default, as `enqueue` reads none of them.
+    """
+    task_id, args, kwargs = call
+    return TaskResult(
+        id=task_id,
+        task_path=template.task_path,
+        args=args,
+        kwargs=kwargs,
+        queue=template.queue,
+        priority=template.priority,
+        run_after=template.run_after,
+        retry=template.retry,
+    )
 
 
 def check_decision(decision: Decision) -> None:

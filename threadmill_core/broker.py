@@ -61,8 +61,9 @@ class Broker:
         Arguments the codec cannot carry raise `UnsupportedValue` naming them
         (e.g. ``kwargs['when']``), and nothing is stored.
         """
-        [stored] = self.backend.enqueue(
-            [_call_record(self._shared(task), new_task_id(), args, kwargs)]
+        # `kwargs` is this call's own dict already; the args are copied into a list.
+        [stored] = self.backend.enqueue_calls(
+            self._shared(task), [(new_task_id(), [*args], kwargs)]
         )
         notify("threadmill_task_enqueued", record=stored)
         return stored
@@ -74,16 +75,19 @@ class Broker:
     ) -> list[TaskResult]:
         """Store many calls of `task` in one backend call; all are checked before any is stored.
 
-        Each call is ``(args, kwargs)``. A call the codec cannot carry raises
-        `UnsupportedValue` naming it, and none of the calls is stored.
+        Each call is ``(args, kwargs)``, copied into a list and a dict. A call
+        the codec cannot carry raises `UnsupportedValue` naming it, and none of
+        the calls is stored.
         """
         shared = self._shared(task)
         calls = list(calls)
-        records = [
-            _call_record(shared, task_id, args, kwargs)
-            for task_id, (args, kwargs) in zip(new_task_ids(len(calls)), calls, strict=True)
-        ]
-        stored = self.backend.enqueue(records)
+        stored = self.backend.enqueue_calls(
+            shared,
+            [
+                (task_id, list(args), dict(kwargs))
+                for task_id, (args, kwargs) in zip(new_task_ids(len(calls)), calls, strict=True)
+            ],
+        )
         notify_each("threadmill_task_enqueued", "record", stored)
         return stored
 
@@ -168,26 +172,6 @@ class Broker:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-
-def _call_record(
-    shared: TaskResult, task_id: str, args: Sequence[Any], kwargs: Mapping[str, Any]
-) -> TaskResult:
-    """The record of one call: `shared`'s task path, queue, priority, run_after and retry policy,
-    with the call's id and its arguments copied into a list and a dict.
-
-    Made by the class (its validators run); the backend checks the arguments.
-    """
-    return TaskResult(
-        id=task_id,
-        task_path=shared.task_path,
-        args=list(args),
-        kwargs=dict(kwargs),
-        queue=shared.queue,
-        priority=shared.priority,
-        run_after=shared.run_after,
-        retry=shared.retry,
-    )
 
 
 def connect(url: str, **options: Any) -> Broker:

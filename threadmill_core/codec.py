@@ -36,11 +36,18 @@ from threadmill_core.models import (
     TaskError,
     TaskResult,
 )
-from threadmill_core.values import check_arguments, check_record, check_retry, check_value
+from threadmill_core.values import (
+    check_arguments,
+    check_call,
+    check_record,
+    check_retry,
+    check_value,
+)
 
 __all__ = [
     "STATE_FIELDS",
     "check_arguments",
+    "check_call",
     "check_record",
     "check_retry",
     "check_value",
@@ -49,10 +56,12 @@ __all__ = [
     "decode_record",
     "decode_value",
     "dumps",
+    "encode_call",
     "encode_enqueued",
     "encode_errors",
     "encode_record",
     "encode_value",
+    "enqueued_fields",
     "loads",
 ]
 
@@ -191,7 +200,29 @@ def encode_enqueued(record: TaskResult) -> bytes:
     then never changes after `enqueue`. `decode_record` reads it back with
     each of them at its default, or as the backend passes them.
     """
-    return _encoder.encode(_unstructure_enqueued(record)).encode()
+    return encode_call(enqueued_fields(record), record.id, record.args, record.kwargs)
+
+
+def enqueued_fields(template: TaskResult) -> dict[str, Any]:
+    """What `encode_enqueued` writes of `template`, unstructured by the converter (`encode_call`).
+
+    Made once for many calls of one task (`Backend.enqueue_calls`): only
+    each call's id and arguments differ. The caller must not change it.
+    """
+    return _unstructure_enqueued(template)
+
+
+def encode_call(
+    fields: dict[str, Any], task_id: str, args: list[Any], kwargs: dict[str, Any]
+) -> bytes:
+    """The `encode_enqueued` payload of one call: `fields` with the call's id and arguments.
+
+    `fields` comes from `enqueued_fields`; the payload is the bytes
+    `encode_enqueued` writes for the record the call makes (`call_record`).
+    """
+    payload = dict(fields)  # the keys in the converter's order, which these keep
+    payload["id"], payload["args"], payload["kwargs"] = task_id, args, kwargs
+    return _encoder.encode(payload).encode()
 
 
 #: The keys of an `encode_enqueued` payload.

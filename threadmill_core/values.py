@@ -124,41 +124,47 @@ def _kind(value: object) -> str:
     return f"a {type(value).__module__}.{type(value).__qualname__}"
 
 
-#: The fields of a record that backends key by, which must be str.
-_NAMES = ("id", "task_path", "queue")
-
-
 def check_record(record: TaskResult) -> None:
     """Check a record to enqueue, but for its retry policy: `UnsupportedValue` naming the field.
 
-    Its args must be a list (a tuple would read back as one, None as None)
-    and its kwargs a dict, their values as `check_arguments` checks them;
-    then its id, task path and queue must each be a str the codec carries.
-    Backends key their stores and queues by these, so another type would be
-    stored as its text (the id 5 as ``"5"``) and read back changed, or not
-    stored at all. The retry policy is `check_retry`'s, once per policy
-    object (a batch's records share one). A record both pass always
-    encodes: the codec writes whatever these checks let through.
+    Its id and arguments as `check_call` checks them; then its task path and
+    queue must each be a str the codec carries. Backends key their stores
+    and queues by these, so another type would be stored as its text (the
+    id 5 as ``"5"``) and read back changed, or not stored at all. The retry
+    policy is `check_retry`'s, once per policy object (a batch's records
+    share one). A record both pass always encodes: the codec writes whatever
+    these checks let through.
     """
-    args, kwargs = record.args, record.kwargs
+    check_call(record.id, record.args, record.kwargs)
+    check_task(record.task_path, record.queue)
+
+
+def check_task(task_path: object, queue: object) -> None:
+    """Check a task path and a queue as `check_record` does: each a str the codec carries."""
+    if type(task_path) is str and type(queue) is str and (task_path + queue).isascii():
+        return  # the usual record, checked in one test
+    for name, value in (("task_path", task_path), ("queue", queue)):
+        if type(value) is not str:
+            raise UnsupportedValue(name, value, reason=f"must be a str, got {value!r}")
+        check_value(value, name)
+
+
+def check_call(task_id: object, args: object, kwargs: object) -> None:
+    """Check one call to enqueue: its id and arguments, as `check_record` checks a record's.
+
+    The args must be a list (a tuple would read back as one, None as None)
+    and the kwargs a dict, their values as `check_arguments` checks them;
+    the id a str the codec carries.
+    """
     if type(args) is not list:
         raise UnsupportedValue("args", args, reason=f"must be a list, got {_kind(args)}")
     if type(kwargs) is not dict:
         raise UnsupportedValue("kwargs", kwargs, reason=f"must be a dict, got {_kind(kwargs)}")
     check_arguments(args, kwargs)
-    record_id, task_path, queue = record.id, record.task_path, record.queue
-    if (
-        type(record_id) is str
-        and type(task_path) is str
-        and type(queue) is str
-        and (record_id + task_path + queue).isascii()
-    ):
-        return  # the usual record, checked in one test
-    for name in _NAMES:
-        value = getattr(record, name)
-        if type(value) is not str:
-            raise UnsupportedValue(name, value, reason=f"must be a str, got {value!r}")
-        check_value(value, name)
+    if type(task_id) is not str:
+        raise UnsupportedValue("id", task_id, reason=f"must be a str, got {task_id!r}")
+    if not task_id.isascii():
+        check_value(task_id, "id")
 
 
 @functools.cache

@@ -12,44 +12,41 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from threadmill_core import codec
+from threadmill_core.backend import TaskCall
 from threadmill_core.clock import to_ms
-from threadmill_core.errors import UnsupportedValue
 from threadmill_core.models import TaskResult, TaskResultStatus
 
-
-def payload(record: TaskResult) -> bytes:
-    """The payload ``enqueue.lua`` stores for a checked record: what never changes, encoded.
-
-    That is the id, function, arguments, queue, priority and retry policy
-    (`codec.encode_enqueued`); the fields that change, and `run_after`, are
-    kept beside it by the scripts, whatever the caller set.
-    """
-    try:
-        return codec.encode_enqueued(record)
-    except (TypeError, ValueError) as exc:  # never for a checked record: a codec bug
-        reason = f"cannot be encoded: {exc}"
-        raise UnsupportedValue(f"task {record.id!r}", record, reason=reason) from exc
+#: One task to store: the record (or template) giving what is not the call's own, and the call.
+Pending = tuple[TaskResult, TaskCall]
 
 
-def enqueue_runs(records: Sequence[TaskResult], notify_index: Mapping[str, int]) -> list[Any]:
-    """``enqueue.lua``'s ARGV after ``notify_cap``: `records` in runs, as its header says.
+def enqueue_runs(pending: Sequence[Pending], notify_index: Mapping[str, int]) -> list[Any]:
+    """``enqueue.lua``'s ARGV after ``notify_cap``: the `pending` tasks in runs, as its header says.
 
-    Consecutive records that share queue, priority and `run_after` (in whole
+    Consecutive tasks that share queue, priority and `run_after` (in whole
     ms; the calls of one `Broker.enqueue_many` all do) make one run, headed
     by what they share and the KEYS index of their queue's notify list
-    (`notify_index`), then each record's id and payload.
+    (`notify_index`), then each task's id and payload. A checked task always
+    encodes; the payload holds what never changes (`codec.encode_enqueued`),
+    the scripts keep the rest beside it.
     """
     args: list[Any] = []
+    fields_of: tuple[TaskResult | None, dict[str, Any]] = (None, {})
 
-    def shared(record: TaskResult) -> tuple[str, int, int | None]:
-        run_after = None if record.run_after is None else to_ms(record.run_after)
-        return record.queue, record.priority, run_after
+    def shared(item: Pending) -> tuple[str, int, int | None]:
+        base = item[0]
+        run_after = None if base.run_after is None else to_ms(base.run_after)
+        return base.queue, base.priority, run_after
 
-    for (queue, priority, run_after), run in itertools.groupby(records, key=shared):
-        pairs = [(record.id, payload(record)) for record in run]
-        args += [len(pairs), queue, priority, "" if run_after is None else run_after]
+    for (queue, priority, run_after), run in itertools.groupby(pending, key=shared):
+        pairs: list[str | bytes] = []
+        for base, (task_id, call_args, call_kwargs) in run:
+            if fields_of[0] is not base:  # the calls of one batch share their template
+                fields_of = (base, codec.enqueued_fields(base))
+            pairs += (task_id, codec.encode_call(fields_of[1], task_id, call_args, call_kwargs))
+        args += [len(pairs) // 2, queue, priority, "" if run_after is None else run_after]
         args.append(notify_index[queue])
-        args += itertools.chain.from_iterable(pairs)
+        args += pairs
     return args
 
 

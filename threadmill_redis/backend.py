@@ -20,10 +20,11 @@ act again; a reaper claim whose reply was lost lapses after its claim TTL
 and is taken up again. Clients the backend builds itself do not retry
 inside redis-py, so this policy is the only one.
 
-Connections. Every command goes through the client's own connection pool,
-by redis-py's public API: one EVALSHA per call (`scripts.evalsha`), and a
-pipeline for the calls of a long `enqueue` (`scripts.evalsha_many`).
-Blocking waits (`wait_for_tasks`) borrow a pooled connection of their own.
+Connections. Script calls go on a connection of the calling thread's own
+(`threadmill_redis.connections`), one EVALSHA per call (`scripts.evalsha`);
+the calls of a long `enqueue` go one after another on it, each sent while
+the server runs the one before (`scripts.evalsha_each`). Other commands, and
+blocking waits (`wait_for_tasks`), go through the client's connection pool.
 
 Redis Cluster. A `redis.RedisCluster` client works as well as a
 `redis.Redis`: every key of the namespace shares one hash tag, so every
@@ -48,6 +49,8 @@ from threadmill_core.backend import (
     NOTHING_DEFERRED,
     RATE_HISTORY,
     Backend,
+    TaskCall,
+    check_calls,
     check_decision,
     check_limit,
     check_offset,
@@ -68,7 +71,7 @@ from threadmill_core.models import (
     TaskResult,
     TaskResultStatus,
 )
-from threadmill_redis import arguments, clients, scripts
+from threadmill_redis import arguments, clients, connections, scripts
 from threadmill_redis.boundary import call
 from threadmill_redis.clients import Client
 from threadmill_redis.keys import STORE, TELEMETRY, Keys
@@ -113,6 +116,14 @@ class RedisBackend(Backend):
         self._static_keys: dict[str, list[str | None]] = {}
         self._ttl_ms = duration_ms(self.options.result_ttl)
         self._owns_client = False
+        #: Sends one command: on a connection of this thread's (see `connections`), or
+        #: through a cluster client, which picks the node.
+        self._connections = (
+            connections.ThreadConnections(client) if isinstance(client, redis.Redis) else None
+        )
+        self._execute = (
+            self._connections.execute if self._connections is not None else client.execute_command
+        )
         clients.check_server(client, self.keys)
 
     @classmethod
@@ -161,7 +172,7 @@ class RedisBackend(Backend):
         script = scripts.load(name)
         keys = self._script_keys(script, named_keys, extra_keys)
         return call(
-            lambda: scripts.evalsha(self.client, script, keys, args),
+            lambda: scripts.evalsha(self._execute, script, keys, args),
             repeatable=repeatable,
             what=name,
         )
@@ -196,46 +207,60 @@ class RedisBackend(Backend):
     # --- producing ---------------------------------------------------------------------
 
     def enqueue(self, records: Sequence[TaskResult]) -> list[TaskResult]:
-        """Store `records` with ``enqueue.lua``, in calls of at most ``enqueue_batch`` records.
-
-        Every record is checked before any call is sent. One call is one
-        EVALSHA; several go in one pipeline, one round trip, each call
-        atomic on its own. A repeat after a dropped connection sends them
-        all again, which stores nothing twice (idempotent on id).
-        """
+        """Store `records` as `_store` does (see there)."""
         records = list(records)
         check_records(records)
-        if not records:
+        return self._store([(r, (r.id, r.args, r.kwargs)) for r in records])
+
+    def enqueue_calls(self, template: TaskResult, calls: Sequence[TaskCall]) -> list[TaskResult]:
+        """Store the calls as `_store` does, without a record per call (see `Backend`)."""
+        calls = list(calls)
+        check_calls(template, calls)
+        return self._store([(template, call) for call in calls])
+
+    def _store(self, pending: Sequence[arguments.Pending]) -> list[TaskResult]:
+        """Store checked tasks with ``enqueue.lua``, in calls of at most ``enqueue_batch`` tasks.
+
+        One call is one EVALSHA. The calls of a longer batch go one after
+        another, each encoded while the server stores the one before and
+        answered while it stores the next (`scripts.evalsha_each`); each is
+        atomic on its own. A repeat after a dropped connection sends them all
+        again, which stores nothing twice (idempotent on id).
+        """
+        if not pending:
             return []
         size = self.options.enqueue_batch
-        chunks = [records[start : start + size] for start in range(0, len(records), size)]
-        calls = [self._enqueue_call(chunk) for chunk in chunks]
-        if len(calls) == 1:
-            [script, keys, args] = calls[0]
-            replies = [
-                call(
-                    lambda: scripts.evalsha(self.client, script, keys, args),
-                    repeatable=True,
-                    what="enqueue",
-                )
-            ]
-        else:
-            replies = call(
-                lambda: scripts.evalsha_many(self.client, calls), repeatable=True, what="enqueue"
+        chunks = [pending[start : start + size] for start in range(0, len(pending), size)]
+        if len(chunks) == 1:
+            script, keys, args = self._enqueue_call(pending)
+            now, *rows = call(
+                lambda: scripts.evalsha(self._execute, script, keys, args),
+                repeatable=True,
+                what="enqueue",
             )
-        stored: list[TaskResult] = []
-        for chunk, (now, *rows) in zip(chunks, replies, strict=True):
-            stored += enqueued(rows, chunk, now)
-        return stored
+            return enqueued(rows, pending, now)
 
-    def _enqueue_call(self, records: Sequence[TaskResult]) -> scripts.Call:
-        """The ``enqueue.lua`` call of `records`: its keys (a notify list per queue) and ARGV."""
+        def store_all() -> list[TaskResult]:
+            stored: list[list[TaskResult]] = [[] for _ in chunks]
+
+            def answer(index: int, reply: Any) -> None:
+                now, *rows = reply
+                stored[index] = enqueued(rows, chunks[index], now)
+
+            calls = (self._enqueue_call(chunk) for chunk in chunks)
+            scripts.evalsha_each(self._connections, self._execute, calls, answer)
+            return [record for chunk in stored for record in chunk]
+
+        return call(store_all, repeatable=True, what="enqueue")
+
+    def _enqueue_call(self, pending: Sequence[arguments.Pending]) -> scripts.Call:
+        """The ``enqueue.lua`` call of `pending`: its keys (a notify list per queue) and ARGV."""
         script = scripts.load("enqueue")
-        queues = list(dict.fromkeys(record.queue for record in records))
+        queues = list(dict.fromkeys(base.queue for base, _ in pending))
         first = len(script.key_names) + 1  # the KEYS index of the first notify list
         notify_index = {queue: first + n for n, queue in enumerate(queues)}
         keys = self._script_keys(script, {}, [self.keys.notify(queue) for queue in queues])
-        args = [self.options.notify_cap, *arguments.enqueue_runs(records, notify_index)]
+        args = [self.options.notify_cap, *arguments.enqueue_runs(pending, notify_index)]
         return script, keys, args
 
     # --- working -----------------------------------------------------------------------
@@ -544,6 +569,8 @@ class RedisBackend(Backend):
         Its pool is disconnected too: redis-py 5.0.0's ``Redis.close`` leaves
         the connections of a pool made by ``from_url`` open (5.0.1 closes them).
         """
+        if self._connections is not None:
+            self._connections.close()
         if self._owns_client:
             self.client.close()
             if isinstance(self.client, redis.Redis):

@@ -14,12 +14,11 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
-import attrs
-
 from threadmill_core import codec
 from threadmill_core.clock import from_ms, to_ms
 from threadmill_core.errors import PayloadError
-from threadmill_core.models import Decision, Lease, TaskResult, TaskResultStatus
+from threadmill_core.models import Decision, Lease, TaskError, TaskResult, TaskResultStatus
+from threadmill_redis.arguments import Pending
 
 
 class Status(enum.IntEnum):
@@ -140,23 +139,38 @@ def parse_state(raw: bytes) -> State:
         raise PayloadError(f"stored task state is not valid: {raw!r}") from exc
 
 
-def state_fields(state: State, **rest: Any) -> dict[str, Any]:
-    """The record fields the scripts own, taken from `state`, and `rest`."""
-    return {
-        "status": state.status,
-        "enqueued_at": state.enqueued_at,
-        "run_after": state.run_after,
-        "started_at": state.started_at,
-        "last_attempted_at": state.last_attempted_at,
-        "finished_at": state.finished_at,
-        "attempts": state.attempts,
-        **rest,
-    }
+def with_state(
+    base: TaskResult,
+    state: State,
+    *,
+    errors: tuple[TaskError, ...],
+    worker_ids: tuple[str, ...],
+    return_value: Any,
+) -> TaskResult:
+    """`base` (what was enqueued) with the fields the scripts own: `state`, and the rest given.
 
-
-def with_state(base: TaskResult, state: State, **rest: Any) -> TaskResult:
-    """`base` with the fields the scripts own taken from `state`, and `rest`."""
-    return attrs.evolve(base, **state_fields(state, **rest))
+    Made by the class, as `attrs.evolve` would, without reading `base`'s
+    fields one by one first: a claim, a decision and a read make one per task.
+    """
+    return TaskResult(
+        id=base.id,
+        task_path=base.task_path,
+        args=base.args,
+        kwargs=base.kwargs,
+        queue=base.queue,
+        priority=base.priority,
+        retry=base.retry,
+        status=state.status,
+        enqueued_at=state.enqueued_at,
+        run_after=state.run_after,
+        started_at=state.started_at,
+        last_attempted_at=state.last_attempted_at,
+        finished_at=state.finished_at,
+        attempts=state.attempts,
+        errors=errors,
+        worker_ids=worker_ids,
+        return_value=return_value,
+    )
 
 
 def encode_worker(worker: str) -> bytes:
@@ -281,24 +295,37 @@ def decided(reply: Sequence[Any], decision: Decision) -> TaskResult | None:
     """
     if reply[0] != Status.OK:
         return answer(reply, decision.lease.record)
-    record = decision.record
+    record, claimed = decision.record, decision.lease.record
     if decision.retry_delay is None:
         # Finalized now: of the fields the scripts own only the status and
         # finished_at changed, and the status is the decision's.
         finished = reply[2].split(b"|", 9)[8]
-        return attrs.evolve(
-            decision.lease.record,
+        return TaskResult(
+            id=claimed.id,
+            task_path=claimed.task_path,
+            args=claimed.args,
+            kwargs=claimed.kwargs,
+            queue=claimed.queue,
+            priority=claimed.priority,
+            retry=claimed.retry,
             status=record.status,
+            enqueued_at=claimed.enqueued_at,
+            run_after=claimed.run_after,
+            started_at=claimed.started_at,
+            last_attempted_at=claimed.last_attempted_at,
             finished_at=_time(finished),
+            attempts=claimed.attempts,
             errors=tuple(record.errors),
+            worker_ids=claimed.worker_ids,
             return_value=record.return_value
             if record.status is TaskResultStatus.SUCCESSFUL
             else None,
         )
     return with_state(
-        decision.lease.record,
+        claimed,
         parse_state(reply[2]),
         errors=tuple(record.errors),
+        worker_ids=claimed.worker_ids,
         return_value=None,
     )
 
@@ -308,11 +335,11 @@ def extended(reply: Sequence[Any], lease: Lease) -> Lease | None:
     status, deadline = Status(reply[0]), reply[1]
     if not ANSWERED[status]:
         return None
-    return attrs.evolve(lease, deadline=from_ms(int(deadline)))
+    return Lease(token=lease.token, deadline=from_ms(int(deadline)), record=lease.record)
 
 
-def enqueued(rows: Sequence[Any], records: Sequence[TaskResult], now_ms: int) -> list[TaskResult]:
-    """The records the rows of one ``enqueue.lua`` reply answer for the `records` it was sent.
+def enqueued(rows: Sequence[Any], pending: Sequence[Pending], now_ms: int) -> list[TaskResult]:
+    """The records the rows of one ``enqueue.lua`` reply answer for the `pending` tasks it was sent.
 
     A bare OK means stored now, at server time `now_ms`: the record follows
     from what was sent, so nothing is read back or decoded. It holds what the
@@ -324,11 +351,11 @@ def enqueued(rows: Sequence[Any], records: Sequence[TaskResult], now_ms: int) ->
     """
     enqueued_at = from_ms(now_ms)
     results: list[TaskResult] = []
-    for row, record in zip(rows, records, strict=True):
+    for row, (base, (task_id, args, kwargs)) in zip(rows, pending, strict=True):
         if row != Status.OK:
             results.append(Row.parse(row).record())
             continue
-        run_after, status = record.run_after, TaskResultStatus.READY
+        run_after, status = base.run_after, TaskResultStatus.READY
         if run_after is not None:
             ms = to_ms(run_after)
             run_after = from_ms(ms)
@@ -336,13 +363,13 @@ def enqueued(rows: Sequence[Any], records: Sequence[TaskResult], now_ms: int) ->
                 status = TaskResultStatus.DEFERRED
         results.append(
             TaskResult(
-                id=record.id,
-                task_path=record.task_path,
-                args=record.args,
-                kwargs=record.kwargs,
-                queue=record.queue,
-                priority=record.priority,
-                retry=record.retry,
+                id=task_id,
+                task_path=base.task_path,
+                args=args,
+                kwargs=kwargs,
+                queue=base.queue,
+                priority=base.priority,
+                retry=base.retry,
                 status=status,
                 enqueued_at=enqueued_at,
                 run_after=run_after,

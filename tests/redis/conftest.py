@@ -48,6 +48,9 @@ class DroppingConnection(redis.Connection):
     armed: dict[bytes, int] = {}  # noqa: RUF012 - shared on purpose: the pool makes the instances
 
     def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        # Connected first, so that a reconnect's own handshake (sent through
+        # here too) is not taken for the command.
+        self.connect()
         chunks = command if isinstance(command, list) else [command]
         self._last = b"".join(bytes(chunk) for chunk in chunks)
         super().send_packed_command(command, check_health)

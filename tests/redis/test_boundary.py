@@ -132,15 +132,29 @@ def test_a_driver_that_breaks_raises_a_backend_error_not_its_own(
     assert pauses == []
 
 
+class BrokenConnection(redis.Connection):
+    """A connection whose API is not the one the backend calls (a driver of another version)."""
+
+    def send_command(self, *args: object, **kwargs: object) -> None:
+        raise TypeError("send_command() got an unexpected keyword argument")
+
+
 class BrokenPool(redis.ConnectionPool):
-    """A pool whose API is not the one the backend calls, as with a driver of another version."""
+    """A pool of broken connections, whose own API differs too."""
+
+    def __init__(self) -> None:
+        super().__init__(connection_class=BrokenConnection)
 
     def get_connection(self, *args: object, **kwargs: object) -> redis.Connection:
         raise TypeError("ConnectionPool.get_connection() missing 1 required positional argument")
 
 
 def test_every_operation_of_a_broken_driver_raises_a_backend_error() -> None:
-    """No operation lets the driver's own exception through: each is a RedisBackendError."""
+    """No operation lets the driver's own exception through: each is a RedisBackendError.
+
+    Both ways to the server are broken: the pool's (pipelines, blocking
+    waits, reads through the client) and the thread's own connection (script calls).
+    """
     backend = RedisBackend(redis.Redis(connection_pool=BrokenPool()), namespace="broken")
     operations: list[Callable[[], object]] = [
         backend.now,
