@@ -10,7 +10,7 @@ else is an `InvalidOption` naming it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
@@ -20,7 +20,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 from threadmill_core.errors import InvalidOption
-from threadmill_core.models import validate_timedelta
+from threadmill_core.options import OptionParser, duration, parse_options, positive_int
 
 #: The URL schemes served, both as libpq reads them.
 SCHEMES = ("postgresql", "postgres")
@@ -60,36 +60,6 @@ def check_namespace(namespace: object) -> str:
     return namespace
 
 
-def _positive_int(name: str, value: object) -> int:
-    """An int of at least 1, from an int or (in a URL) its digits."""
-    if isinstance(value, str):
-        try:
-            value = int(value)
-        except ValueError:
-            raise InvalidOption(f"{name} must be a whole number, got {value!r}") from None
-    if type(value) is not int or value < 1:
-        raise InvalidOption(f"{name} must be an int of at least 1, got {value!r}")
-    return value
-
-
-def _duration(name: str, value: object) -> timedelta:
-    """A positive duration of at least a millisecond, from a timedelta or seconds."""
-    if isinstance(value, str):
-        try:
-            value = float(value)
-        except ValueError:
-            raise InvalidOption(f"{name} must be a number of seconds, got {value!r}") from None
-    if isinstance(value, float) and value != value:  # NaN compares false with every bound
-        raise InvalidOption(f"{name} must be a number of seconds, got {value!r}")
-    try:
-        delta = validate_timedelta(name, value)
-    except OverflowError:
-        raise InvalidOption(f"{name} is out of range, got {value!r}") from None
-    if delta < timedelta(milliseconds=1):
-        raise InvalidOption(f"{name} must be at least a millisecond, got {value!r}")
-    return delta
-
-
 @attrs.frozen(kw_only=True)
 class PostgresOptions:
     """Everything a `PostgresBackend` can be told; build it with `from_mapping`, which validates."""
@@ -113,26 +83,18 @@ class PostgresOptions:
     @classmethod
     def from_mapping(cls, options: Mapping[str, object]) -> PostgresOptions:
         """Validate keywords or query values; unknown or malformed ones are `InvalidOption`."""
-        unknown = sorted(set(options) - set(_PARSERS))
-        if unknown:
-            raise InvalidOption(
-                f"unknown PostgreSQL backend option(s) {', '.join(unknown)}; "
-                f"known: {', '.join(sorted(_PARSERS))}"
-            )
-        parsed: dict[str, Any] = {
-            name: _PARSERS[name](name, value) for name, value in options.items()
-        }
+        parsed = parse_options(_PARSERS, options, backend="PostgreSQL")
         return cls(**parsed)
 
 
-_PARSERS: dict[str, Callable[[str, object], object]] = {
+_PARSERS: dict[str, OptionParser] = {
     "namespace": lambda _name, value: check_namespace(value),
-    "result_ttl": _duration,
-    "pool_size": _positive_int,
-    "pool_timeout": _duration,
-    "prune_batch": _positive_int,
-    "purge_batch": _positive_int,
-    "enqueue_batch": _positive_int,
+    "result_ttl": duration,
+    "pool_size": positive_int,
+    "pool_timeout": duration,
+    "prune_batch": positive_int,
+    "purge_batch": positive_int,
+    "enqueue_batch": positive_int,
 }
 
 #: The names of our options, as they may appear in a URL's query.

@@ -9,7 +9,7 @@ anything else is an `InvalidOption` naming it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
@@ -18,7 +18,7 @@ import attrs
 from redis.connection import URL_QUERY_ARGUMENT_PARSERS
 
 from threadmill_core.errors import InvalidOption
-from threadmill_core.models import validate_timedelta
+from threadmill_core.options import OptionParser, duration, parse_options, positive_int
 from threadmill_redis.keys import check_namespace
 
 #: Query parameters passed on to redis-py: those it parses, and the TLS and
@@ -31,31 +31,6 @@ DRIVER_QUERY_OPTIONS = frozenset(URL_QUERY_ARGUMENT_PARSERS) | {
     "ssl_keyfile",
     "ssl_cert_reqs",
 }
-
-
-def _positive_int(name: str, value: object) -> int:
-    """An int of at least 1, from an int or (in a URL) its digits."""
-    if isinstance(value, str):
-        try:
-            value = int(value)
-        except ValueError:
-            raise InvalidOption(f"{name} must be a whole number, got {value!r}") from None
-    if type(value) is not int or value < 1:
-        raise InvalidOption(f"{name} must be an int of at least 1, got {value!r}")
-    return value
-
-
-def _duration(name: str, value: object) -> timedelta:
-    """A positive duration, from a timedelta or seconds (in a URL, as text)."""
-    if isinstance(value, str):
-        try:
-            value = float(value)
-        except ValueError:
-            raise InvalidOption(f"{name} must be a number of seconds, got {value!r}") from None
-    delta = validate_timedelta(name, value)
-    if delta < timedelta(milliseconds=1):
-        raise InvalidOption(f"{name} must be at least a millisecond, got {value!r}")
-    return delta
 
 
 @attrs.frozen(kw_only=True)
@@ -81,27 +56,19 @@ class RedisOptions:
     @classmethod
     def from_mapping(cls, options: Mapping[str, object]) -> RedisOptions:
         """Validate keywords or query values; unknown or malformed ones are `InvalidOption`."""
-        unknown = sorted(set(options) - set(_PARSERS))
-        if unknown:
-            raise InvalidOption(
-                f"unknown Redis backend option(s) {', '.join(unknown)}; "
-                f"known: {', '.join(sorted(_PARSERS))}"
-            )
-        parsed: dict[str, Any] = {
-            name: _PARSERS[name](name, value) for name, value in options.items()
-        }
+        parsed = parse_options(_PARSERS, options, backend="Redis")
         return cls(**parsed)
 
 
-_PARSERS: dict[str, Callable[[str, object], object]] = {
+_PARSERS: dict[str, OptionParser] = {
     "namespace": lambda _name, value: check_namespace(value),
-    "lease_ttl": _duration,
-    "claim_ttl": _duration,
-    "result_ttl": _duration,
-    "prune_batch": _positive_int,
-    "purge_batch": _positive_int,
-    "enqueue_batch": _positive_int,
-    "notify_cap": _positive_int,
+    "lease_ttl": duration,
+    "claim_ttl": duration,
+    "result_ttl": duration,
+    "prune_batch": positive_int,
+    "purge_batch": positive_int,
+    "enqueue_batch": positive_int,
+    "notify_cap": positive_int,
 }
 
 
