@@ -296,37 +296,13 @@ def decided(reply: Sequence[Any], decision: Decision) -> TaskResult | None:
     if reply[0] != Status.OK:
         return answer(reply, decision.lease.record)
     record, claimed = decision.record, decision.lease.record
-    if decision.retry_delay is None:
-        # Finalized now: of the fields the scripts own only the status and
-        # finished_at changed, and the status is the decision's.
-        finished = reply[2].split(b"|", 9)[8]
-        return TaskResult(
-            id=claimed.id,
-            task_path=claimed.task_path,
-            args=claimed.args,
-            kwargs=claimed.kwargs,
-            queue=claimed.queue,
-            priority=claimed.priority,
-            retry=claimed.retry,
-            status=record.status,
-            enqueued_at=claimed.enqueued_at,
-            run_after=claimed.run_after,
-            started_at=claimed.started_at,
-            last_attempted_at=claimed.last_attempted_at,
-            finished_at=_time(finished),
-            attempts=claimed.attempts,
-            errors=tuple(record.errors),
-            worker_ids=claimed.worker_ids,
-            return_value=record.return_value
-            if record.status is TaskResultStatus.SUCCESSFUL
-            else None,
-        )
+    completed = decision.retry_delay is None and record.status is TaskResultStatus.SUCCESSFUL
     return with_state(
         claimed,
         parse_state(reply[2]),
         errors=tuple(record.errors),
         worker_ids=claimed.worker_ids,
-        return_value=None,
+        return_value=record.return_value if completed else None,
     )
 
 
