@@ -43,6 +43,10 @@ def test_a_wait_says_whether_a_wake_up_came(make_backend: Callable[..., Postgres
     """False after a quiet timeout; True at once when another process stores a task."""
     namespace = make_backend().namespace
     waiter, producer = make_backend(namespace=namespace), make_backend(namespace=namespace)
+    # The LISTEN connection up first, so that the claim marks where the wait counts from
+    # (a wait with no mark looks at the table instead, and a look may find a task before
+    # its notification arrives, which then reads as a wake-up still to take).
+    assert waiter.wait_for_tasks(["a", "b"], QUIET) is False
     waiter.claim(["a", "b"], worker="w", lease_ttl=LEASE)  # empty: the wait counts from here
     assert waiter.wait_for_tasks(["a", "b"], QUIET) is False
     producer.enqueue(tasks(1, queue="b"))
