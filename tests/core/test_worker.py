@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 
 from tests.core import tasks
-from threadmill_core import Broker, FakeClock, TaskResult, TaskResultStatus, Worker
+from threadmill_core import Broker, FakeClock, TaskResult, TaskResultStatus, Worker, scheduler
 from threadmill_core.ids import new_task_id
 from threadmill_core.maintenance import reap
 
@@ -273,8 +273,15 @@ def test_one_thread_claims_whole_batches_once_its_prefetch_has_run_out(broker: B
     assert len(counted.decisions) > len(counted.claims)  # outcomes did go mid-prefetch
 
 
-def test_a_claims_worth_of_outcomes_goes_in_one_acknowledgement(broker: Broker) -> None:
-    """A room bigger than ACK_BATCH is acknowledged whole, not as ACK_BATCH and a straggler."""
+def test_a_claims_worth_of_outcomes_goes_in_one_acknowledgement(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A room bigger than ACK_BATCH is acknowledged whole, not as ACK_BATCH and a straggler.
+
+    The oldest outcome's deadline (ACK_DELAY) is set far off: sixty-five tasks
+    on a loaded machine can outlast 10 ms, and the batch would go early.
+    """
+    monkeypatch.setattr(scheduler, "ACK_DELAY", 60.0)
     broker.enqueue_many(tasks.echo, [((i,), {}) for i in range(130)])
     ran, counted = counted_burst(broker, threads=1, prefetch=64)
     assert ran == 130
