@@ -28,7 +28,7 @@ from django.apps import apps
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import module_has_submodule
 
-from threadmill_core.cli import build_parser
+from threadmill_core.cli_arguments import build_parser
 from threadmill_core.supervisor import WorkerSettings
 from threadmill_django import runner
 from threadmill_django.options import BackendOptions
