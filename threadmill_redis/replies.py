@@ -311,6 +311,11 @@ def extended(reply: Sequence[Any], lease: Lease) -> Lease | None:
     return attrs.evolve(lease, deadline=from_ms(int(deadline)))
 
 
+def marked(reply: Any) -> bool:
+    """The core result of one ``mark_started.lua`` answer: a bare code, OK when recorded."""
+    return ANSWERED[_BY_CODE[int(reply)]]
+
+
 def enqueued(rows: Sequence[Any], records: Sequence[TaskResult], now_ms: int) -> list[TaskResult]:
     """The records the rows of one ``enqueue.lua`` reply answer for the `records` it was sent.
 
