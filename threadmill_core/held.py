@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable
 from datetime import timedelta
+from typing import NamedTuple
 
 import attrs
 
@@ -41,12 +42,12 @@ class HeldTask:
     duration: float = 0.0
 
 
-@attrs.frozen
-class Outcome:
+class Outcome(NamedTuple):
     """What a task thread hands back: the decision to send, or None when there is none.
 
     None means the task must not be acknowledged (its lease was lost, or
-    the worker failed running it): it is only forgotten.
+    the worker failed running it): it is only forgotten. A named tuple: one
+    is made for every task run.
     """
 
     held: HeldTask
