@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -131,6 +132,52 @@ def test_unregistered_task_path_is_quarantined_and_never_imported(broker: Broker
     assert final.status is FAILED
     assert final.errors[-1].exception_class_path == "threadmill_core.errors.TaskQuarantined"
     assert "os:system is not registered" in final.errors[-1].message
+
+
+@pytest.mark.parametrize(
+    ("make", "kind", "message"),
+    [
+        (lambda b: tasks.exits.using(broker=b).enqueue(2), "builtins.SystemExit", "2"),
+        (lambda b: tasks.exits.using(broker=b).enqueue("bye"), "builtins.SystemExit", "bye"),
+        (lambda b: tasks.interrupts.using(broker=b).enqueue(), "builtins.KeyboardInterrupt",
+         "from the task"),
+        (lambda b: tasks.cancelled.using(broker=b).enqueue(), "asyncio.exceptions.CancelledError",
+         "cancelled inside the task"),
+    ],
+    ids=["sys.exit(2)", "sys.exit(str)", "KeyboardInterrupt", "CancelledError"],
+)  # fmt: skip
+def test_a_base_exception_from_a_task_is_its_failure_and_the_worker_goes_on(
+    broker: Broker, make: Any, kind: str, message: str
+) -> None:
+    """SystemExit, KeyboardInterrupt or CancelledError raised by task code fail that task,
+    with its traceback; the worker runs the next task and returns normally."""
+    ended = make(broker)
+    after = tasks.echo.using(broker=broker).enqueue("next")
+    assert worker(broker, threads=1, prefetch=0).run(burst=True) == 2
+    final = broker.get_result(ended.id)
+    assert (final.status, final.attempts) == (FAILED, 1)
+    [error] = final.errors
+    assert (error.exception_class_path, error.message) == (kind, message)
+    assert error.traceback.startswith("Traceback (most recent call last):")
+    assert broker.get_result(after.id).return_value == "next"
+
+
+def test_a_task_that_exits_meets_its_retry_policy(broker: Broker, clock: FakeClock) -> None:
+    """SystemExit goes through the task's retry policy like any failure."""
+    record = tasks.exits_then_succeeds.using(broker=broker).enqueue()
+    w = worker(broker)
+    w.run(burst=True)
+    first = broker.get_result(record.id)
+    assert (first.status, first.attempts) == (DEFERRED, 1)
+    assert first.errors[0].exception_class_path == "builtins.SystemExit"
+    clock.advance(timedelta(seconds=10))
+    w.run(burst=True)
+    final = broker.get_result(record.id)
+    assert (final.status, final.return_value, final.attempts) == (
+        SUCCESSFUL,
+        "second time lucky",
+        2,
+    )
 
 
 def test_expired_lease_is_reaped_and_retried_by_policy(broker: Broker, clock: FakeClock) -> None:
@@ -373,6 +420,39 @@ def test_a_graceful_stop_gives_back_the_prefetch_without_counting_attempts(
             (),
             None,
         )
+
+
+def test_stop_now_gives_back_the_prefetch_and_abandons_the_running_task(
+    broker: Broker, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A forced stop gives the prefetch back in one call at once, names the task it abandons
+    and what becomes of it, and renews nothing more: the reaper then charges that task."""
+    running = tasks.wait_for_release.using(broker=broker).enqueue()
+    rest = broker.enqueue_many(tasks.echo, [((i,), {}) for i in range(3)])
+    through, counted = watched(broker)
+    w = worker(through, threads=1, prefetch=3, maintenance=False)
+    runner = threading.Thread(target=w.run)
+    runner.start()
+    try:
+        assert tasks.started.wait(timeout=30)
+        wait_for_a_mark(counted)
+        assert w.stop_now() == [running.id]
+        for record in rest:
+            back = broker.get_result(record.id)
+            assert (back.status, back.attempts, back.worker_ids) == (READY, 0, ())
+        assert counted.calls["release"] == 1
+        assert broker.get_result(running.id).status is TaskResultStatus.RUNNING
+    finally:
+        tasks.release.set()
+        runner.join(timeout=30)
+    assert not runner.is_alive()
+    [line] = [r.getMessage() for r in caplog.records if "abandoned" in r.getMessage()]
+    assert running.id in line
+    assert "its retry policy decides" in line
+    assert broker.get_result(running.id).status is TaskResultStatus.RUNNING  # outcome not sent
+    clock.advance(timedelta(seconds=31))
+    assert reap(broker.backend) == 1  # started, so charged: echo-like, no retry policy
+    assert broker.get_result(running.id).status is FAILED
 
 
 def test_heartbeats_renew_prefetched_leases_too(broker: Broker, clock: FakeClock) -> None:

@@ -42,6 +42,20 @@ def work(context: TaskContext, log_url: str, tag: str, n: int, max_ms: int) -> i
     return n
 
 
+#: One retry, at once: the crash tests' running task meets this policy after its kill.
+RETRY_ONCE = ExponentialBackoff(base_delay=0, max_delay=0, max_retries=1, jitter=0)
+
+
+@task(retry=RETRY_ONCE)
+def hold(context: TaskContext, log_url: str, tag: str, n: int) -> int:
+    """Record the start; on the first attempt, block (the test kills or stops its worker)."""
+    log_event(log_url, tag, f"start:{n}:{os.getpid()}:{context.attempt}")
+    if context.attempt == 1:
+        time.sleep(120)
+    log_event(log_url, tag, f"end:{n}:{os.getpid()}:{context.attempt}")
+    return n
+
+
 @task
 def echo(value: object) -> object:
     """Return `value` unchanged."""

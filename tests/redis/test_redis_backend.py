@@ -273,3 +273,18 @@ def test_a_retry_and_a_requeue_wake_idle_workers(harness: Harness) -> None:
     assert backend.client.llen(notify) == 2
     backend.enqueue(tasks(500))
     assert backend.client.llen(notify) == backend.options.notify_cap
+
+
+def test_start_recorded_reads_the_current_claims_mark(harness: Harness) -> None:
+    """The test helper sees a mark of the current claim only, not of an earlier one."""
+    from threadmill_redis.testing import start_recorded
+
+    backend = harness.backend
+    [record] = backend.enqueue(tasks(1))
+    [lease] = backend.claim(["default"], worker="w", lease_ttl=LEASE)
+    assert not start_recorded(backend, record.id)
+    assert backend.mark_started([lease]) == [True]
+    assert start_recorded(backend, record.id)
+    backend.retry(lease, lease.record, timedelta(0))
+    backend.claim(["default"], worker="w", lease_ttl=LEASE)
+    assert not start_recorded(backend, record.id), "a new claim starts unrecorded"
