@@ -63,7 +63,9 @@ def start_recorded(backend: RedisBackend, task_id: str) -> bool:
     """
     state = backend.client.hget(backend.keys.store("state"), task_id)
     held = backend.client.hget(backend.keys.store("starts"), task_id)
-    if state is None or held is None:
+    if not isinstance(state, bytes) or not isinstance(
+        held, bytes
+    ):  # absent (the client never decodes)
         return False
     token = replies.parse_state(state).token
     return token is not None and held.split(b"|", 1)[1] == token.encode()
