@@ -408,7 +408,8 @@ class Backend(abc.ABC):
         sent back by `requeue`) and the tasks that finished (reached
         SUCCESSFUL, FAILED or CANCELLED, quarantined poison included), each
         counted atomically with the change that caused it, on the backend's
-        clock. Retries, promotions, purges and expiring results are neither.
+        clock. Retries, promotions, give-backs (`release`, and `claim_expired` giving
+        back an unstarted claim), purges and expiring results are neither.
 
         The counts sit in time buckets of the backend's choosing, at most
         `RATE_BUCKET_MAX` long, kept for `RATE_HISTORY` and then deleted: a

@@ -75,6 +75,14 @@ class HeldTasks:
             if self._by_token.get(held.lease.token) is held:
                 del self._by_token[held.lease.token]
 
+    def forget_all(self, tasks: Iterable[HeldTask]) -> None:
+        """`forget` each of `tasks`, under one lock (a batch's acknowledgement)."""
+        by_token = self._by_token
+        with self._lock:
+            for held in tasks:
+                if by_token.get(held.lease.token) is held:
+                    del by_token[held.lease.token]
+
     def all(self) -> list[HeldTask]:
         with self._lock:
             return list(self._by_token.values())

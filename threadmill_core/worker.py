@@ -265,8 +265,7 @@ class Worker:
             else:
                 back = sum(record is not None for record in given)
                 log.warning("stopping now: gave back %d prefetched task(s) not started", back)
-        for held in stop.give_back:
-            self._held.forget(held)
+        self._held.forget_all(stop.give_back)
         if stop.outcomes:
             try:
                 self.processed += send_outcomes(self.backend, stop.outcomes, self._held)
@@ -470,8 +469,7 @@ class Worker:
             run.schedule, dropped = scheduler.claimed(
                 run.schedule, run.settings, tasks, reached=reached, now=time.monotonic()
             )
-            for held in dropped:
-                self._held.forget(held)
+            self._held.forget_all(dropped)
             self._cond.notify_all()
 
     def _acknowledge(self, run: _Run, outcomes: tuple[Outcome, ...]) -> None:
@@ -487,8 +485,7 @@ class Worker:
                 broken=run.error is not None,
                 now=time.monotonic(),
             )
-            for outcome in dropped:
-                self._held.forget(outcome.held)
+            self._held.forget_all([outcome.held for outcome in dropped])
             self._cond.notify_all()
 
     def _upkeep(self, run: _Run) -> float | None:
@@ -530,16 +527,14 @@ class Worker:
                 released = self.backend.release([held.lease for held in live])
                 given = sum(record is not None for record in released)
                 log.info("gave back %d prefetched task(s) not started", given)
-            for held in tasks:
-                self._held.forget(held)
+            self._held.forget_all(tasks)
 
         reached = self._call_backend(run, give_back)
         with self._lock:
             run.schedule, dropped = scheduler.released(
                 run.schedule, tasks, reached=reached, broken=run.error is not None
             )
-            for held in dropped:
-                self._held.forget(held)
+            self._held.forget_all(dropped)
             self._cond.notify_all()
 
     def _idle(self, run: _Run) -> None:
