@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import random
+import signal
 import time
 from datetime import timedelta
 
@@ -54,6 +55,13 @@ def hold(context: TaskContext, log_url: str, tag: str, n: int) -> int:
         time.sleep(120)
     log_event(log_url, tag, f"end:{n}:{os.getpid()}:{context.attempt}")
     return n
+
+
+@task
+def kills_its_worker(context: TaskContext, log_url: str, tag: str) -> None:
+    """Record the start, then SIGKILL the worker process at once, before any mark."""
+    log_event(log_url, tag, f"start:0:{os.getpid()}:{context.attempt}")
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 @task

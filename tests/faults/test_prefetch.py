@@ -8,7 +8,9 @@ meets its retry policy (an `AcknowledgementTimeout`, then its second
 attempt), and the eight end SUCCESSFUL after one attempt, with no error,
 having run once. Each test waits until the running task's start is
 recorded before it strikes (`threadmill_redis.testing.start_recorded`): a
-task killed before that goes back uncharged too, which is the other rule.
+task killed before that goes back uncharged too, which is the other rule,
+and the last test: a task that kills its own worker at once is given back
+`UNSTARTED_EXPIRY_LIMIT` times, then charged.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from tests.conftest import RedisServer
 from tests.faults import fault_tasks
 from tests.faults.runs import wait_until
 from threadmill_core import Broker, TaskResult, TaskResultStatus, connect
+from threadmill_core.backend import UNSTARTED_EXPIRY_LIMIT
 from threadmill_core.supervisor import EXIT_ABANDONED
 from threadmill_redis import RedisBackend
 from threadmill_redis.testing import start_recorded
@@ -213,3 +216,30 @@ def test_the_shutdown_timeout_abandons_the_running_task_and_exits_non_zero(
             again.kill()
     assert again.returncode == 0, output
     assert_exact_outcome(broker, first, rest, read_events(namespace), pid)
+
+
+@pytest.mark.slow
+def test_a_task_that_kills_its_worker_before_its_start_is_recorded_is_charged_after_the_bound(
+    broker: Broker,
+    broker_url: str,
+    log_url: str,
+    namespace: str,
+    read_events: Callable[[str], list[str]],
+) -> None:
+    """A task that SIGKILLs its worker at once is never marked: it goes back uncharged
+    UNSTARTED_EXPIRY_LIMIT times, then the next expiry is charged (no retry policy: FAILED)."""
+    record = fault_tasks.kills_its_worker.using(broker=broker).enqueue(log_url, namespace)
+    process = start_cli(broker_url)
+    try:
+        wait_until(
+            lambda: broker.get_result(record.id).status is TaskResultStatus.FAILED,
+            120,
+            "the poison to be charged",
+        )
+    finally:
+        output = finish(process)
+    final = broker.get_result(record.id)
+    assert (final.attempts, [e.exception_class_path for e in final.errors]) == (1, [ACK_TIMEOUT])
+    runs = [e for e in read_events(namespace) if e.startswith("start:0:")]
+    assert len(runs) == UNSTARTED_EXPIRY_LIMIT + 1, (runs, output)
+    assert [int(e.split(":")[3]) for e in runs] == [1] * len(runs), "each run was attempt 1"
