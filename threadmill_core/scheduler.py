@@ -508,10 +508,14 @@ def next_upkeep(
     return Mark(tasks), schedule._replace(running=_flag(running, tasks, marked=True))
 
 
-def marked(schedule: Schedule, tasks: tuple[HeldTask, ...], *, reached: bool) -> Schedule:
+def marked(
+    schedule: Schedule, tasks: tuple[HeldTask, ...], *, reached: bool, broken: bool
+) -> Schedule:
     """A `Mark` of `tasks` ended. Not sent (the backend is unavailable), those still running
-    are marked again once it is back; the others ended meanwhile, and need none."""
-    if reached:
+    are marked again once it is back; the others ended meanwhile, and need none. A `broken`
+    worker (an error of its own) does not try again: unmarked, they go back uncharged if
+    their leases lapse."""
+    if reached or broken:
         return schedule
     return schedule._replace(running=_flag(schedule.running, tasks, marked=False))
 

@@ -518,7 +518,9 @@ class Worker:
 
         reached = self._call_backend(run, send)
         with self._lock:
-            run.schedule = scheduler.marked(run.schedule, tasks, reached=reached)
+            run.schedule = scheduler.marked(
+                run.schedule, tasks, reached=reached, broken=run.error is not None
+            )
 
     def _release(self, run: _Run, tasks: tuple[HeldTask, ...]) -> None:
         def give_back() -> None:

@@ -560,7 +560,9 @@ class WorkerSimulation(RuleBasedStateMachine):
         if isinstance(step, scheduler.Mark):
             if got_through:  # the backend recorded the starts of the tasks still running
                 self.recorded.update(id(t) for t in step.tasks if id(t) in self.running_tasks)
-            self.schedule = scheduler.marked(s, step.tasks, reached=got_through)
+            elif self.broken:  # given up: a broken worker does not mark them again
+                self.recorded.update(id(t) for t in step.tasks)
+            self.schedule = scheduler.marked(s, step.tasks, reached=got_through, broken=self.broken)
         elif isinstance(step, Release):
             if got_through:
                 self.released.extend(id(t) for t in step.tasks)

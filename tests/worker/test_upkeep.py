@@ -114,10 +114,12 @@ def test_a_mark_that_did_not_get_through_is_made_again_for_the_tasks_still_runni
     step, schedule = upkeep(schedule, now=101.0)
     assert step == Mark((running, ended))
     schedule, _ = scheduler.finished(schedule, settings(), Outcome(ended, None), now=101.1)
-    after = scheduler.marked(schedule, (running, ended), reached=False)
+    after = scheduler.marked(schedule, (running, ended), reached=False, broken=False)
     assert after.running == (Running(100.0, running, marked=False),)
     assert upkeep(after, now=101.2)[0] == Mark((running,))
-    assert scheduler.marked(schedule, (running, ended), reached=True) == schedule
+    assert scheduler.marked(schedule, (running, ended), reached=True, broken=False) == schedule
+    # A worker that broke down (our own error) does not try again.
+    assert scheduler.marked(schedule, (running, ended), reached=False, broken=True) == schedule
 
 
 def test_no_mark_during_a_backoff() -> None:
