@@ -55,8 +55,7 @@ def send_outcomes(backend: Backend, outcomes: Sequence[Outcome], held: HeldTasks
                 finished.append(record)
         # Once per batch, not per task: whether some plugin listens is asked once.
         notify_each("threadmill_task_finished", "record", finished)
-    for item in outcomes:
-        held.forget(item.held)
+    held.forget_all([item.held for item in outcomes])
     return taken
 
 

@@ -24,11 +24,26 @@ resolution. The client's clock never decides anything, except that a
 `run_after` given by the user as an absolute time is taken as it is.
 
 Tokens and fencing. `claim` and `claim_expired` give each task a fresh
-token, different from every token the task had before. `extend`, `complete`
-and `retry` act only while the lease's token is the task's current token and
-the task is RUNNING; otherwise they are *refused*: they change nothing and
-return None. Refusal is a return value, not an exception, because a lost
-lease is normal life.
+token, different from every token the task had before. `extend`, `complete`,
+`retry`, `mark_started` and `release` act only while the lease's token is the
+task's current token and the task is RUNNING; otherwise they are *refused*:
+they change nothing and return None (False for `mark_started`). Refusal is a
+return value, not an exception, because a lost lease is normal life.
+
+Recorded starts. Only an attempt that ran is charged. A worker claims ahead
+of its threads (prefetch), so a claim is not yet a start: `mark_started`
+records that a claimed task began to run, for its current claim only (the
+next claim starts unrecorded again). A claim whose start is recorded is
+*started*; a worker's claim without one is *unstarted* (a reaper's claim is
+neither: it is decided, never marked nor given back). A decision needs no
+mark first (`complete` or `retry` imply the task ran), so a task that ends
+before its worker gets round to marking it costs no call. When an unstarted
+claim's lease expires, `claim_expired` gives the task back to READY as if
+that claim never happened, uncharged, at most `UNSTARTED_EXPIRY_LIMIT` times
+in the task's life; a started claim (or an unstarted one past that bound)
+that expires is claimed by the reaper and charged. The records cannot tell
+an unstarted claim from a started one: both are RUNNING, with the same
+fields.
 
 Repeats. A `complete` or `retry` repeated with the same lease after a lost
 reply (the backend applied it, the caller never heard) is recognised: while
@@ -40,8 +55,8 @@ window.
 
 Atomicity. Every method is one atomic state change: another client sees the
 state before it or after it, never between. A method that takes many tasks
-(`enqueue`, `claim`, `claim_expired`, `promote_due`, `purge`) may be atomic
-per task instead, as long as each task's change is atomic.
+(`enqueue`, `claim`, `claim_expired`, `mark_started`, `release`, `promote_due`,
+`purge`) may be atomic per task instead, as long as each task's change is atomic.
 
 Bad arguments. A `limit` that is not an int of at least 1 (`True` and
 ``"1"`` included), a `lease_ttl` or `claim_ttl` that is not a positive
@@ -65,7 +80,9 @@ finalizes it FAILED with a `TaskQuarantined` error (its `task_path` empty
 when even that cannot be read) and goes on with the rest of the batch. A
 quarantined task does not count toward `limit` where the backend can avoid
 it; one that cannot may return fewer leases than `limit` while tasks remain.
-Operations that must return an undecodable record (`get`, `peek`, `cancel`,
+An undecodable task whose unstarted claim expired may be quarantined by
+`claim_expired` or given back without being decoded (then `claim`
+quarantines it). Operations that must return an undecodable record (`get`, `peek`, `cancel`,
 `requeue`) raise `PayloadError` naming the task; `counts` and `purge` never
 decode, so an operator can always count and purge poison.
 """
@@ -103,6 +120,12 @@ TaskCall: TypeAlias = tuple[str, list[Any], dict[str, Any]]
 #: timedelta, so ``min(backend.next_due(), ceiling)`` needs no special case.
 #: Compare with ``==``; never add it to a datetime (that overflows).
 NOTHING_DEFERRED = timedelta.max
+
+#: How many times in its life a task whose unstarted claim expired is given back
+#: uncharged (see `Backend.claim_expired`); the next such expiry is charged like a
+#: started one. It bounds how often a task that kills its worker before its start
+#: is recorded can cycle: at most this many free expiries, then its retry policy.
+UNSTARTED_EXPIRY_LIMIT = 3
 
 #: The segments `purge` may drop. RUNNING is not among them: a running task
 #: is held by a worker, and only its lease decides it.
@@ -185,8 +208,9 @@ class Backend(abc.ABC):
         Each claimed task gets: status RUNNING, a fresh token, lease deadline
         `now() + lease_ttl`, `attempts` + 1, `last_attempted_at` = `now()`,
         `started_at` = `now()` if it was never set, and `worker` appended to
-        `worker_ids`. The returned lease carries the record as stored.
-        Returns an empty list when nothing is ready.
+        `worker_ids`. The returned lease carries the record as stored. The
+        claim's start is not recorded yet (see `mark_started`). Returns an
+        empty list when nothing is ready.
         """
 
     @abc.abstractmethod
@@ -205,6 +229,29 @@ class Backend(abc.ABC):
         to renew the whole batch in one.
         """
         return [self.extend(lease, lease_ttl) for lease in leases]
+
+    @abc.abstractmethod
+    def mark_started(self, leases: Sequence[Lease]) -> list[bool]:
+        """Record that the claimed tasks of `leases` began to run; answers in the order given.
+
+        A worker marks, in one call for a batch, the tasks that have run for
+        a moment and are not decided yet; see "Recorded starts" above for
+        what a recorded start changes (`claim_expired` charges an expired
+        started claim, `release` refuses one).
+
+        True for each lease whose token is the task's current token, given
+        by `claim`, while the task is RUNNING: that claim's start is now
+        recorded. Marking a claim whose start is recorded already is answered
+        True and changes nothing, so a repeat after a lost reply is harmless.
+        False (refused) for anything else: a stale token, a reaper's lease
+        (from `claim_expired`), a task that is no longer RUNNING (a decision
+        or a give-back came first) or no longer stored. One refusal does not
+        stop the others; a lease given twice in one call is answered twice.
+
+        Nothing a reader sees changes: not the record (`started_at` was set
+        by `claim`), not the lease deadline, not the task's place in RUNNING.
+        Atomic per task.
+        """
 
     @abc.abstractmethod
     def complete(self, lease: Lease, record: TaskResult) -> TaskResult | None:
@@ -260,10 +307,11 @@ class Backend(abc.ABC):
         `errors`, `run_after` and the arguments are kept. The token is
         cleared, as by `requeue`, so any later use of the lease is refused.
 
-        Refused (None) when the token is no longer current or the task is not
-        RUNNING; one refusal does not stop the others. Only leases from
-        `claim` may be released: a reaper's lease (`claim_expired`) is decided,
-        never released. Atomic per task.
+        Refused (None) when the token is no longer current, the task is not
+        RUNNING, the claim's start was recorded (`mark_started`: a task that
+        began to run is never given back), or the lease is a reaper's
+        (`claim_expired`: decided, never released); one refusal does not stop
+        the others. Atomic per task.
         """
 
     def wait_for_tasks(self, queues: Sequence[str], timeout: timedelta) -> bool:
@@ -312,14 +360,40 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def claim_expired(self, *, limit: int, claim_ttl: timedelta) -> list[Lease]:
-        """The reaper's claim on up to `limit` RUNNING tasks whose deadline is at or before `now()`.
+        """The reaper's pass: claim up to `limit` expired tasks, giving back unstarted ones.
 
-        Oldest deadline first, over all queues. Each gets a fresh token and
-        the deadline `now() + claim_ttl`, so no other pass decides it while
-        this one does; the reaper then decides with `retry` or `complete`. A
-        claim never decided lapses like any lease, and a later pass takes the
-        task up again. A reaper claim is not an attempt: `attempts`,
-        `worker_ids` and `last_attempted_at` are unchanged.
+        The pass goes through the RUNNING tasks whose deadline is at or
+        before `now()`, over all queues, oldest deadline first (then by id),
+        and does one of two things with each:
+
+        - Gives it back, when its current token is a worker's claim (from
+          `claim`) whose start was never recorded (`mark_started`) and fewer
+          than `UNSTARTED_EXPIRY_LIMIT` such expiries were given back in the
+          task's life before this one. The task goes to the tail of READY
+          exactly as `release` gives a task back: the claim's attempt undone
+          (`attempts` - 1, the claim's worker dropped from `worker_ids`,
+          `started_at` and `last_attempted_at` cleared when no attempt is
+          left), `errors`, `run_after` and the arguments kept, the token
+          cleared. No error is recorded and no retry policy asked: work that
+          never ran is not charged. The task's count of these give-backs goes
+          up by one; nothing resets it (`requeue` keeps it; an id purged and
+          enqueued again is a new task and starts from zero), and no record
+          field shows it. A given-back task is not returned.
+        - Claims it otherwise (its start was recorded, the bound is reached,
+          or its current token is a reaper's claim that lapsed): a fresh
+          token and the deadline `now() + claim_ttl`, so no other pass
+          decides it while this one does; the reaper then decides with
+          `retry` or `complete`, charging the expired attempt. A claim never
+          decided lapses like any lease, and a later pass takes the task up
+          again. A reaper claim is not an attempt: `attempts`, `worker_ids`,
+          `started_at` and `last_attempted_at` are unchanged.
+
+        The pass stops when it has claimed `limit` tasks or none is left.
+        Given-back tasks do not count toward `limit`: every one the pass
+        meets before its last claim is given back in the same call, so a
+        call that returns fewer than `limit` leases has left no expired task
+        behind (poison aside, see "Poison"), and one call after a crash gives
+        back a dead worker's whole prefetch. Atomic per task.
         """
 
     @abc.abstractmethod
@@ -358,7 +432,8 @@ class Backend(abc.ABC):
         sent back by `requeue`) and the tasks that finished (reached
         SUCCESSFUL, FAILED or CANCELLED, quarantined poison included), each
         counted atomically with the change that caused it, on the backend's
-        clock. Retries, promotions, purges and expiring results are neither.
+        clock. Retries, promotions, give-backs (`release`, and `claim_expired` giving
+        back an unstarted claim), purges and expiring results are neither.
 
         The counts sit in time buckets of the backend's choosing, at most
         `RATE_BUCKET_MAX` long, kept for `RATE_HISTORY` and then deleted: a

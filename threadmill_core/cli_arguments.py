@@ -74,7 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run a supervisor with worker processes that claim, run and acknowledge "
         "tasks, plus the maintenance loop (reaper and mover). Only tasks defined with @task "
         "in the named modules (and what they import) run; a stored task naming anything else "
-        "is finalized FAILED. SIGTERM or Ctrl-C stops gracefully; a second one stops at once.",
+        "is finalized FAILED. SIGTERM or Ctrl-C stops gracefully; a second one stops at once, "
+        "abandoning the running tasks (exit code 4).",
     )
     worker.add_argument(
         "modules", nargs="+", metavar="MODULE", help="import path of a module defining tasks"
@@ -111,8 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="N",
         help="tasks each process claims ahead of its free threads, so a thread that finishes "
-        "starts the next without a round trip; a graceful stop gives back those not started "
-        "(default: as many as --threads)",
+        "starts the next without a round trip; a stop gives back those not started, and a "
+        "killed process's go back uncharged (default: as many as --threads)",
     )
     worker.add_argument(
         "--lease-ttl",
@@ -160,7 +161,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=30.0,
         metavar="SECONDS",
         help="on SIGTERM/Ctrl-C, how long running tasks may take to finish (default: "
-        "%(default)s); tasks still running then are retried after their lease expires",
+        "%(default)s); tasks still running then are abandoned, their retry policies deciding "
+        "once their leases expire, and the exit code is 4",
     )
     worker.add_argument(
         "--log-level",

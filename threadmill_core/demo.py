@@ -2,7 +2,7 @@
 
 It enqueues a batch of tasks and runs a worker on them: most succeed, one
 fails twice and succeeds on its third attempt after backoff, one fails for
-good, and one is claimed by a worker that "dies" holding it, so its lease
+good, and one is started by a worker that "dies" holding it, so its lease
 expires and the reaper hands it back for another attempt. Progress comes
 from a plugin implementing the lifecycle hooks, the same way a metrics or
 tracing plugin would observe a real queue.
@@ -113,9 +113,11 @@ def _tour(broker: Broker, printer: _Printer, out: TextIO) -> list[TaskResult]:
     records.append(parse_report.using(broker=broker).enqueue("forty-two"))
     records.append(crunch_numbers.using(broker=broker).enqueue([1, 2, 3, 2**70]))
 
-    # A worker that claims the highest-priority task and dies holding it.
+    # A worker that claims the highest-priority task, starts it and dies holding it.
+    # (Had it died before recording the start, the task would go back uncharged.)
     ghost = broker.backend.claim(["demo"], worker="ghost-worker", lease_ttl=timedelta(seconds=1))
-    printer.say(ghost[0].task_id, "claimed by ghost-worker, which then crashes (lease 1s)")
+    broker.backend.mark_started(ghost)
+    printer.say(ghost[0].task_id, "started by ghost-worker, which then crashes (lease 1s)")
 
     worker = Worker(
         broker,

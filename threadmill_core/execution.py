@@ -1,8 +1,8 @@
 """Running one held task: find it in the registry, call it, and decide what to acknowledge.
 
 `execute` is what a task thread does with a task from the prefetch. The
-task's own exceptions become decisions (through its retry policy, by
-`threadmill_core.retry.decide`); a record naming a task the worker may not
+task's own exceptions (any `BaseException`) become decisions (through its
+retry policy, by `threadmill_core.retry.decide`); a record naming a task the worker may not
 run is quarantined: finalized FAILED with a `TaskQuarantined` error, and
 nothing is imported on the record's say-so.
 """
@@ -23,7 +23,14 @@ from threadmill_core import codec
 from threadmill_core.backend import Backend
 from threadmill_core.errors import BackendUnavailable, TaskQuarantined, UnsupportedValue
 from threadmill_core.held import HeldTask
-from threadmill_core.models import Decision, Lease, TaskContext, TaskError, TaskResultStatus
+from threadmill_core.models import (
+    Decision,
+    Lease,
+    TaskContext,
+    TaskError,
+    TaskResult,
+    TaskResultStatus,
+)
 from threadmill_core.outage import Outage
 from threadmill_core.plugins import notify
 from threadmill_core.retry import decide
@@ -98,6 +105,12 @@ def call(task: Task[Any, Any], lease: Lease, context: TaskContext) -> Decision:
 
     An async task runs to completion in an event loop of its own. A return
     value the codec cannot carry fails the attempt like an exception would.
+    Whatever the task raises is its failure, through its retry policy, and
+    the worker goes on: `SystemExit` (``sys.exit()`` in a task), a
+    `KeyboardInterrupt` the task raises itself, an escaped
+    `asyncio.CancelledError`. The worker never raises into task code (a
+    signal's `KeyboardInterrupt` reaches the main thread, never a task
+    thread), so no exception a task raises is a stop request.
     """
     record = lease.record
     args = [context, *record.args] if task.takes_context else list(record.args)
@@ -110,9 +123,29 @@ def call(task: Task[Any, Any], lease: Lease, context: TaskContext) -> Decision:
             codec.check_value(value, "the return value")
     except UnsupportedValue as exc:
         return decide(lease, TaskError.from_exception(exc))
-    except Exception as exc:
+    except BaseException as exc:  # the task's, every kind of it: see above
         return decide(lease, TaskError.from_exception(exc, traceback.format_exc()))
-    done = attrs.evolve(record, status=TaskResultStatus.SUCCESSFUL, return_value=value)
+    # The class called with every field costs less than attrs.evolve, which
+    # also reads each field back off the record by name.
+    done = TaskResult(
+        id=record.id,
+        task_path=record.task_path,
+        args=record.args,
+        kwargs=record.kwargs,
+        queue=record.queue,
+        priority=record.priority,
+        status=TaskResultStatus.SUCCESSFUL,
+        enqueued_at=record.enqueued_at,
+        run_after=record.run_after,
+        started_at=record.started_at,
+        last_attempted_at=record.last_attempted_at,
+        finished_at=record.finished_at,
+        attempts=record.attempts,
+        errors=record.errors,
+        worker_ids=record.worker_ids,
+        return_value=value,
+        retry=record.retry,
+    )
     return Decision(lease=lease, record=done)
 
 

@@ -7,6 +7,11 @@ it (it holds no lock a task can hold). A refused renewal means the lease
 was taken away (a reaper decided the task, or an operator acted): a running
 task's `TaskContext.lease_lost` turns true and its outcome is not written;
 a prefetched task is marked `lost` and never starts.
+
+The same thread does the rest of a worker's upkeep between beats
+(`upkeep_until`): it records the starts of tasks that have run a moment
+(`Backend.mark_started`, in batches) and gives a stopping worker's prefetch
+back; the scheduler says when (`threadmill_core.scheduler.next_upkeep`).
 """
 
 from __future__ import annotations
@@ -55,6 +60,23 @@ def renew_leases(backend: Backend, held: HeldTasks, outage: Outage) -> None:
                 )
 
 
+def refused_marks(tasks: list[HeldTask], held: HeldTasks) -> None:
+    """Start marks the backend refused (see `Backend.mark_started`): a task still held and
+    running lost its lease, and its context says so; any other had its outcome land first."""
+    still_held = {id(task) for task in held.all()}
+    for task in tasks:
+        context = task.context
+        if id(task) not in still_held or task.acknowledging or context is None:
+            continue
+        if not context.lease_lost:
+            context.mark_lease_lost()
+            log.warning(
+                "task %s lost its lease before its start was recorded (reaped or changed by an "
+                "operator); its outcome will not be written",
+                task.lease.task_id,
+            )
+
+
 def beat_interval(lease_ttl: timedelta, held: HeldTasks) -> float:
     """Seconds between beats: a third of the shortest of `lease_ttl` and the TTLs held."""
     return min([lease_ttl, *held.lease_ttls()]).total_seconds() / 3
@@ -71,25 +93,47 @@ def beat_once(beat: Callable[[], None], outage: Outage) -> None:
         log.exception("heartbeat failed; retrying at the next beat")
 
 
-def beat_until(
-    done: threading.Event, beat: Callable[[], None], interval: Callable[[], float], outage: Outage
+def upkeep_until(
+    done: threading.Event,
+    wake: threading.Event,
+    beat: Callable[[], None],
+    interval: Callable[[], float],
+    upkeep: Callable[[], float | None],
+    outage: Outage,
 ) -> None:
-    """The heartbeat thread: `beat` every `interval()` seconds until `done` is set.
+    """The heartbeat thread: `beat` every `interval()` seconds and the rest of the upkeep in
+    between, until `done` is set (set `wake` too, to end a wait at once).
 
-    While the backend is unavailable the beats come sooner, at the outage's
+    `upkeep()` takes the next upkeep step if one is due (a batch of start
+    marks, or a stopping worker's prefetch given back; see
+    `threadmill_core.scheduler.next_upkeep`) and answers how many seconds
+    until the next may be due, or None when none is: then the thread waits
+    for its next beat, or until `wake` is set (the next start sets it). While
+    the backend is unavailable the beats come sooner, at the outage's
     backoff, since the leases run out meanwhile. Any other error is logged
-    and the next beat comes as usual.
+    and the thread goes on as usual.
     """
     failures = 0
-    pause = interval()
-    while not done.wait(pause):
-        pause = interval()
-        started = time.monotonic()
+    next_beat = time.monotonic() + interval()
+    while not done.is_set():
         try:
-            beat()
-            failures = 0
-        except BackendUnavailable as exc:
-            failures += 1
-            pause = min(pause, outage.failed(exc, failures, started))
+            due_in = upkeep()
         except Exception:
-            log.exception("heartbeat failed; retrying at the next beat")
+            log.exception("heartbeat thread: upkeep failed; trying again at the next beat")
+            due_in = None
+        now = time.monotonic()
+        if now >= next_beat:
+            pause = interval()
+            try:
+                beat()
+                failures = 0
+            except BackendUnavailable as exc:
+                failures += 1
+                pause = min(pause, outage.failed(exc, failures, now))
+            except Exception:
+                log.exception("heartbeat failed; retrying at the next beat")
+            next_beat = time.monotonic() + pause
+            continue
+        timeout = next_beat - now if due_in is None else min(due_in, next_beat - now)
+        if wake.wait(timeout):
+            wake.clear()

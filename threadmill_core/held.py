@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable
 from datetime import timedelta
+from typing import NamedTuple
 
 import attrs
 
@@ -41,12 +42,12 @@ class HeldTask:
     duration: float = 0.0
 
 
-@attrs.frozen
-class Outcome:
+class Outcome(NamedTuple):
     """What a task thread hands back: the decision to send, or None when there is none.
 
     None means the task must not be acknowledged (its lease was lost, or
-    the worker failed running it): it is only forgotten.
+    the worker failed running it): it is only forgotten. A named tuple: one
+    is made for every task run.
     """
 
     held: HeldTask
@@ -73,6 +74,14 @@ class HeldTasks:
         with self._lock:
             if self._by_token.get(held.lease.token) is held:
                 del self._by_token[held.lease.token]
+
+    def forget_all(self, tasks: Iterable[HeldTask]) -> None:
+        """`forget` each of `tasks`, under one lock (a batch's acknowledgement)."""
+        by_token = self._by_token
+        with self._lock:
+            for held in tasks:
+                if by_token.get(held.lease.token) is held:
+                    del by_token[held.lease.token]
 
     def all(self) -> list[HeldTask]:
         with self._lock:

@@ -193,8 +193,8 @@ class QueueRates:
     `window` is the span the counts cover: the one asked for, or less when
     the backend's history is shorter. `entered` counts tasks stored by
     `enqueue` or sent back by `requeue`; `finished` counts tasks that reached
-    SUCCESSFUL, FAILED or CANCELLED. Retries, promotions, purges and expiring
-    results are neither.
+    SUCCESSFUL, FAILED or CANCELLED. Retries, promotions, give-backs of claimed
+    tasks, purges and expiring results are neither.
     """
 
     queue: str

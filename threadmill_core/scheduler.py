@@ -1,17 +1,18 @@
-"""What a worker's task thread does next: a pure function of the run's state.
+"""What a worker's threads do next: pure functions of the run's immutable state.
 
 A worker has no dispatcher thread: each task thread takes the next step
-itself. `next_step` chooses it from an immutable `Schedule` (what the task
-threads of one `Worker.run` share: the prefetch, the outcomes not sent yet,
-the calls in flight, the backoff) and what the thread observes (the time,
-whether the worker is stopping, how many tasks it holds). It returns the
-step and the schedule that taking it leaves; the thread stores that
-schedule and does the step. When the step is done, one of the functions
-below (`claimed`, `acknowledged`, `released`, ...) gives the schedule it
-leaves. The thread code only applies these answers, under the worker's
-lock, so every rule about *when* lives here and is tested without threads.
+itself. `next_step` chooses it from an immutable `Schedule` (what the
+threads of one `Worker.run` share: the prefetch, the tasks running, the
+outcomes not sent yet, the calls in flight, the backoff) and what the
+thread observes (the time, whether the worker is stopping, how many tasks
+it holds). It returns the step and the schedule that taking it leaves; the
+thread stores that schedule and does the step. When the step is done, one
+of the functions below (`claimed`, `acknowledged`, `released`, ...) gives
+the schedule it leaves. The thread code only applies these answers, under
+the worker's lock, so every rule about *when* lives here and is tested
+without threads.
 
-The steps, in the order they are considered:
+The steps of a task thread, in the order they are considered:
 
 1. `Release`: give back the prefetched tasks of a stopping worker, in one call.
 2. `Acknowledge`: send the outcomes that have gathered, in one call, once
@@ -28,8 +29,31 @@ The steps, in the order they are considered:
 7. `Wait`: none of the above yet; wait on the worker's condition for at
    most `Wait.seconds` (another thread's step may change the answer sooner).
 
+Start marks. Only an attempt that ran is charged, so the backend is told
+which claimed tasks started (`Backend.mark_started`), but not by the task
+threads: a task thread running a long task (the only one, with one thread)
+could not. The worker's heartbeat thread asks `next_upkeep` instead: a
+`Mark` of every task that has run for `Settings.mark_delay` without its
+start recorded, in one call, or how long until one has. A task whose
+outcome comes first is never marked (a decision implies the start), so a
+drain of short tasks makes no mark at all, and long tasks cost one call
+per delay, not one per task. A heartbeat thread with nothing running waits
+for its next beat; the first start after that wakes it (`Run.wake_marker`).
+It also gives a stopping worker's prefetch back (`Release`), since with one
+thread that thread may be busy running a task.
+
+Forced stops. `forced_stop` takes what can still be saved in two calls
+(the prefetch, to give back, and the outcomes waiting) and ends the run;
+the running tasks are abandoned (`ForcedStop`).
+
 No two calls of one kind are in flight at once, and while the backend is
 unavailable (`backend_unavailable`), no call is made before `Calls.retry_at`.
+
+The state is named tuples, not attrs classes: a new schedule is made at two
+steps of every task (its start and its end), and a named tuple is the
+cheapest immutable record to build; `Calls` changes only once per call. The
+steps are attrs classes, so that two kinds of step never compare equal, but
+for `Run`, made for every task: a named tuple equal only to a `Run`.
 
 A new kind of step is a class here added to `Action`, its place in
 `next_step`'s order, a function for the schedule its ending leaves, and a
@@ -53,6 +77,11 @@ ACK_BATCH = 64
 #: first. The delay bounds how late a result shows while tasks keep coming;
 #: an idle worker sends what it has at once.
 ACK_DELAY = 0.010
+#: A task's start is recorded once it has run this long (seconds) without an
+#: outcome. Shorter tasks are never marked; a worker that dies within this
+#: long of a start leaves that task uncharged (see `Backend.claim_expired`).
+#: Ten acknowledgement delays: at most ten marks a second, however many run.
+MARK_DELAY = 0.1
 
 
 @attrs.frozen(kw_only=True)
@@ -67,6 +96,8 @@ class Settings:
     ack_batch: int
     #: ... or once the oldest has waited this long (seconds).
     ack_delay: float
+    #: Record a task's start once it has run this long (seconds).
+    mark_delay: float
     #: The longest single wait (seconds), and the pause after a claim that found nothing.
     poll: float
     #: Exit once a claim finds nothing and nothing is held.
@@ -93,14 +124,14 @@ class Settings:
             refill_at=refill_at,
             ack_batch=max(ACK_BATCH, threads + prefetch),
             ack_delay=ACK_DELAY,
+            mark_delay=MARK_DELAY,
             poll=poll,
             burst=burst,
             max_tasks=max_tasks,
         )
 
 
-@attrs.frozen(kw_only=True)
-class Calls:
+class Calls(NamedTuple):
     """The backend calls of one run: which are in flight, and when the next may go.
 
     Changes once per call, not once per task (see `Schedule`).
@@ -121,21 +152,33 @@ class Calls:
     #: in a row failed.
     retry_at: float = 0.0
     failures: int = 0
+    #: The heartbeat thread found nothing to mark and waits for its next
+    #: beat: the next start must wake it (see `Run.wake_marker`).
+    marker_idle: bool = False
     #: A thread decided the run is over; no more calls, every thread exits.
     exiting: bool = False
 
 
+class Running(NamedTuple):
+    """A task a thread is running: since when (`time.monotonic()`), and whether a `Mark`
+    has recorded its start (or is recording it now)."""
+
+    since: float
+    task: HeldTask
+    marked: bool = False
+
+
 class Schedule(NamedTuple):
-    """What the task threads of one `Worker.run` share; times are `time.monotonic()`.
+    """What the threads of one `Worker.run` share; times are `time.monotonic()`.
 
     Split by how often it changes: the fields here once or twice per task,
-    `calls` once per backend call. A named tuple rather than an attrs class
-    because a new one is built at every step of every task, and a named
-    tuple is the cheapest immutable record to build.
+    `calls` once per backend call.
     """
 
     #: Prefetched tasks no thread has started, in claim order.
     ready: tuple[HeldTask, ...] = ()
+    #: Tasks started and without an outcome yet, in start order.
+    running: tuple[Running, ...] = ()
     #: Outcomes not acknowledged yet, and when the oldest of them came back.
     unsent: tuple[Outcome, ...] = ()
     unsent_since: float = 0.0
@@ -163,11 +206,24 @@ class Release:
     tasks: tuple[HeldTask, ...]
 
 
-@attrs.frozen
-class Run:
-    """Run `task`, then `finished` with its outcome."""
+class Run(NamedTuple):
+    """Run `task`, then `finished` with its outcome; first wake the heartbeat thread, if
+    `wake_marker` (it waits with nothing to mark, and this task may need a mark).
+
+    A named tuple, the one step made for every task; equal only to a `Run`.
+    """
 
     task: HeldTask
+    wake_marker: bool = False
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is Run and tuple.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    def __hash__(self) -> int:
+        return tuple.__hash__(self)
 
 
 @attrs.frozen
@@ -187,12 +243,32 @@ class Exit:
     """The run is over for this thread."""
 
 
-#: What a thread does; the thread code handles each kind.
+@attrs.frozen
+class Mark:
+    """The heartbeat thread's step: record that `tasks` started, in one call, then `marked`."""
+
+    tasks: tuple[HeldTask, ...]
+
+
+class ForcedStop(NamedTuple):
+    """What a forced stop (`forced_stop`) still saves, and what it abandons."""
+
+    #: Prefetched tasks never started, to give back in one call.
+    give_back: tuple[HeldTask, ...]
+    #: Outcomes that have not been sent, to send in one call.
+    outcomes: tuple[Outcome, ...]
+    #: Tasks abandoned while running: their leases will expire.
+    running: tuple[Running, ...]
+
+
+#: What a task thread does; the thread code handles each kind.
 Action = Claim | Acknowledge | Release | Run | IdleWait | Exit
 Step = Action | Wait
 
 IDLE_WAIT = IdleWait()
 EXIT = Exit()
+
+_tuple = tuple.__new__  # builds a named tuple from its fields, without keyword parsing
 
 
 def next_step(
@@ -204,65 +280,70 @@ def next_step(
     called, `held` how many tasks the worker holds in all (prefetched,
     running, or waiting to be acknowledged or given back).
     """
-    s, c = schedule, schedule.calls
+    ready, running, unsent, since, c = schedule
     if c.exiting:
-        return EXIT, s
-    if stopping and s.ready:  # a stopping worker starts nothing more: give it all back
-        c = attrs.evolve(c, give_back=c.give_back + s.ready)
-        s = s._replace(ready=(), calls=c)
+        return EXIT, schedule
+    if stopping and ready:  # a stopping worker starts nothing more: give it all back
+        c = c._replace(give_back=c.give_back + ready)
+        ready = ()
+        schedule = _tuple(Schedule, (ready, running, unsent, since, c))
     reachable = now >= c.retry_at
     if c.give_back and reachable and not c.releasing:
-        return Release(c.give_back), s._replace(calls=attrs.evolve(c, give_back=(), releasing=True))
+        calls = c._replace(give_back=(), releasing=True)
+        return Release(c.give_back), _tuple(Schedule, (ready, running, unsent, since, calls))
     # Room for a claim: none while stopping, nor past max_tasks.
     room = 0 if stopping else settings.capacity - held
     if settings.max_tasks is not None:
         room = min(room, settings.max_tasks - c.claimed)
     claim = (
         room > 0
-        and (room >= settings.refill_at or not s.ready)
+        and (room >= settings.refill_at or not ready)
         and now >= c.nothing_until
         and not c.claiming
     )
     # Outcomes wait a moment to go in one batch, unless a call goes anyway
     # (a refill) or there is nothing left to run meanwhile.
     if (
-        s.unsent
+        unsent
         and reachable
         and not c.acknowledging
         and (
             claim
             or stopping
-            or not s.ready
-            or len(s.unsent) >= settings.ack_batch
-            or now - s.unsent_since >= settings.ack_delay
+            or not ready
+            or len(unsent) >= settings.ack_batch
+            or now - since >= settings.ack_delay
         )
     ):
-        return Acknowledge(s.unsent), s._replace(
-            unsent=(), calls=attrs.evolve(c, acknowledging=True)
-        )
+        calls = c._replace(acknowledging=True)
+        return Acknowledge(unsent), _tuple(Schedule, (ready, running, (), since, calls))
     if claim and reachable:
-        return Claim(room), s._replace(calls=attrs.evolve(c, claiming=True))
-    if s.ready:
-        ready = s.ready
-        return Run(ready[0]), Schedule(
-            ready=ready[1:], unsent=s.unsent, unsent_since=s.unsent_since, calls=c
-        )
-    idle = not held and not s.unsent and not c.give_back
+        calls = c._replace(claiming=True)
+        return Claim(room), _tuple(Schedule, (ready, running, unsent, since, calls))
+    if ready:
+        task = ready[0]
+        running = (*running, _tuple(Running, (now, task, False)))
+        if c.marker_idle:
+            c = c._replace(marker_idle=False)
+            after = _tuple(Schedule, (ready[1:], running, unsent, since, c))
+            return _tuple(Run, (task, True)), after
+        return _tuple(Run, (task, False)), _tuple(Schedule, (ready[1:], running, unsent, since, c))
+    idle = not held and not unsent and not c.give_back
     # Stopped, or claimed all it may; not while a claim may still bring tasks.
     if idle and (stopping or room <= 0) and not c.claiming:
-        return EXIT, s._replace(calls=attrs.evolve(c, exiting=True))
+        return EXIT, schedule._replace(calls=c._replace(exiting=True))
     if idle and reachable and now < c.nothing_until and not c.claiming:
         if settings.burst:
-            return EXIT, s._replace(calls=attrs.evolve(c, exiting=True))
+            return EXIT, schedule._replace(calls=c._replace(exiting=True))
         if not c.idle_waiting:
-            return IDLE_WAIT, s._replace(calls=attrs.evolve(c, idle_waiting=True))
+            return IDLE_WAIT, schedule._replace(calls=c._replace(idle_waiting=True))
     # Outcomes waiting here cannot go before `retry_at` (due ones went above).
     pause = settings.poll
     if not reachable:
         pause = min(pause, c.retry_at - now)
     elif room > 0 and not c.claiming and c.nothing_until > now:
         pause = min(pause, c.nothing_until - now)
-    return Wait(pause), s
+    return Wait(pause), schedule
 
 
 # --- what a finished step leaves -------------------------------------------------------
@@ -275,20 +356,24 @@ def claimed(
     *,
     reached: bool,
     now: float,
-) -> Schedule:
-    """A `Claim` brought `tasks` (none if the call did not get through).
+) -> tuple[Schedule, tuple[HeldTask, ...]]:
+    """A `Claim` brought `tasks` (none if the call did not get through); the schedule, and
+    the tasks to drop.
 
     A claim that got through and found nothing makes the next one wait
-    `Settings.poll`.
+    `Settings.poll`. Tasks that come back after a forced stop are dropped:
+    nothing runs or gives them back any more, and since none of them
+    started, their leases lapse and the reaper gives them back uncharged.
     """
     c = schedule.calls
-    calls = attrs.evolve(
-        c,
+    calls = c._replace(
         claiming=False,
         claimed=c.claimed + len(tasks),
         nothing_until=now + settings.poll if reached and not tasks else c.nothing_until,
     )
-    return schedule._replace(ready=schedule.ready + tasks, calls=calls)
+    if c.exiting:
+        return schedule._replace(calls=calls), tasks
+    return schedule._replace(ready=schedule.ready + tasks, calls=calls), ()
 
 
 def acknowledged(
@@ -309,9 +394,9 @@ def acknowledged(
     """
     c = schedule.calls
     if reached:
-        return schedule._replace(calls=attrs.evolve(c, acknowledging=False, nothing_until=0.0)), ()
-    calls = attrs.evolve(c, acknowledging=False)
-    if broken:
+        return schedule._replace(calls=c._replace(acknowledging=False, nothing_until=0.0)), ()
+    calls = c._replace(acknowledging=False)
+    if broken or c.exiting:
         return schedule._replace(calls=calls), outcomes
     since = schedule.unsent_since if schedule.unsent else now
     again = schedule._replace(unsent=outcomes + schedule.unsent, unsent_since=since, calls=calls)
@@ -324,20 +409,21 @@ def released(
     """A `Release` of `tasks` ended; the schedule, and the tasks to drop.
 
     Not given back because the backend is unavailable, they are given back
-    again once it is; a `broken` worker drops them (their leases lapse).
+    again once it is; a `broken` worker drops them (their leases lapse, and
+    since none of them started, the reaper gives them back uncharged).
     """
     c = schedule.calls
     if reached:
-        return schedule._replace(calls=attrs.evolve(c, releasing=False)), ()
-    if broken:
-        return schedule._replace(calls=attrs.evolve(c, releasing=False)), tasks
-    calls = attrs.evolve(c, releasing=False, give_back=tasks + c.give_back)
+        return schedule._replace(calls=c._replace(releasing=False)), ()
+    if broken or c.exiting:
+        return schedule._replace(calls=c._replace(releasing=False)), tasks
+    calls = c._replace(releasing=False, give_back=tasks + c.give_back)
     return schedule._replace(calls=calls), ()
 
 
 def idle_wait_ended(schedule: Schedule) -> Schedule:
     """An `IdleWait` ended (woken, timed out or failed): claim again."""
-    calls = attrs.evolve(schedule.calls, idle_waiting=False, nothing_until=0.0)
+    calls = schedule.calls._replace(idle_waiting=False, nothing_until=0.0)
     return schedule._replace(calls=calls)
 
 
@@ -351,16 +437,22 @@ def finished(
     `ack_delay` clock; a full one goes at once) or for work; a thread with
     more to run sends the batch itself, on its next step.
     """
-    unsent = (*schedule.unsent, outcome)
-    since = schedule.unsent_since if schedule.unsent else now
-    ready = schedule.ready
-    after = Schedule(ready=ready, unsent=unsent, unsent_since=since, calls=schedule.calls)
+    ready, running, unsent, since, calls = schedule
+    task = outcome.held
+    if running and running[0].task is task:  # the usual case: the oldest ends first
+        running = running[1:]
+    else:
+        running = tuple(entry for entry in running if entry.task is not task)
+    if not unsent:
+        since = now
+    unsent = (*unsent, outcome)
+    after = _tuple(Schedule, (ready, running, unsent, since, calls))
     return after, len(unsent) in (1, settings.ack_batch) or not ready
 
 
 def look_again(schedule: Schedule) -> Schedule:
     """Tasks may be ready (maintenance promoted some): the next claim need not wait."""
-    return schedule._replace(calls=attrs.evolve(schedule.calls, nothing_until=0.0))
+    return schedule._replace(calls=schedule.calls._replace(nothing_until=0.0))
 
 
 def backend_unavailable(schedule: Schedule, *, retry_at: float) -> Schedule:
@@ -369,10 +461,87 @@ def backend_unavailable(schedule: Schedule, *, retry_at: float) -> Schedule:
     `Calls.failures` counts the calls in a row that failed, for the backoff.
     """
     c = schedule.calls
-    return schedule._replace(calls=attrs.evolve(c, failures=c.failures + 1, retry_at=retry_at))
+    return schedule._replace(calls=c._replace(failures=c.failures + 1, retry_at=retry_at))
 
 
 def backend_reached(schedule: Schedule) -> Schedule:
     """A call got through: the backoff starts again from the first delay."""
     c = schedule.calls
-    return schedule if c.failures == 0 else schedule._replace(calls=attrs.evolve(c, failures=0))
+    return schedule if c.failures == 0 else schedule._replace(calls=c._replace(failures=0))
+
+
+# --- the heartbeat thread's upkeep ----------------------------------------------------
+
+
+def next_upkeep(
+    schedule: Schedule, settings: Settings, *, now: float, stopping: bool
+) -> tuple[Mark | Release | Wait | None, Schedule]:
+    """The heartbeat thread's next step besides renewals, and the schedule it leaves.
+
+    First, a stopping worker's prefetch goes back (`Release`, as a task
+    thread would give it back, but with one thread busy running a task no
+    task thread is free to). Then a `Mark` of every running task that has
+    run `Settings.mark_delay` or longer with its start not recorded (they
+    count as marked from now on, see `marked`). Else a `Wait` until the
+    first of them will have, or until the backoff of an outage ends; else,
+    with no such task running, None: the thread waits for its next beat, and
+    the next start wakes it (`Run.wake_marker`), as does `Worker.stop`.
+    """
+    ready, running, unsent, since, c = schedule
+    if c.exiting:
+        return None, schedule
+    if now < c.retry_at:
+        return Wait(c.retry_at - now), schedule
+    if stopping and (ready or c.give_back) and not c.releasing:
+        tasks = c.give_back + ready
+        calls = c._replace(give_back=(), releasing=True)
+        return Release(tasks), _tuple(Schedule, ((), running, unsent, since, calls))
+    waiting = [entry for entry in running if not entry.marked]
+    if not waiting:
+        if c.marker_idle:
+            return None, schedule
+        return None, _tuple(Schedule, (ready, running, unsent, since, c._replace(marker_idle=True)))
+    due = now - settings.mark_delay
+    tasks = tuple(entry.task for entry in waiting if entry.since <= due)
+    if not tasks:
+        return Wait(min(entry.since for entry in waiting) - due), schedule
+    return Mark(tasks), schedule._replace(running=_flag(running, tasks, marked=True))
+
+
+def marked(
+    schedule: Schedule, tasks: tuple[HeldTask, ...], *, reached: bool, broken: bool
+) -> Schedule:
+    """A `Mark` of `tasks` ended. Not sent (the backend is unavailable), those still running
+    are marked again once it is back; the others ended meanwhile, and need none. A `broken`
+    worker (an error of its own) does not try again: unmarked, they go back uncharged if
+    their leases lapse."""
+    if reached or broken:
+        return schedule
+    return schedule._replace(running=_flag(schedule.running, tasks, marked=False))
+
+
+def _flag(
+    running: tuple[Running, ...], tasks: tuple[HeldTask, ...], *, marked: bool
+) -> tuple[Running, ...]:
+    chosen = {id(task) for task in tasks}
+    return tuple(
+        entry._replace(marked=marked) if id(entry.task) in chosen else entry for entry in running
+    )
+
+
+# --- a forced stop ---------------------------------------------------------------------
+
+
+def forced_stop(schedule: Schedule) -> tuple[ForcedStop, Schedule]:
+    """The worker must stop now (a second signal, a shutdown timeout): what it still saves
+    and abandons, and the schedule that ends the run.
+
+    The prefetch (never started) and the outcomes not sent leave the
+    schedule, for one call each; the running tasks are abandoned. Every
+    thread exits at its next step, and calls in flight that fail are not
+    tried again.
+    """
+    ready, running, unsent, since, c = schedule
+    stop = ForcedStop(give_back=c.give_back + ready, outcomes=unsent, running=running)
+    calls = c._replace(give_back=(), exiting=True)
+    return stop, Schedule(running=running, unsent_since=since, calls=calls)

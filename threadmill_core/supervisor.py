@@ -7,10 +7,15 @@ processes do not all restart at once), and runs the maintenance loop (reaper
 and mover) itself. Several supervisors on one backend are safe: reaper
 claims are fenced like worker claims.
 
-Signals: the first SIGTERM or SIGINT stops claiming everywhere, lets running
-tasks finish within `shutdown_timeout`, and exits 0; children still running
-then are killed (their leases expire and the reaper retries their tasks). A
-second signal kills the children at once.
+Signals: the first SIGTERM or SIGINT stops claiming everywhere, gives the
+prefetched tasks back at once, lets running tasks finish within
+`shutdown_timeout`, and exits 0. A worker process still running tasks then,
+or every one at a second signal, is stopped by force (`Worker.stop_now`):
+it gives its prefetch back in one call, sends the outcomes waiting for their
+batch, logs each running task it abandons and what becomes of it (its lease
+expires, and its retry policy decides), and exits with `EXIT_ABANDONED`,
+which the supervisor then exits with too. One that has not exited
+`FORCED_STOP_GRACE` later is killed.
 
 Process setup: `WorkerSettings.setup`, if given, is called first thing in
 the supervisor and in every worker process, before the task modules are
@@ -60,6 +65,12 @@ log = logging.getLogger("threadmill.supervisor")
 #: A child exits with this when it cannot import its modules or reach its
 #: broker: restarting it would only fail again, so the supervisor stops.
 EXIT_CONFIG_ERROR = 3
+#: A worker process stopped by force (a second signal, the shutdown timeout)
+#: abandoned running tasks, or had to be killed; the supervisor exits with it too.
+EXIT_ABANDONED = 4
+#: How long a worker process stopped by force may take to give its prefetch
+#: back and exit (two calls to the backend, each made once) before it is killed.
+FORCED_STOP_GRACE = timedelta(seconds=10)
 LOG_FORMAT = "%(asctime)s %(levelname)-7s %(processName)s %(name)s: %(message)s"
 
 
@@ -187,8 +198,10 @@ def _child_main(settings: WorkerSettings, index: int) -> None:
     )
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
-        if worker.stopping:
-            os._exit(1)  # second signal: leave now; the leases expire and retry
+        if worker.stopping:  # a second signal: stop now
+            abandoned = worker.stop_now()
+            logging.shutdown()  # flush the lines that say what became of each task
+            os._exit(EXIT_ABANDONED if abandoned else 0)
         log.info("worker %s stopping: finishing running tasks", worker.worker_id)
         worker.stop()
 
@@ -250,8 +263,11 @@ class Supervisor:
                      signal.Signals(signum).name, self.settings.shutdown_timeout)  # fmt: skip
             self._stop_children(signal.SIGTERM)
         else:
-            log.warning("second signal: stopping now; unfinished tasks will be retried")
-            self._stop_children(signal.SIGKILL)
+            log.warning(
+                "second signal: stopping now; prefetched tasks go back to READY, running ones "
+                "are abandoned (their leases expire and their retry policies decide)"
+            )
+            self._stop_children(signal.SIGTERM)  # each child's second: Worker.stop_now
         self._wake.set()
 
     def request_stop(self) -> None:
@@ -419,16 +435,46 @@ class Supervisor:
         return left
 
     def _drain(self) -> int:
-        """Wait up to the shutdown timeout for children, then kill the rest."""
+        """Wait for the children to finish, up to the shutdown timeout; the exit code.
+
+        Children still running then (or all of them at a second signal) are
+        stopped by force: a second SIGTERM, which makes each give its
+        prefetch back and abandon its running tasks (`Worker.stop_now`). One
+        still alive `FORCED_STOP_GRACE` after that is killed. `EXIT_ABANDONED`
+        when a running task was abandoned (a child says so with that code, or
+        had to be killed); else 0, or 1 after a second signal.
+        """
         deadline = time.monotonic() + self.settings.shutdown_timeout.total_seconds()
-        for process in self._children.values():
-            process.join(max(deadline - time.monotonic(), 0))
-        stragglers = [p for p in self._children.values() if p.is_alive()]
-        if stragglers:
-            log.warning("%d worker(s) did not finish in time; killed, their tasks will be "
-                        "retried when their leases expire", len(stragglers))  # fmt: skip
-            self._stop_children(signal.SIGKILL)
-            for process in stragglers:
-                process.join()
+        forced_at: float | None = None
+        killed = False
+        while alive := [p for p in self._children.values() if p.is_alive()]:
+            now = time.monotonic()
+            if forced_at is None and self._signals > 1:
+                forced_at = now  # `_on_signal` told them already
+            elif forced_at is None and now >= deadline:
+                log.warning(
+                    "%d worker(s) still running tasks after the shutdown timeout (%s): "
+                    "stopping them now; their running tasks are abandoned (their leases expire "
+                    "and their retry policies decide)", len(alive), self.settings.shutdown_timeout,
+                )  # fmt: skip
+                self._stop_children(signal.SIGTERM)
+                forced_at = now
+            if forced_at is not None and now >= forced_at + FORCED_STOP_GRACE.total_seconds():
+                log.warning(
+                    "%d worker(s) did not stop within %s of being told to: killed; their tasks "
+                    "go back to READY or meet their retry policies when their leases expire",
+                    len(alive), FORCED_STOP_GRACE,
+                )  # fmt: skip
+                self._stop_children(signal.SIGKILL)
+                for process in alive:
+                    process.join()
+                killed = True
+                break
+            limit = deadline if forced_at is None else forced_at + FORCED_STOP_GRACE.total_seconds()
+            if self._wake.wait(max(min(limit - now, 0.1), 0.0)):
+                self._wake.clear()
+        abandoned = killed or any(p.exitcode == EXIT_ABANDONED for p in self._children.values())
         self._children.clear()
+        if abandoned:
+            return EXIT_ABANDONED
         return 0 if self._signals <= 1 else 1

@@ -13,7 +13,19 @@ the record's say-so (see `threadmill_core.execution`).
 Heartbeats: a daemon thread renews the leases of every held task in one
 `extend_many` call each `lease_ttl / 3`. When a renewal is refused the lease
 was taken away: the task's `TaskContext.lease_lost` turns true and its
-outcome is not written (see `threadmill_core.heartbeat`).
+outcome is not written (see `threadmill_core.heartbeat`). The same thread
+records which tasks started (`Backend.mark_started`, one call for every
+task that has run `scheduler.MARK_DELAY` without an outcome), so that a
+task claimed but never started (prefetched) is never charged when its
+worker dies: the reaper gives it back uncharged. A task decided within the
+delay is never marked (its decision implies its start), so a drain of
+short tasks makes no extra call.
+
+Stopping: `stop()` (a first signal) gives back the prefetch at once and
+lets the running tasks finish and be acknowledged. `stop_now()` (a second
+signal, a shutdown timeout) gives back the prefetch, sends the outcomes
+waiting for their batch, and abandons the running tasks, each logged with
+what becomes of it.
 
 With ``maintenance=True`` (the default) the thread that calls `run` runs
 the reaper and the mover every `poll_interval` (the first pass before any
@@ -38,6 +50,7 @@ renews leases; this module starts the threads and applies their steps.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import socket
@@ -75,9 +88,27 @@ def default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
+def _log_abandoned(entry: scheduler.Running, now: float) -> None:
+    """Say what becomes of a task a forced stop abandoned while it ran."""
+    held = entry.task
+    record = held.lease.record
+    if entry.marked:
+        log.warning(
+            "task %s (%s) attempt %d abandoned while running: its lease expires within %s, "
+            "then its retry policy decides (an AcknowledgementTimeout)",
+            record.id, record.task_path, record.attempts, held.lease_ttl,
+        )  # fmt: skip
+    else:
+        log.warning(
+            "task %s (%s) attempt %d abandoned %.3f s after it started, before its start was "
+            "recorded: once its lease expires (within %s) it goes back to READY uncharged",
+            record.id, record.task_path, record.attempts, now - entry.since, held.lease_ttl,
+        )  # fmt: skip
+
+
 @attrs.define(eq=False)
 class _Run:
-    """One call of `Worker.run`: its task threads' schedule, and how they ended.
+    """One call of `Worker.run`: its threads' schedule, and how they ended.
 
     `schedule` is replaced (never changed in place) under the worker's lock.
     """
@@ -87,6 +118,10 @@ class _Run:
     #: Task threads that have exited; `finished` is set once all have.
     exited: int = 0
     finished: threading.Event = attrs.Factory(threading.Event)
+    #: Wakes the heartbeat thread for its upkeep (a start to mark, a stop).
+    wake_upkeep: threading.Event = attrs.Factory(threading.Event)
+    #: Ends the heartbeat thread (set `wake_upkeep` too).
+    done_beating: threading.Event = attrs.Factory(threading.Event)
     #: What broke a task thread (our own bug, not a task's error), raised by `run`.
     error: BaseException | None = None
 
@@ -97,9 +132,10 @@ class Worker:
     `prefetch` is how many tasks the worker may hold beyond its threads,
     claimed ahead so a thread that finishes starts the next task without a
     round trip (default: as many as `threads`). Prefetched tasks are claimed
-    (their leases renewed by the heartbeat); a graceful stop gives back the
-    ones not started (`Backend.release`), while a killed worker's lapse and
-    are retried like any lost lease, each having counted an attempt. Claims
+    (their leases renewed by the heartbeat); a stop gives back the ones not
+    started (`Backend.release`), and a killed worker's lapse and go back to
+    READY uncharged (no attempt, no error: they never started), while the
+    tasks it was running meet their retry policy. Claims
     and acknowledgements go in batches: one `claim` refills the prefetch
     once it is half empty (with one thread, once it is empty: see
     `scheduler.Settings.for_worker`), and outcomes are sent together in one
@@ -188,11 +224,61 @@ class Worker:
         return self._stop.is_set()
 
     def stop(self) -> None:
-        """Stop claiming; `run` gives back the prefetch and returns once the running
+        """Stop claiming; `run` gives back the prefetch at once and returns once the running
         tasks are acknowledged."""
         self._stop.set()
         with self._lock:  # reentrant: safe from a signal handler in any thread
             self._cond.notify_all()
+            self._current.wake_upkeep.set()  # the prefetch goes back even if no thread is free
+
+    def stop_now(self) -> list[str]:
+        """Stop at once (a second signal, a shutdown timeout); the ids of the running tasks
+        abandoned. Safe from a signal handler in any thread.
+
+        What two calls can save is saved first: the prefetched tasks that
+        never started go back to READY (one `release`), and outcomes waiting
+        for their batch are sent (one `decide_many`); each call is made once,
+        and one that fails is logged with what happens instead. Then the
+        running tasks are abandoned: nothing more is claimed, acknowledged or
+        renewed, and each is logged with what happens to it next (its lease
+        expires, and the reaper charges it through its retry policy, or gives
+        it back uncharged if its start was never recorded). Threads cannot be
+        killed: the caller exits the process (`threadmill worker` does), or
+        the running tasks run on, their outcomes unsent.
+        """
+        self._stop.set()
+        run = self._current
+        with self._lock:
+            stop, run.schedule = scheduler.forced_stop(run.schedule)
+            self._cond.notify_all()
+        run.done_beating.set()
+        run.wake_upkeep.set()
+        live = [held for held in stop.give_back if not held.lost]
+        if live:
+            try:
+                given = self.backend.release([held.lease for held in live])
+            except Exception as exc:  # one try: the process is about to exit
+                log.warning(
+                    "could not give back %d prefetched task(s) (%s: %s); they go back to READY "
+                    "uncharged once their leases expire", len(live), type(exc).__name__, exc,
+                )  # fmt: skip
+            else:
+                back = sum(record is not None for record in given)
+                log.warning("stopping now: gave back %d prefetched task(s) not started", back)
+        self._held.forget_all(stop.give_back)
+        if stop.outcomes:
+            try:
+                self.processed += send_outcomes(self.backend, stop.outcomes, self._held)
+            except Exception as exc:
+                log.warning(
+                    "could not send the outcomes of %d finished task(s) (%s: %s); their leases "
+                    "will expire and the reaper decide", len(stop.outcomes), type(exc).__name__,
+                    exc,
+                )  # fmt: skip
+        now = time.monotonic()
+        for entry in stop.running:
+            _log_abandoned(entry, now)
+        return [entry.task.lease.task_id for entry in stop.running]
 
     def run(self, *, burst: bool = False, max_tasks: int | None = None) -> int:
         """Work until `stop()`; returns how many tasks this call ran to an outcome.
@@ -213,10 +299,16 @@ class Worker:
         self._stop.clear()
         processed_before = self.processed
         run = self._current = _Run(self._settings(burst=burst, max_tasks=max_tasks))
-        beating = threading.Event()
         heartbeats = threading.Thread(
-            target=heartbeat.beat_until,
-            args=(beating, self._beat, self._beat_interval, self.outage),
+            target=heartbeat.upkeep_until,
+            args=(
+                run.done_beating,
+                run.wake_upkeep,
+                self._beat,
+                self._beat_interval,
+                functools.partial(self._upkeep, run),
+                self.outage,
+            ),
             name=f"threadmill-heartbeat-{self.worker_id}",
             daemon=True,
         )
@@ -242,10 +334,15 @@ class Worker:
             self.stop()  # our own bug, or KeyboardInterrupt here: the threads drain and exit
             raise
         finally:
-            for runner in runners:
-                if runner.is_alive():
-                    runner.join()
-            beating.set()
+            try:
+                for runner in runners:
+                    if runner.is_alive():
+                        runner.join()
+            except BaseException:
+                self.stop_now()  # a second KeyboardInterrupt while tasks finish: stop now
+                raise
+            run.done_beating.set()
+            run.wake_upkeep.set()
             heartbeats.join()
         if run.error is not None:
             raise run.error
@@ -279,7 +376,9 @@ class Worker:
             while True:
                 step = self._next_step(run)
                 match step:
-                    case scheduler.Run(task=held):
+                    case scheduler.Run(task=held, wake_marker=wake):
+                        if wake:  # the heartbeat thread waits with nothing to mark
+                            run.wake_upkeep.set()
                         self._run_task(run, held)
                     case scheduler.Acknowledge(outcomes=outcomes):
                         self._acknowledge(run, outcomes)
@@ -294,8 +393,9 @@ class Worker:
                     case _:  # mypy checks that every kind of step is handled above
                         assert_never(step)
         except BaseException as exc:
-            # Our own bug, or SystemExit from a task: the others stop gracefully
-            # (the prefetch given back, outcomes acknowledged), and `run` raises it.
+            # Our own bug (a task's exceptions, SystemExit included, are its
+            # failures): the others stop gracefully (the prefetch given back,
+            # outcomes acknowledged), and `run` raises it.
             log.exception("a worker thread failed; stopping the worker")
             self._failed(run, exc)
         finally:
@@ -366,9 +466,10 @@ class Worker:
         tasks = tuple(HeldTask(lease, self.lease_ttl) for lease in leases)
         self._held.add(tasks)
         with self._lock:
-            run.schedule = scheduler.claimed(
+            run.schedule, dropped = scheduler.claimed(
                 run.schedule, run.settings, tasks, reached=reached, now=time.monotonic()
             )
+            self._held.forget_all(dropped)
             self._cond.notify_all()
 
     def _acknowledge(self, run: _Run, outcomes: tuple[Outcome, ...]) -> None:
@@ -384,9 +485,42 @@ class Worker:
                 broken=run.error is not None,
                 now=time.monotonic(),
             )
-            for outcome in dropped:
-                self._held.forget(outcome.held)
+            self._held.forget_all([outcome.held for outcome in dropped])
             self._cond.notify_all()
+
+    def _upkeep(self, run: _Run) -> float | None:
+        """The heartbeat thread's upkeep step, if one is due (see `scheduler.next_upkeep`);
+        seconds until the next may be, None if none will before it is woken."""
+        with self._lock:
+            step, run.schedule = scheduler.next_upkeep(
+                run.schedule, run.settings, now=time.monotonic(), stopping=self._stop.is_set()
+            )
+        match step:
+            case scheduler.Mark(tasks=tasks):
+                self._mark(run, tasks)
+                return 0.0
+            case scheduler.Release(tasks=tasks):
+                self._release(run, tasks)
+                return 0.0
+            case scheduler.Wait(seconds=seconds):
+                return seconds
+            case None:
+                return None
+            case _:  # mypy checks that every kind of step is handled above
+                assert_never(step)
+
+    def _mark(self, run: _Run, tasks: tuple[HeldTask, ...]) -> None:
+        def send() -> None:
+            answers = self.backend.mark_started([held.lease for held in tasks])
+            refused = [held for held, ok in zip(tasks, answers, strict=True) if not ok]
+            if refused:
+                heartbeat.refused_marks(refused, self._held)
+
+        reached = self._call_backend(run, send)
+        with self._lock:
+            run.schedule = scheduler.marked(
+                run.schedule, tasks, reached=reached, broken=run.error is not None
+            )
 
     def _release(self, run: _Run, tasks: tuple[HeldTask, ...]) -> None:
         def give_back() -> None:
@@ -395,16 +529,14 @@ class Worker:
                 released = self.backend.release([held.lease for held in live])
                 given = sum(record is not None for record in released)
                 log.info("gave back %d prefetched task(s) not started", given)
-            for held in tasks:
-                self._held.forget(held)
+            self._held.forget_all(tasks)
 
         reached = self._call_backend(run, give_back)
         with self._lock:
             run.schedule, dropped = scheduler.released(
                 run.schedule, tasks, reached=reached, broken=run.error is not None
             )
-            for held in dropped:
-                self._held.forget(held)
+            self._held.forget_all(dropped)
             self._cond.notify_all()
 
     def _idle(self, run: _Run) -> None:
@@ -426,10 +558,11 @@ class Worker:
                 lease_ttl=self.lease_ttl,
             )
         except Exception:
-            # Our own bug, not the task's (task errors become decisions): the
-            # lease lapses and the reaper decides; the thread goes on.
+            # Our own bug, not the task's (whatever the task raises, SystemExit
+            # included, becomes its decision): the lease lapses and the reaper
+            # decides; the thread goes on.
             log.exception("task %s: the worker failed running it", held.lease.task_id)
-        except BaseException:  # SystemExit or KeyboardInterrupt in the task: its lease lapses
+        except BaseException:  # our own code interrupted: the thread ends, the lease lapses
             self._held.forget(held)
             raise
         with self._lock:

@@ -6,7 +6,7 @@ docs/django.md.
 """
 
 from threadmill_django.backend import TaskBackend
-from threadmill_django.exceptions import TaskCancelled, TaskExit, UnknownTask, UnsupportedArgument
+from threadmill_django.exceptions import TaskCancelled, UnknownTask, UnsupportedArgument
 from threadmill_django.task import Task, TaskContext, task
 
 __all__ = [
@@ -14,7 +14,6 @@ __all__ = [
     "TaskBackend",
     "TaskCancelled",
     "TaskContext",
-    "TaskExit",
     "UnknownTask",
     "UnsupportedArgument",
     "task",

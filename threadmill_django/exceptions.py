@@ -24,17 +24,6 @@ class UnknownTask(TaskException, LookupError):
     """
 
 
-class TaskExit(Exception):
-    """Recorded when a task ends by raising a `BaseException` that is no `Exception`.
-
-    `SystemExit` (``exit(1)`` in a task), `KeyboardInterrupt` raised by task
-    code, or an escaped `asyncio.CancelledError` end the task as FAILED, the
-    way Django's own backends treat them, and the worker goes on. The message
-    is ``module.Class: text`` of the original; Django's view of the error
-    (`TaskResult.errors`) shows the original class and its traceback.
-    """
-
-
 class TaskCancelled(Exception):
     """The error Django's view of a CANCELLED task carries (Django has no such status).
 

@@ -12,9 +12,9 @@ place they appear:
 Each threadmill error becomes a Django `TaskError` with the same class path
 and its traceback; an error recorded without one (an expired lease, a
 quarantined record) gets a one-line ``Class: message``, so every error
-says what it was. A `TaskExit` (a task that raised `SystemExit` or another
-`BaseException`) shows as the exception the task raised, with that
-exception's own traceback.
+says what it was. A task that raised `SystemExit` or another
+`BaseException` shows that exception, with its own traceback, as the core
+worker records it.
 
 Timestamps are aware UTC datetimes; with ``USE_TZ = False`` they are naive
 local times, as Django gives everywhere in that mode.
@@ -32,7 +32,7 @@ from django.tasks.base import TaskError as DjangoTaskError
 from django.utils import timezone
 
 from threadmill_core.models import TaskError, TaskResult, TaskResultStatus
-from threadmill_django.exceptions import TaskCancelled, TaskExit
+from threadmill_django.exceptions import TaskCancelled
 
 if TYPE_CHECKING:
     from threadmill_django._typing import AnyResult, AnyTask
@@ -46,7 +46,6 @@ STATUSES = {
     TaskResultStatus.CANCELLED: DjangoStatus.FAILED,
 }
 
-TASK_EXIT_PATH = f"{TaskExit.__module__}.{TaskExit.__qualname__}"
 CANCELLED_ERROR = DjangoTaskError(
     exception_class_path=f"{TaskCancelled.__module__}.{TaskCancelled.__qualname__}",
     traceback=(
@@ -54,21 +53,11 @@ CANCELLED_ERROR = DjangoTaskError(
         "CANCELLED; `threadmill requeue` sends it back to READY)\n"
     ),
 )
-#: What `traceback.format_exc` puts between an exception and one raised ``from`` it.
-_CAUSE = "\nThe above exception was the direct cause of the following exception:\n"
 
 
 def django_error(error: TaskError) -> DjangoTaskError:
     """One threadmill error as Django's `TaskError`."""
     path = error.exception_class_path
-    if path == TASK_EXIT_PATH:
-        # The message is "module.Class: text" of what the task raised, and the
-        # traceback that exception's, then ours raised from it: show theirs.
-        original, _, text = error.message.partition(": ")
-        traceback = error.traceback.rpartition(_CAUSE)[0].rstrip("\n")
-        if not traceback:
-            traceback = f"{original.rpartition('.')[2]}: {text}"
-        return DjangoTaskError(exception_class_path=original, traceback=traceback + "\n")
     traceback = error.traceback or f"{path.rpartition('.')[2]}: {error.message}\n"
     return DjangoTaskError(exception_class_path=path, traceback=traceback)
 

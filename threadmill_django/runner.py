@@ -34,7 +34,7 @@ from threadmill_core.models import RetryPolicySpec, TaskResult, TaskResultStatus
 from threadmill_core.models import TaskContext as CoreTaskContext
 from threadmill_core.retry import policy_spec, resolve_policy
 from threadmill_core.task import register_task, registered_task
-from threadmill_django.exceptions import TaskExit, UnknownTask
+from threadmill_django.exceptions import UnknownTask
 from threadmill_django.results import django_result, local
 from threadmill_django.task import TaskContext
 
@@ -112,12 +112,9 @@ class AnyTaskRunner:
                 value = task.call(TaskContext(task_result=result, core=context), *args, **kwargs)
             else:
                 value = task.call(*args, **kwargs)
+            # Whatever the task raises (SystemExit and kin included) is its failure:
+            # the core worker records it and goes on, as Django's own backends do.
             return normalize_json(value)
-        except Exception:
-            raise
-        except BaseException as exc:  # SystemExit and kin end the task, not the worker
-            kind = type(exc)
-            raise TaskExit(f"{kind.__module__}.{kind.__qualname__}: {exc}") from exc
         finally:
             close_old_connections()
 

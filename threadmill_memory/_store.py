@@ -27,8 +27,8 @@ Item = tuple[SortKey, str]
 @attrs.frozen(kw_only=True)
 class Entry:
     """One stored task. `queue`, `priority`, `status`, `key` and `token` decide where it sits
-    and who may change it; `data` is the record as the codec encoded it (or, for poison, bytes
-    that do not decode)."""
+    and who may change it, and the fields after them what an expiry of its lease costs; `data`
+    is the record as the codec encoded it (or, for poison, bytes that do not decode)."""
 
     id: str
     queue: str
@@ -37,6 +37,12 @@ class Entry:
     key: SortKey
     data: bytes
     token: str | None = None
+    #: What holds `token`: a worker's claim whose start was recorded (`started`),
+    #: or a reaper's claim (`reaped`); neither for a worker's unstarted claim.
+    started: bool = False
+    reaped: bool = False
+    #: How many expired unstarted claims of this task were given back (never reset).
+    unstarted_expiries: int = 0
 
 
 class Segment:

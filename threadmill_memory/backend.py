@@ -12,6 +12,12 @@ milliseconds; on a `FakeClock`, tests make retries due and leases expire by
 advancing it. Results expire lazily: every operation first drops terminal
 tasks whose `finished_at + result_ttl` is not after `now()`.
 
+Recorded starts: each entry notes whether its current token is a worker's
+claim whose start was recorded (`mark_started`) or a reaper's claim, and
+how many unstarted claims of it expired and were given back; every new
+token clears the first two, and the count is carried over every change
+until the entry is deleted.
+
 Telemetry (`rates`): tasks entering and finishing are counted per queue in
 one-second buckets of that clock, in the same locked step as the change, and
 buckets older than `RATE_HISTORY` (an hour) are dropped, so each queue holds
@@ -41,6 +47,7 @@ import attrs
 from threadmill_core.backend import (
     NOTHING_DEFERRED,
     RATE_HISTORY,
+    UNSTARTED_EXPIRY_LIMIT,
     Backend,
     check_decision,
     check_limit,
@@ -259,6 +266,25 @@ class MemoryBackend(Backend):
         later = attrs.evolve(current, status=DEFERRED, errors=errors, run_after=from_ms(due_ms))
         return self._put(later, (due_ms,), entry.token)
 
+    def mark_started(self, leases: Sequence[Lease]) -> list[bool]:
+        leases = list(leases)
+        with self._lock:
+            self._begin()
+            return [self._mark_started(lease) for lease in leases]
+
+    def _mark_started(self, lease: Lease) -> bool:
+        entry = self._store.get(lease.task_id)
+        if (
+            entry is None
+            or entry.token != lease.token
+            or entry.status is not RUNNING
+            or entry.reaped
+        ):
+            return False
+        if not entry.started:
+            self._store.put(attrs.evolve(entry, started=True))
+        return True
+
     def release(self, leases: Sequence[Lease]) -> list[TaskResult | None]:
         leases = list(leases)
         with self._lock:
@@ -267,9 +293,18 @@ class MemoryBackend(Backend):
 
     def _release(self, lease: Lease) -> TaskResult | None:
         entry = self._store.get(lease.task_id)
-        if entry is None or entry.token != lease.token or entry.status is not RUNNING:
+        if (
+            entry is None
+            or entry.token != lease.token
+            or entry.status is not RUNNING
+            or entry.started
+            or entry.reaped
+        ):
             return None
-        current = self._decode(entry)
+        return self._give_back(entry, self._decode(entry), entry.unstarted_expiries)
+
+    def _give_back(self, entry: Entry, current: TaskResult, expiries: int) -> TaskResult:
+        """Undo the claim `entry` is under: READY tail, attempt and worker undone, no token."""
         attempts = max(current.attempts - 1, 0)
         unclaimed = attrs.evolve(
             current,
@@ -279,7 +314,7 @@ class MemoryBackend(Backend):
             started_at=current.started_at if attempts else None,
             last_attempted_at=current.last_attempted_at if attempts else None,
         )
-        return self._put_ready(unclaimed, token=None)
+        return self._put_ready(unclaimed, token=None, expiries=expiries)
 
     def wait_for_tasks(self, queues: Sequence[str], timeout: timedelta) -> bool:
         """Block until `queues` have a READY (or due DEFERRED) task, `timeout` passed, or `close`.
@@ -306,12 +341,14 @@ class MemoryBackend(Backend):
     # --- maintenance -----------------------------------------------------------------
 
     def claim_expired(self, *, limit: int, claim_ttl: timedelta) -> list[Lease]:
+        """The reaper's pass; an undecodable task it meets is quarantined, given back or not."""
         check_limit(limit)
         claim_ms = ttl_ms("claim_ttl", claim_ttl)
         with self._lock:
             now_ms = self._begin()
             deadline_ms = now_ms + claim_ms
             leases: list[Lease] = []
+            given_back = False
             for _key, task_id in self._store.up_to(RUNNING, now_ms, None):
                 if len(leases) == limit:
                     break
@@ -319,10 +356,30 @@ class MemoryBackend(Backend):
                 record = self._decode_or_quarantine(entry, now_ms)
                 if record is None:
                     continue
+                if self._unstarted(entry):
+                    # Never ran: back to READY uncharged, and counted toward the bound.
+                    self._give_back(entry, record, entry.unstarted_expiries + 1)
+                    given_back = True
+                    continue
                 token = self._new_token()  # not an attempt: the record itself is unchanged
-                self._store.put(attrs.evolve(entry, key=(deadline_ms,), token=token))
+                claimed = attrs.evolve(
+                    entry, key=(deadline_ms,), token=token, started=False, reaped=True
+                )
+                self._store.put(claimed)
                 leases.append(Lease(token=token, deadline=from_ms(deadline_ms), record=record))
+            if given_back:
+                self._ready.notify_all()
             return leases
+
+    @staticmethod
+    def _unstarted(entry: Entry) -> bool:
+        """Whether an expiry of `entry`'s claim goes back uncharged (see `claim_expired`)."""
+        return (
+            entry.token is not None
+            and not entry.started
+            and not entry.reaped
+            and entry.unstarted_expiries < UNSTARTED_EXPIRY_LIMIT
+        )
 
     def next_due(self) -> timedelta | None:
         with self._lock:
@@ -503,9 +560,10 @@ class MemoryBackend(Backend):
         return str(next(self._tokens))
 
     def _prepare(
-        self, record: TaskResult, key: SortKey, token: str | None = None
+        self, record: TaskResult, key: SortKey, token: str | None = None, expiries: int = 0
     ) -> tuple[Entry, TaskResult]:
-        """The entry storing `record` at `key`, and the record as it reads back.
+        """The entry storing `record` at `key` (under `token`, a worker's claim unstarted,
+        its count of unstarted expiries `expiries`), and the record as it reads back.
 
         Raises `UnsupportedValue` for a value the codec cannot carry, before anything changes.
         """
@@ -518,17 +576,26 @@ class MemoryBackend(Backend):
             key=key,
             data=data,
             token=token,
+            unstarted_expiries=expiries,
         )
         return entry, stored
 
-    def _put(self, record: TaskResult, key: SortKey, token: str | None) -> TaskResult:
-        entry, stored = self._prepare(record, key, token)
+    def _put(
+        self, record: TaskResult, key: SortKey, token: str | None, expiries: int | None = None
+    ) -> TaskResult:
+        """Store `record`; its count of unstarted expiries is kept unless `expiries` is given."""
+        if expiries is None:
+            old = self._store.get(record.id)
+            expiries = old.unstarted_expiries if old is not None else 0
+        entry, stored = self._prepare(record, key, token, expiries)
         self._store.put(entry)
         return stored
 
-    def _put_ready(self, record: TaskResult, token: str | None) -> TaskResult:
+    def _put_ready(
+        self, record: TaskResult, token: str | None, expiries: int | None = None
+    ) -> TaskResult:
         """Store a READY `record` at the tail of its priority level, and wake the waiters."""
-        stored = self._put(record, self._ready_key(record.priority), token)
+        stored = self._put(record, self._ready_key(record.priority), token, expiries)
         self._ready.notify_all()
         return stored
 

@@ -13,8 +13,9 @@ again when the connection drops before the reply arrives: `complete`,
 `retry`, `decide_many` (the scripts recognise a repeated decision by its
 token, see ``lib/complete_task.lua``), `claim` (each call leaves a receipt,
 and a repeat is answered with the same leases, see ``claim.lua``),
-`extend`, `enqueue` (idempotent on id), `promote_due` (a repeat promotes
-only what is due) and the reads. The others (`claim_expired`, `requeue`,
+`extend`, `mark_started` (marking again is answered as the first time),
+`enqueue` (idempotent on id), `promote_due` (a repeat promotes only what is
+due) and the reads. The others (`claim_expired`, `requeue`,
 `cancel`, `purge`) raise `RedisUnavailable` instead, since a repeat would
 act again; a reaper claim whose reply was lost lapses after its claim TTL
 and is taken up again. Clients the backend builds itself do not retry
@@ -48,6 +49,7 @@ from threadmill_core import codec
 from threadmill_core.backend import (
     NOTHING_DEFERRED,
     RATE_HISTORY,
+    UNSTARTED_EXPIRY_LIMIT,
     Backend,
     TaskCall,
     check_calls,
@@ -74,7 +76,7 @@ from threadmill_core.models import (
 from threadmill_redis import arguments, clients, connections, scripts
 from threadmill_redis.boundary import call
 from threadmill_redis.clients import Client
-from threadmill_redis.keys import STORE, TELEMETRY, Keys
+from threadmill_redis.keys import STARTS, STORE, TELEMETRY, Keys
 from threadmill_redis.options import RedisOptions, split_query
 from threadmill_redis.replies import (
     Row,
@@ -83,6 +85,7 @@ from threadmill_redis.replies import (
     encode_worker,
     enqueued,
     extended,
+    marked,
     parse_state,
 )
 
@@ -92,7 +95,7 @@ SCHEMES = tuple(clients.SCHEMES)
 
 
 #: The names of the namespace-wide keys a script header may declare.
-SCHEMA = frozenset(STORE + TELEMETRY)
+SCHEMA = frozenset(STORE + TELEMETRY + STARTS)
 
 
 class RedisBackend(Backend):
@@ -346,6 +349,17 @@ class RedisBackend(Backend):
         reply = self._run("extend_many", args, repeatable=True)
         return [extended(item, lease) for item, lease in zip(reply, leases, strict=True)]
 
+    def mark_started(self, leases: Sequence[Lease]) -> list[bool]:
+        """Marks the batch with one ``mark_started.lua``; repeated after a lost reply
+        (marking again is answered as the first time)."""
+        if not leases:
+            return []
+        args: list[Any] = []
+        for lease in leases:
+            args += [lease.task_id, lease.token]
+        reply = self._run("mark_started", args, repeatable=True)
+        return [marked(code) for code in reply]
+
     def complete(self, lease: Lease, record: TaskResult) -> TaskResult | None:
         check_decision(Decision(lease=lease, record=record))
         args = [lease.task_id, lease.token, *arguments.outcome(record)]
@@ -464,11 +478,26 @@ class RedisBackend(Backend):
     # --- maintenance -------------------------------------------------------------------
 
     def claim_expired(self, *, limit: int, claim_ttl: timedelta) -> list[Lease]:
+        """One ``claim_expired.lua`` (more only to replace quarantined poison); then the
+        queues of the tasks it gave back are woken, and the give-backs logged."""
         ttl = ttl_ms("claim_ttl", claim_ttl)
-        return self._filled(
-            check_limit(limit),
-            lambda want: self._run("claim_expired", [want, ttl], repeatable=False),
-        )
+        given_back: list[str] = []
+
+        def take(want: int) -> Sequence[Any]:
+            reply: list[Any] = self._run(
+                "claim_expired", [want, ttl, UNSTARTED_EXPIRY_LIMIT], repeatable=False
+            )
+            given_back.extend(queue.decode() for queue in reply[0])
+            return reply[1:]
+
+        leases = self._filled(check_limit(limit), take)
+        if given_back:
+            log.info(
+                "gave back %d expired task(s) whose start was never recorded, uncharged",
+                len(given_back),
+            )
+            self._notify(list(dict.fromkeys(given_back)))
+        return leases
 
     def promote_due(self, *, limit: int) -> int:
         args = [check_limit(limit), self._ttl_ms, self.options.prune_batch]

@@ -16,6 +16,17 @@ it declared::
     {ns}:errors       HASH  id -> the task's errors, codec bytes (absent, or [], for none)
     {ns}:workers      HASH  id -> worker ids, each as b"<byte length>:<id>", concatenated
     {ns}:result       HASH  id -> the return value, codec bytes (SUCCESSFUL only; absent for None)
+    {ns}:starts       HASH  id -> "<given back>|<claim>": how many expired unstarted claims
+                            of the task were given back, then the token of the claim whose
+                            start was recorded, "r<token>" for a reaper's claim, or empty
+                            (absent for 0 and empty; deleted with the task)
+
+A claim's start (`mark_started`) is a token in ``starts``, not a field of
+the state: a claim or a decision never touches it, so a drain of short
+tasks (decided before they are marked) pays nothing for it. A new token
+never matches what ``starts`` holds, so every claim begins unstarted
+without a write; only the reaper's pass, `release` and `mark_started` read
+it. The count of give-backs outlives claims and decisions.
 
 Scripts read and write that string with ``lib/parse_task`` and
 ``lib/pack_task``; the hot paths build it directly (``lib/new_state`` for an
@@ -114,6 +125,10 @@ STORE = (
 #: (KEYS[17] and KEYS[18]) and `rates.lua` declares alone.
 TELEMETRY = ("rates", "rate_index")
 
+#: Recorded starts: declared by the scripts that read them (`mark_started`,
+#: `release`, `claim_expired`) and by those that delete tasks (lib/delete_task).
+STARTS = ("starts",)
+
 
 def check_namespace(namespace: object) -> str:
     """Return `namespace` if it can be a hash tag, else raise `InvalidOption`."""
@@ -131,10 +146,10 @@ class Keys:
     def __init__(self, namespace: str) -> None:
         self.namespace = check_namespace(namespace)
         self.prefix = f"{{{namespace}}}:"
-        self._store = {name: self.prefix + name for name in STORE + TELEMETRY}
+        self._store = {name: self.prefix + name for name in STORE + TELEMETRY + STARTS}
 
     def store(self, name: str) -> str:
-        """The namespace-wide key called `name` in the schema (one of `STORE`, `TELEMETRY`)."""
+        """The namespace-wide key called `name` (one of `STORE`, `TELEMETRY`, `STARTS`)."""
         return self._store[name]
 
     def notify(self, queue: str) -> str:

@@ -314,6 +314,11 @@ def extended(reply: Sequence[Any], lease: Lease) -> Lease | None:
     return Lease(token=lease.token, deadline=from_ms(int(deadline)), record=lease.record)
 
 
+def marked(reply: Any) -> bool:
+    """The core result of one ``mark_started.lua`` answer: a bare code, OK when recorded."""
+    return ANSWERED[_BY_CODE[int(reply)]]
+
+
 def enqueued(rows: Sequence[Any], pending: Sequence[Pending], now_ms: int) -> list[TaskResult]:
     """The records the rows of one ``enqueue.lua`` reply answer for the `pending` tasks it was sent.
 

@@ -15,7 +15,7 @@ from datetime import timedelta
 
 from threadmill_core.clock import duration_ms
 from threadmill_core.testing import Harness
-from threadmill_redis import scripts
+from threadmill_redis import replies, scripts
 from threadmill_redis.backend import RedisBackend
 from threadmill_redis.clients import Client
 
@@ -52,3 +52,20 @@ def delete_namespace(backend: RedisBackend) -> None:
     if keys:
         backend.client.delete(*keys)
     backend.close()
+
+
+def start_recorded(backend: RedisBackend, task_id: str) -> bool:
+    """Whether the task's current claim has its start recorded (`Backend.mark_started`).
+
+    Read from the ``starts`` hash and the task's state (see keys.py), for
+    tests that must know a worker's heartbeat thread has marked a task
+    before they kill it.
+    """
+    state = backend.client.hget(backend.keys.store("state"), task_id)
+    held = backend.client.hget(backend.keys.store("starts"), task_id)
+    if not isinstance(state, bytes) or not isinstance(
+        held, bytes
+    ):  # absent (the client never decodes)
+        return False
+    token = replies.parse_state(state).token
+    return token is not None and held.split(b"|", 1)[1] == token.encode()

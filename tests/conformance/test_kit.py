@@ -3,6 +3,7 @@
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
+import attrs
 import pytest
 from hypothesis import Phase, settings
 
@@ -75,7 +76,7 @@ class TokenBlindBackend(MemoryBackend):
 def test_machine_names_the_rule_a_backend_breaks() -> None:
     """A backend whose complete() ignores the token fails the machine with that rule named."""
     quick = settings(
-        max_examples=50,
+        max_examples=200,
         stateful_step_count=20,
         phases=[Phase.generate],  # the first failure is enough; shrinking it takes long
         derandomize=True,
@@ -90,6 +91,7 @@ def test_machine_names_the_rule_a_backend_breaks() -> None:
         (
             "complete() accepted a stale token",
             "complete() accepted a token it never issued",
+            "complete() accepted a token that",  # a give-back, release, requeue or cancel cleared
             "complete() accepted a lease from before the task was purged",
         )
     ), rule
@@ -104,3 +106,64 @@ def test_every_public_name_of_the_kit_imports() -> None:
     assert sorted(kit.__all__) == sorted(kit._HOMES)
     for name in kit.__all__:
         assert getattr(kit, name) is not None, name
+
+
+class StartBlindBackend(MemoryBackend):
+    """A broken backend: mark_started() answers as it should but records nothing."""
+
+    def mark_started(self, leases: Sequence[Lease]) -> list[bool]:
+        answers = super().mark_started(leases)
+        for lease in leases:  # forget the marks: every claim stays unstarted
+            self._store.put(attrs.evolve(self._store[lease.task_id], started=False))
+        return answers
+
+
+class ChargingBackend(MemoryBackend):
+    """A broken backend, as every backend was before recorded starts: each claim counts as
+    started, so an expired prefetch is charged through the reaper and release() refuses it."""
+
+    def claim(
+        self, queues: Sequence[str], *, worker: str, lease_ttl: timedelta, limit: int = 1
+    ) -> list[Lease]:
+        leases = super().claim(queues, worker=worker, lease_ttl=lease_ttl, limit=limit)
+        super().mark_started(leases)
+        return leases
+
+
+@pytest.mark.parametrize(
+    ("broken", "rules"),
+    [
+        (
+            StartBlindBackend,
+            (
+                "claim_expired() gave back task",
+                "release() accepted a lease whose start was recorded",
+            ),
+        ),
+        (
+            ChargingBackend,
+            (
+                "claim_expired() charged task",
+                "release() refused a current token",
+            ),
+        ),
+    ],
+)
+def test_machine_names_a_broken_rule_of_recorded_starts(
+    broken: type[MemoryBackend], rules: tuple[str, ...]
+) -> None:
+    """A backend that forgets recorded starts, or charges claims that never started, fails the
+    machine with the rule it broke named."""
+    quick = settings(
+        max_examples=200,
+        stateful_step_count=20,
+        phases=[Phase.generate],
+        derandomize=True,
+        database=None,
+    )
+    factory = on_fake_clock(lambda clock: broken(clock=clock, result_ttl=RESULT_TTL),
+                            result_ttl=RESULT_TTL)  # fmt: skip
+    with pytest.raises(ProtocolViolation) as failure:
+        run_machine(factory, quick)
+    rule = str(failure.value).splitlines()[0]
+    assert rule.startswith(rules), rule

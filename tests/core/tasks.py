@@ -71,3 +71,29 @@ def wait_for_release(context: TaskContext) -> bool:
     started.set()
     release.wait(timeout=30)
     return context.lease_lost
+
+
+@task
+def exits(code: object) -> None:
+    """``sys.exit(code)`` in a task."""
+    raise SystemExit(code)
+
+
+@task
+def interrupts() -> None:
+    """A KeyboardInterrupt raised by task code itself."""
+    raise KeyboardInterrupt("from the task")
+
+
+@task
+async def cancelled() -> None:
+    """An asyncio.CancelledError that escapes the coroutine."""
+    raise asyncio.CancelledError("cancelled inside the task")
+
+
+@task(retry=ExponentialBackoff(base_delay=10, max_retries=1, jitter=0))
+def exits_then_succeeds(context: TaskContext) -> str:
+    """SystemExit on the first attempt, which its retry policy retries."""
+    if context.attempt == 1:
+        raise SystemExit(3)
+    return "second time lucky"

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import threading
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
 from tests.core import tasks
+from tests.faults.flaky import FlakyBackend
+from tests.faults.runs import wait_until
 from threadmill_core import Broker, FakeClock, TaskResult, TaskResultStatus, Worker, scheduler
 from threadmill_core.ids import new_task_id
 from threadmill_core.maintenance import reap
@@ -22,6 +25,17 @@ READY, DEFERRED, SUCCESSFUL, FAILED = (
 
 def worker(broker: Broker, **options: object) -> Worker:
     return Worker(broker, queues=["default", "other"], **options)  # type: ignore[arg-type]  # options are passed through as given
+
+
+def watched(broker: Broker) -> tuple[Broker, FlakyBackend]:
+    """The same store behind a backend that counts the calls made to it."""
+    counted = FlakyBackend(broker.backend)
+    return Broker(counted, url="memory://"), counted
+
+
+def wait_for_a_mark(counted: FlakyBackend) -> None:
+    """Until the worker's heartbeat thread has recorded a start (a task ran MARK_DELAY)."""
+    wait_until(lambda: counted.calls["mark_started"] >= 1, 30, "a start to be recorded")
 
 
 def test_burst_runs_everything_ready_and_returns(broker: Broker) -> None:
@@ -120,11 +134,59 @@ def test_unregistered_task_path_is_quarantined_and_never_imported(broker: Broker
     assert "os:system is not registered" in final.errors[-1].message
 
 
+@pytest.mark.parametrize(
+    ("make", "kind", "message"),
+    [
+        (lambda b: tasks.exits.using(broker=b).enqueue(2), "builtins.SystemExit", "2"),
+        (lambda b: tasks.exits.using(broker=b).enqueue("bye"), "builtins.SystemExit", "bye"),
+        (lambda b: tasks.interrupts.using(broker=b).enqueue(), "builtins.KeyboardInterrupt",
+         "from the task"),
+        (lambda b: tasks.cancelled.using(broker=b).enqueue(), "asyncio.exceptions.CancelledError",
+         "cancelled inside the task"),
+    ],
+    ids=["sys.exit(2)", "sys.exit(str)", "KeyboardInterrupt", "CancelledError"],
+)  # fmt: skip
+def test_a_base_exception_from_a_task_is_its_failure_and_the_worker_goes_on(
+    broker: Broker, make: Any, kind: str, message: str
+) -> None:
+    """SystemExit, KeyboardInterrupt or CancelledError raised by task code fail that task,
+    with its traceback; the worker runs the next task and returns normally."""
+    ended = make(broker)
+    after = tasks.echo.using(broker=broker).enqueue("next")
+    assert worker(broker, threads=1, prefetch=0).run(burst=True) == 2
+    final = broker.get_result(ended.id)
+    assert (final.status, final.attempts) == (FAILED, 1)
+    [error] = final.errors
+    assert (error.exception_class_path, error.message) == (kind, message)
+    assert error.traceback.startswith("Traceback (most recent call last):")
+    assert broker.get_result(after.id).return_value == "next"
+
+
+def test_a_task_that_exits_meets_its_retry_policy(broker: Broker, clock: FakeClock) -> None:
+    """SystemExit goes through the task's retry policy like any failure."""
+    record = tasks.exits_then_succeeds.using(broker=broker).enqueue()
+    w = worker(broker)
+    w.run(burst=True)
+    first = broker.get_result(record.id)
+    assert (first.status, first.attempts) == (DEFERRED, 1)
+    assert first.errors[0].exception_class_path == "builtins.SystemExit"
+    clock.advance(timedelta(seconds=10))
+    w.run(burst=True)
+    final = broker.get_result(record.id)
+    assert (final.status, final.return_value, final.attempts) == (
+        SUCCESSFUL,
+        "second time lucky",
+        2,
+    )
+
+
 def test_expired_lease_is_reaped_and_retried_by_policy(broker: Broker, clock: FakeClock) -> None:
-    """A task whose worker died is reaped after its lease, retried, and then succeeds."""
+    """A task whose worker died while it ran is reaped after its lease, retried, and then
+    succeeds."""
     record = tasks.flaky.using(broker=broker).enqueue(fail_times=0)
     [ghost] = broker.backend.claim(["default"], worker="ghost", lease_ttl=timedelta(seconds=30))
     assert ghost.task_id == record.id
+    assert broker.backend.mark_started([ghost]) == [True]  # it ran, then its worker died
 
     clock.advance(timedelta(seconds=31))
     worker(broker).run(burst=True)  # its maintenance pass reaps the ghost's lease
@@ -139,10 +201,26 @@ def test_expired_lease_is_reaped_and_retried_by_policy(broker: Broker, clock: Fa
     assert broker.backend.complete(ghost, final) is None  # the ghost's late ack is refused
 
 
-def test_expired_lease_without_retry_policy_fails(broker: Broker, clock: FakeClock) -> None:
-    """Lease expiry of a task with no retry policy finalizes it FAILED."""
+def test_a_dead_workers_prefetch_goes_back_uncharged_and_runs_once(
+    broker: Broker, clock: FakeClock
+) -> None:
+    """A task a dead worker claimed but never started runs later as its first attempt: no
+    error, no retry decision, whatever its retry policy."""
     record = tasks.echo.using(broker=broker).enqueue(1)
-    broker.backend.claim(["default"], worker="ghost", lease_ttl=timedelta(seconds=5))
+    broker.backend.claim(["default"], worker="ghost", lease_ttl=timedelta(seconds=30))
+    clock.advance(timedelta(seconds=31))
+    worker(broker).run(burst=True)  # its maintenance pass gives the task back, then runs it
+    final = broker.get_result(record.id)
+    assert (final.status, final.attempts, final.errors) == (SUCCESSFUL, 1, ())
+    assert len(final.worker_ids) == 1
+    assert "ghost" not in final.worker_ids
+
+
+def test_expired_lease_without_retry_policy_fails(broker: Broker, clock: FakeClock) -> None:
+    """Lease expiry of a started task with no retry policy finalizes it FAILED."""
+    record = tasks.echo.using(broker=broker).enqueue(1)
+    leases = broker.backend.claim(["default"], worker="ghost", lease_ttl=timedelta(seconds=5))
+    broker.backend.mark_started(leases)
     clock.advance(timedelta(seconds=6))
     assert reap(broker.backend) == 1
     final = broker.get_result(record.id)
@@ -157,11 +235,13 @@ def test_lost_lease_is_told_to_the_task_and_its_outcome_not_written(
 ) -> None:
     """When a heartbeat is refused the context says so and the result is not stored."""
     record = tasks.wait_for_release.using(broker=broker).enqueue()
-    w = worker(broker, lease_ttl=timedelta(seconds=30))
+    through, counted = watched(broker)
+    w = worker(through, lease_ttl=timedelta(seconds=30))
     runner = threading.Thread(target=w.run, kwargs={"burst": True})
     runner.start()
     try:
         assert tasks.started.wait(timeout=30)  # the task runs, its lease in the heartbeat
+        wait_for_a_mark(counted)  # and its start is recorded: an expiry charges it
         clock.advance(timedelta(seconds=31))
         assert reap(broker.backend) == 1  # no retry policy: FAILED by the reaper
         w.heartbeat()  # refused: the worker learns the lease is lost
@@ -208,6 +288,7 @@ class CountingBackend:
         self.claims: list[int] = []
         self.decisions: list[int] = []
         self.released: list[int] = []
+        self.marks: list[int] = []
 
     def install(self, w: Worker) -> None:
         inner = self.inner
@@ -225,6 +306,10 @@ class CountingBackend:
             self.released.append(len(leases))
             return inner.release(leases)  # type: ignore[arg-type,return-value]  # a stand-in: calls pass through as they come
 
+        def mark_started(leases: list[object]) -> list[bool]:
+            self.marks.append(len(leases))
+            return inner.mark_started(leases)  # type: ignore[arg-type]  # a stand-in: calls pass through as they come
+
         w.backend = type("Counted", (), {})()  # only what the worker calls, no fallbacks
         for name in ("now", "extend", "extend_many", "wait_for_tasks", "claim_expired",
                      "promote_due", "get"):  # fmt: skip
@@ -232,6 +317,7 @@ class CountingBackend:
         w.backend.claim = claim  # type: ignore[attr-defined]  # a stand-in backend, built attribute by attribute
         w.backend.decide_many = decide_many  # type: ignore[attr-defined]  # a stand-in backend, built attribute by attribute
         w.backend.release = release  # type: ignore[attr-defined]  # a stand-in backend, built attribute by attribute
+        w.backend.mark_started = mark_started  # type: ignore[attr-defined]  # a stand-in backend, built attribute by attribute
 
 
 def counted_burst(broker: Broker, *, threads: int, prefetch: int) -> tuple[int, CountingBackend]:
@@ -255,6 +341,7 @@ def test_prefetch_claims_in_batches_and_every_task_is_acknowledged_once(broker: 
     assert len(counted.claims) < 40 / 4, counted.claims
     assert sum(counted.decisions) == 40
     assert counted.released == []
+    assert counted.marks == [], "tasks decided within MARK_DELAY are never marked"
 
 
 def test_one_thread_claims_whole_batches_once_its_prefetch_has_run_out(broker: Broker) -> None:
@@ -307,7 +394,8 @@ def test_bad_prefetch_is_refused(broker: Broker, prefetch: object) -> None:
 def test_a_graceful_stop_gives_back_the_prefetch_without_counting_attempts(
     broker: Broker,
 ) -> None:
-    """stop() while a task runs: the prefetched tasks go back READY, their claim undone."""
+    """stop() while the only thread runs a task: the prefetched tasks go back READY at once,
+    their claim undone, while that task runs on."""
     first = tasks.wait_for_release.using(broker=broker).enqueue()
     rest = broker.enqueue_many(tasks.echo, [((i,), {}) for i in range(5)])
     w = worker(broker, threads=1, prefetch=5, maintenance=False)
@@ -319,11 +407,17 @@ def test_a_graceful_stop_gives_back_the_prefetch_without_counting_attempts(
         assert tasks.started.wait(timeout=30)
         assert [broker.get_result(r.id).status for r in rest] == [TaskResultStatus.RUNNING] * 5
         w.stop()
+        wait_until(
+            lambda: all(broker.get_result(r.id).status is READY for r in rest),
+            30,
+            "the prefetch to go back while the task runs",
+        )
+        assert broker.get_result(first.id).status is TaskResultStatus.RUNNING
     finally:
         tasks.release.set()
         runner.join(timeout=30)
     assert not runner.is_alive()
-    assert sum(counted.released) == 5  # one call, or two if the thread handed one back
+    assert counted.released == [5]  # in one call, by the heartbeat thread
     assert broker.get_result(first.id).status is SUCCESSFUL
     for record in rest:
         back = broker.get_result(record.id)
@@ -333,6 +427,39 @@ def test_a_graceful_stop_gives_back_the_prefetch_without_counting_attempts(
             (),
             None,
         )
+
+
+def test_stop_now_gives_back_the_prefetch_and_abandons_the_running_task(
+    broker: Broker, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A forced stop gives the prefetch back in one call at once, names the task it abandons
+    and what becomes of it, and renews nothing more: the reaper then charges that task."""
+    running = tasks.wait_for_release.using(broker=broker).enqueue()
+    rest = broker.enqueue_many(tasks.echo, [((i,), {}) for i in range(3)])
+    through, counted = watched(broker)
+    w = worker(through, threads=1, prefetch=3, maintenance=False)
+    runner = threading.Thread(target=w.run)
+    runner.start()
+    try:
+        assert tasks.started.wait(timeout=30)
+        wait_for_a_mark(counted)
+        assert w.stop_now() == [running.id]
+        for record in rest:
+            back = broker.get_result(record.id)
+            assert (back.status, back.attempts, back.worker_ids) == (READY, 0, ())
+        assert counted.calls["release"] == 1
+        assert broker.get_result(running.id).status is TaskResultStatus.RUNNING
+    finally:
+        tasks.release.set()
+        runner.join(timeout=30)
+    assert not runner.is_alive()
+    [line] = [r.getMessage() for r in caplog.records if "abandoned" in r.getMessage()]
+    assert running.id in line
+    assert "its retry policy decides" in line
+    assert broker.get_result(running.id).status is TaskResultStatus.RUNNING  # outcome not sent
+    clock.advance(timedelta(seconds=31))
+    assert reap(broker.backend) == 1  # started, so charged: echo-like, no retry policy
+    assert broker.get_result(running.id).status is FAILED
 
 
 def test_heartbeats_renew_prefetched_leases_too(broker: Broker, clock: FakeClock) -> None:
@@ -357,27 +484,31 @@ def test_heartbeats_renew_prefetched_leases_too(broker: Broker, clock: FakeClock
     assert (final.status, final.return_value, final.attempts) == (SUCCESSFUL, "later", 1)
 
 
-def test_a_prefetched_task_whose_lease_was_lost_is_not_run(
+def test_a_prefetched_task_whose_lease_was_lost_is_not_run_under_it(
     broker: Broker, clock: FakeClock
 ) -> None:
-    """If the reaper takes a waiting task over, the worker drops it instead of running it."""
+    """When both leases lapse, the reaper charges the running task and gives the waiting one
+    back uncharged; the worker drops the waiting one, then claims it afresh and runs it once."""
     long = tasks.wait_for_release.using(broker=broker).enqueue()
     waiting = tasks.echo.using(broker=broker).enqueue("twice?")
-    w = worker(broker, threads=1, prefetch=1, lease_ttl=timedelta(seconds=30), maintenance=False)
+    through, counted = watched(broker)
+    w = worker(through, threads=1, prefetch=1, lease_ttl=timedelta(seconds=30), maintenance=False)
     runner = threading.Thread(target=w.run, kwargs={"burst": True})
     runner.start()
     try:
         assert tasks.started.wait(timeout=30)
+        wait_for_a_mark(counted)
         clock.advance(timedelta(seconds=31))
-        assert reap(broker.backend) == 2  # both leases lapsed: echo has no retry policy
+        assert reap(broker.backend) == 1  # the running one: echo's wait never started
+        back = broker.get_result(waiting.id)
+        assert (back.status, back.attempts, back.errors) == (READY, 0, ())
         w.heartbeat()  # refused for both: the running task learns it, the waiting one is dropped
     finally:
         tasks.release.set()
         runner.join(timeout=30)
     final = broker.get_result(waiting.id)
-    assert (final.status, final.attempts) == (FAILED, 1)
-    assert final.errors[-1].exception_class_path.endswith("AcknowledgementTimeout")
-    assert final.return_value is None
+    assert (final.status, final.attempts, final.errors) == (SUCCESSFUL, 1, ())
+    assert tasks.calls.count(("echo", "twice?")) == 1
     assert broker.get_result(long.id).status is FAILED
 
 
@@ -399,7 +530,7 @@ def test_an_unexpected_backend_error_stops_the_worker_and_is_raised(broker: Brok
     claimed: list[object] = []
     w.backend = type("Half", (), {})()
     for name in ("now", "extend", "extend_many", "wait_for_tasks", "next_due", "decide_many",
-                 "release", "get"):  # fmt: skip
+                 "release", "mark_started", "get"):  # fmt: skip
         setattr(w.backend, name, getattr(broker.backend, name))
     w.backend.claim = claim  # type: ignore[attr-defined]  # a stand-in backend, built attribute by attribute
     raised: list[BaseException] = []

@@ -22,7 +22,6 @@ from threadmill_core.errors import AcknowledgementTimeout
 from threadmill_core.maintenance import reap
 from threadmill_core.models import TaskError
 from threadmill_django import TaskBackend, TaskCancelled, TaskContext
-from threadmill_django.exceptions import TaskExit
 from threadmill_django.results import django_error
 
 
@@ -96,10 +95,11 @@ def test_threadmills_own_backoff_works_on_a_django_task(bench: Bench) -> None:
 def test_an_expired_lease_goes_through_the_django_retry_callback(
     bench: Bench, runs: list[Any]
 ) -> None:
-    """A worker dies holding the task: the reaper asks the callback, with the timeout last."""
+    """A worker dies running the task: the reaper asks the callback, with the timeout last."""
     result = tasks.abandoned.enqueue()
     backend = bench.broker.backend
     [lease] = backend.claim(["default"], worker="doomed", lease_ttl=timedelta(seconds=60))
+    assert backend.mark_started([lease]) == [True]  # it ran, then its worker died
     bench.clock.advance(timedelta(seconds=61))
     assert reap(backend, claim_ttl=timedelta(seconds=30)) == 1
     path = f"{AcknowledgementTimeout.__module__}.{AcknowledgementTimeout.__qualname__}"
@@ -239,8 +239,8 @@ def test_a_task_that_exits_is_failed_and_the_worker_goes_on(
     assert ended.errors[-1].traceback.endswith(f"{last_line}\n")
     assert tasks.add.get_result(after.id).return_value == 4
     assert ("task_finished", ended.id, "FAILED", TaskBackend) in signals_seen.seen
-    stored = bench.broker.get_result(ended.id)  # threadmill's own view names TaskExit
-    assert stored.errors[-1].exception_class_path == "threadmill_django.exceptions.TaskExit"
+    stored = bench.broker.get_result(ended.id)  # threadmill's own view names the same class
+    assert stored.errors[-1].exception_class_path == f"{kind.__module__}.{kind.__qualname__}"
 
 
 def test_a_return_value_django_cannot_normalise_fails_the_task(bench: Bench) -> None:
@@ -302,22 +302,17 @@ def test_a_record_of_an_unregistered_function_is_quarantined(bench: Bench) -> No
         tasks.add.using(priority=1)  # validating registers the task again
 
 
-def test_task_exit_shows_the_exception_the_task_raised() -> None:
-    """Django's view of a TaskExit is the original exception, causes and all."""
+def test_djangos_view_of_a_system_exit_is_that_exception_causes_and_all() -> None:
+    """A SystemExit recorded by the core worker reads in Django as itself, with its causes."""
     try:
         try:
             raise ValueError("inner")
         except ValueError as inner:
             raise SystemExit("outer") from inner
     except SystemExit as exc:
-        try:
-            raise TaskExit(f"builtins.SystemExit: {exc}") from exc
-        except TaskExit as wrapped:
-            text = "".join(traceback.format_exception(wrapped))
-            error = TaskError.from_exception(wrapped, text)
+        error = TaskError.from_exception(exc, "".join(traceback.format_exception(exc)))
     shown = django_error(error)
     assert shown.exception_class is SystemExit
     assert shown.traceback.startswith("Traceback (most recent call last):")
     assert "ValueError: inner" in shown.traceback
     assert shown.traceback.endswith("SystemExit: outer\n")
-    assert "TaskExit" not in shown.traceback

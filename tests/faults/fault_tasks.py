@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import random
+import signal
 import time
 from datetime import timedelta
 
@@ -40,6 +41,27 @@ def work(context: TaskContext, log_url: str, tag: str, n: int, max_ms: int) -> i
     time.sleep(random.uniform(0, max_ms) / 1000)
     log_event(log_url, tag, f"end:{n}:{os.getpid()}:{context.attempt}")
     return n
+
+
+#: One retry, at once: the crash tests' running task meets this policy after its kill.
+RETRY_ONCE = ExponentialBackoff(base_delay=0, max_delay=0, max_retries=1, jitter=0)
+
+
+@task(retry=RETRY_ONCE)
+def hold(context: TaskContext, log_url: str, tag: str, n: int) -> int:
+    """Record the start; on the first attempt, block (the test kills or stops its worker)."""
+    log_event(log_url, tag, f"start:{n}:{os.getpid()}:{context.attempt}")
+    if context.attempt == 1:
+        time.sleep(120)
+    log_event(log_url, tag, f"end:{n}:{os.getpid()}:{context.attempt}")
+    return n
+
+
+@task
+def kills_its_worker(context: TaskContext, log_url: str, tag: str) -> None:
+    """Record the start, then SIGKILL the worker process at once, before any mark."""
+    log_event(log_url, tag, f"start:0:{os.getpid()}:{context.attempt}")
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 @task

@@ -93,6 +93,9 @@ class FlakyBackend(Backend):
     def release(self, leases: Sequence[Lease]) -> list[TaskResult | None]:
         return self._through("release", lambda: self.inner.release(leases))
 
+    def mark_started(self, leases: Sequence[Lease]) -> list[bool]:
+        return self._through("mark_started", lambda: self.inner.mark_started(leases))
+
     def extend(self, lease: Lease, lease_ttl: timedelta) -> Lease | None:
         return self._through("extend", lambda: self.inner.extend(lease, lease_ttl))
 

@@ -76,11 +76,14 @@ def test_two_namespaces_keep_apart_even_with_the_same_ids_and_queues(
 
     claimed = a.claim(["default"], worker="wa", lease_ttl=LEASE, limit=10)
     assert [lease.record.args for lease in claimed] == [["a"]] * 4
+    assert a.mark_started(claimed) == [True] * 4
+    assert b.mark_started(claimed) == [False] * 4, "a's leases mean nothing in b"
     assert b.counts()["default"].ready == 4, "b's tasks were not claimed"
     assert {r.status for r in (b.get(i) for i in ids) if r} == {READY}
 
     # Expired leases and due tasks in b are b's own business.
     b_leases = b.claim(["default"], worker="wb", lease_ttl=LEASE, limit=2)
+    assert b.mark_started(b_leases) == [True] * 2
     advance(a, LEASE * 2)
     advance(b, LEASE * 2)
     assert {lease.task_id for lease in a.claim_expired(limit=10, claim_ttl=LEASE)} == set(ids)

@@ -187,20 +187,53 @@ def test_an_acknowledgement_is_refused_once_the_reaper_took_the_task_over(
     clock: FakeClock,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """If the lease expires and is reaped during the outage, the late acknowledgement is refused."""
+    """If the lease of a started task expires and is reaped during the outage, the late
+    acknowledgement is refused and the reaper's decision stands."""
     caplog.set_level(logging.INFO, logger="threadmill")
-    [task_id] = enqueue(broker, 1)
+    record = wait_for_release.using(broker=broker).enqueue()
 
     def lease_expires_and_is_reaped() -> None:
         clock.advance(timedelta(seconds=31))
         assert reap(memory) == 1
 
     flaky.fail("decide_many", times=1, before=lease_expires_and_is_reaped)
-    assert worker(broker, lease_ttl=timedelta(seconds=30), maintenance=False).run(burst=True) == 0
-    final = broker.get_result(task_id)
-    assert final.status is TaskResultStatus.FAILED  # echo has no retry policy: the reaper decided
+    w = worker(broker, lease_ttl=timedelta(seconds=30), maintenance=False)
+    runner = threading.Thread(target=w.run, kwargs={"burst": True})
+    runner.start()
+    try:
+        assert started.wait(timeout=30)
+        wait_until(lambda: flaky.calls["mark_started"] >= 1, 30, "the start to be recorded")
+    finally:
+        release.set()
+        runner.join(timeout=30)
+    final = broker.get_result(record.id)
+    assert final.status is TaskResultStatus.FAILED  # no retry policy: the reaper decided
     assert final.errors[-1].exception_class_path.endswith("AcknowledgementTimeout")
     assert final.return_value is None
+    assert len(lines(caplog, "acknowledgement refused")) == 1
+
+
+def test_a_task_whose_start_was_not_recorded_runs_again_when_its_acknowledgement_is_late(
+    broker: Broker,
+    flaky: FlakyBackend,
+    memory: MemoryBackend,
+    clock: FakeClock,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A short task decided before it was marked, whose lease expires during the outage, goes
+    back uncharged: its late acknowledgement is refused and it runs again, as its first attempt."""
+    caplog.set_level(logging.INFO, logger="threadmill")
+    [task_id] = enqueue(broker, 1)
+
+    def lease_expires_and_is_given_back() -> None:
+        clock.advance(timedelta(seconds=31))
+        assert reap(memory) == 0  # nothing for the reaper to decide
+        assert memory.get(task_id).status is TaskResultStatus.READY  # type: ignore[union-attr]  # stored
+
+    flaky.fail("decide_many", times=1, before=lease_expires_and_is_given_back)
+    assert worker(broker, lease_ttl=timedelta(seconds=30), maintenance=False).run(burst=True) == 1
+    final = broker.get_result(task_id)
+    assert (final.status, final.attempts, final.errors) == (TaskResultStatus.SUCCESSFUL, 1, ())
     assert len(lines(caplog, "acknowledgement refused")) == 1
 
 

@@ -60,6 +60,7 @@ def plant(harness: Harness, data: bytes, status: TaskResultStatus) -> str:
     [record] = backend.enqueue([TaskResult(id=task_id, task_path="x:y", queue="poison")])
     if status in (RUNNING, FAILED):
         [lease] = backend.claim(["poison"], worker="ghost", lease_ttl=LEASE)
+        backend.mark_started([lease])  # it started: its expiry goes to the reaper
         if status is FAILED:
             backend.complete(lease, attrs.evolve(lease.record, status=FAILED))
     if isinstance(backend, PostgresBackend):
@@ -89,6 +90,7 @@ def test_the_reaper_quarantines_poison_and_decides_the_rest_of_its_batch(
     poisoned = plant(harness, POISONS[poison], RUNNING)
     backend.enqueue(good(2, queue="late"))
     after = backend.claim(["late"], worker="ghost", lease_ttl=LEASE, limit=2)
+    assert backend.mark_started([*before, *after]) == [True] * 4  # they ran, then the ghost died
     harness.advance(LEASE + timedelta(seconds=1))
 
     assert reap(backend, limit=10, claim_ttl=LEASE) == 4
@@ -145,6 +147,7 @@ def test_an_unknown_retry_policy_is_final_for_the_reaper(harness: Harness) -> No
     backend = harness.backend
     backend.enqueue(good(1, retry=RetryPolicySpec(path="nowhere:policy")))
     [lease] = backend.claim(["default"], worker="ghost", lease_ttl=LEASE)
+    assert backend.mark_started([lease]) == [True]
     harness.advance(LEASE + timedelta(seconds=1))
     assert reap(backend, claim_ttl=LEASE) == 1
     final = backend.get(lease.task_id)

@@ -89,6 +89,7 @@ def make_fleet(broker: Broker) -> Fleet:
     Worker(broker, queues=["emails", "reports"], maintenance=False).run(burst=True)
     running = emails.enqueue("busy@example.com")
     (lease,) = broker.backend.claim(["emails"], worker="elsewhere", lease_ttl=timedelta(minutes=5))
+    broker.backend.mark_started([lease])  # running elsewhere: its expiry goes to the reaper
     ready = emails.enqueue("later@example.com")
     deferred = emails.using(run_after=timedelta(hours=1)).enqueue("tomorrow@example.com")
     return Fleet(

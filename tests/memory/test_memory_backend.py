@@ -324,6 +324,7 @@ def test_claim_expired_quarantines_poison_and_reclaims_the_rest(
     """An undecodable RUNNING task is finalized FAILED by the reaper, and its pass goes on."""
     backend.enqueue([make_task()])
     [lease] = backend.claim(["default"], worker="w", lease_ttl=LEASE)
+    assert backend.mark_started([lease]) == [True]
     backend._plant_raw("poison", b"[]", status=RUNNING, queue="other", at=clock.now())
     clock.advance(LEASE)
     [reclaimed] = backend.claim_expired(limit=1, claim_ttl=LEASE)
@@ -443,6 +444,7 @@ def test_every_claim_and_reaper_claim_gets_a_fresh_token(
     tokens: list[str] = []
     for _ in range(4):
         leases = backend.claim(["default"], worker="w", lease_ttl=LEASE, limit=3)
+        assert backend.mark_started(leases) == [True] * 3
         tokens += [lease.token for lease in leases]
         clock.advance(LEASE)
         reaped = backend.claim_expired(limit=3, claim_ttl=LEASE)
@@ -502,6 +504,7 @@ def test_reaper_claim_is_not_an_attempt(backend: MemoryBackend, clock: FakeClock
     """claim_expired fences out the worker but leaves attempts and workers unchanged."""
     backend.enqueue([make_task()])
     [lease] = backend.claim(["default"], worker="w", lease_ttl=LEASE)
+    assert backend.mark_started([lease]) == [True]
     clock.advance(LEASE)  # a deadline at now has passed
     [reaped] = backend.claim_expired(limit=5, claim_ttl=LEASE)
     assert reaped.record == lease.record

@@ -82,9 +82,12 @@ def test_concurrent_enqueues_of_one_id_store_it_once(backend: MemoryBackend) -> 
 
 
 def test_concurrent_reapers_never_share_a_task(backend: MemoryBackend, clock: FakeClock) -> None:
-    """Reapers racing over expired leases each get disjoint tasks, and every task once."""
-    backend.enqueue([make_task() for _ in range(200)])
-    backend.claim(["default"], worker="w", lease_ttl=LEASE, limit=200)
+    """Reapers racing over expired leases each claim disjoint started tasks, every one once,
+    and give back every unstarted one once."""
+    backend.enqueue([make_task() for _ in range(400)])
+    leases = backend.claim(["default"], worker="w", lease_ttl=LEASE, limit=400)
+    started = leases[::2]
+    assert backend.mark_started(started) == [True] * 200
     clock.advance(LEASE)
     reaped: list[list[Lease]] = [[] for _ in range(THREADS)]
 
@@ -95,6 +98,10 @@ def test_concurrent_reapers_never_share_a_task(backend: MemoryBackend, clock: Fa
     run_threads(reap)
     ids = [lease.task_id for leases in reaped for lease in leases]
     assert len(ids) == len(set(ids)) == 200
+    assert set(ids) == {lease.task_id for lease in started}
+    back = backend.peek("default", TaskResultStatus.READY, limit=1000)
+    assert len(back) == 200
+    assert all(record.attempts == 0 for record in back)
 
 
 class Waiter:
@@ -154,14 +161,19 @@ def _promote(idle: Idle) -> None:
     assert idle.backend.promote_due(limit=1) == 1
 
 
+def _give_back_expired(idle: Idle) -> None:
+    idle.clock.advance(LEASE)  # the running task's claim, never started, expires
+    assert idle.backend.claim_expired(limit=1, claim_ttl=LEASE) == []
+
+
 def _close(idle: Idle) -> None:
     idle.backend.close()
 
 
 @pytest.mark.parametrize(
     "wake",
-    [_enqueue, _retry_now, _requeue, _promote, _close],
-    ids=["enqueue", "zero-delay-retry", "requeue", "promote_due", "close"],
+    [_enqueue, _retry_now, _requeue, _promote, _give_back_expired, _close],
+    ids=["enqueue", "zero-delay-retry", "requeue", "promote_due", "give-back", "close"],
 )
 def test_an_idle_waiter_wakes_when_a_task_becomes_ready(
     backend: MemoryBackend, clock: FakeClock, wake: Callable[[Idle], None]

@@ -98,6 +98,7 @@ def test_a_stale_token_is_still_refused_after_a_lost_reply(backend: RedisBackend
     """Recognising repeats does not let a superseded lease decide: the reaper's token wins."""
     backend.enqueue(tasks(1))
     [lease] = backend.claim(["default"], worker="w", lease_ttl=timedelta(milliseconds=1))
+    assert backend.mark_started([lease]) == [True]  # a started claim: the reaper takes it
     backend.client.zadd(backend.keys.store("leases"), {lease.task_id: 0})  # long expired
     [reaped] = backend.claim_expired(limit=1, claim_ttl=LEASE)
     done = attrs.evolve(lease.record, status=TaskResultStatus.SUCCESSFUL)
@@ -153,3 +154,15 @@ def test_a_heartbeat_whose_reply_was_lost_is_repeated(backend: RedisBackend) -> 
     renewed = backend.extend_many(leases, LEASE * 2)
     assert all(lease is not None for lease in renewed)
     assert [r.token for r in renewed if r] == [lease.token for lease in leases]
+
+
+def test_start_marks_whose_reply_was_lost_are_repeated_and_answered_as_the_first_time(
+    backend: RedisBackend,
+) -> None:
+    """mark_started after a lost reply answers True for every lease, and the marks hold."""
+    backend.enqueue(tasks(2))
+    leases = backend.claim(["default"], worker="w", lease_ttl=LEASE, limit=2)
+    DroppingConnection.drop(scripts.load("mark_started").sha)
+    assert backend.mark_started(leases) == [True, True]
+    assert DroppingConnection.armed[scripts.load("mark_started").sha.encode()] == 0
+    assert backend.release(leases) == [None, None], "the marks were recorded: nothing given back"

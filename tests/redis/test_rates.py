@@ -113,6 +113,7 @@ def test_decisions_in_batches_and_by_the_reaper_count_once(harness: Harness) -> 
     backend = redis_backend(harness)
     backend.enqueue(tasks(4) + tasks(2, queue="b"))
     leases = backend.claim(["default", "b"], worker="w", lease_ttl=LEASE, limit=6)
+    assert all(backend.mark_started(leases))  # started: expired ones go to the reaper
     decisions = [
         Decision(lease=leases[0], record=attrs.evolve(leases[0].record, status=SUCCESSFUL)),
         Decision(lease=leases[1], record=leases[1].record, retry_delay=timedelta(0)),
@@ -296,8 +297,9 @@ def test_counting_costs_one_command_per_queue_and_kind_however_many_tasks(
     def claim() -> None:
         leases.extend(backend.claim(["a", "b"], worker="w", lease_ttl=LEASE, limit=202))
 
-    assert cost(claim) == {}  # claims, heartbeats, promotions, reaping and reads never count
+    assert cost(claim) == {}  # claims, heartbeats, marks, promotions, reaping and reads never count
     assert cost(lambda: backend.extend_many(leases, LEASE)) == {}
+    assert cost(lambda: backend.mark_started(leases)) == {}
     assert cost(lambda: backend.promote_due(limit=10)) == {}
     assert cost(lambda: backend.claim_expired(limit=10, claim_ttl=LEASE)) == {}
     assert cost(lambda: backend.wait_for_tasks(["a"], timedelta(milliseconds=10))) == {}

@@ -23,9 +23,14 @@ LEASE = timedelta(minutes=5)
 READY, DEFERRED = TaskResultStatus.READY, TaskResultStatus.DEFERRED
 
 
-def finish(backend: RedisBackend, count: int, queue: str = "default") -> None:
-    """Claim and complete `count` READY tasks of `queue` as SUCCESSFUL."""
+def finish(
+    backend: RedisBackend, count: int, queue: str = "default", *, mark: bool = False
+) -> None:
+    """Claim and complete `count` READY tasks of `queue` as SUCCESSFUL (marked started first,
+    with `mark`)."""
     leases = backend.claim([queue], worker="w", lease_ttl=LEASE, limit=count)
+    if mark:
+        assert backend.mark_started(leases) == [True] * len(leases)
     done = TaskResultStatus.SUCCESSFUL
     backend.decide_many(
         [Decision(lease=x, record=attrs.evolve(x.record, status=done)) for x in leases]
@@ -95,16 +100,18 @@ def test_values_travel_unchanged(harness: Harness) -> None:
 def test_results_expire_and_memory_stays_bounded_under_steady_load(
     harness_on: Callable[..., Harness], client: redis.Redis
 ) -> None:
-    """Finished tasks are gone after result_ttl, and their data is deleted as new tasks finish."""
+    """Finished tasks are gone after result_ttl, and their data is deleted as new tasks finish,
+    their recorded starts included."""
     harness = harness_on(client, prune_batch=50)
     backend = harness.backend
-    state = backend.keys.store("state")
+    state, starts = backend.keys.store("state"), backend.keys.store("starts")
     sizes = []
-    for _ in range(8):
+    for round_ in range(8):
         backend.enqueue(tasks(20))
-        finish(backend, 20)
+        finish(backend, 20, mark=round_ % 2 == 0)
         harness.advance(RESULT_TTL / 2 + timedelta(minutes=1))
         sizes.append(client.hlen(state))
+        assert client.hlen(starts) <= client.hlen(state)
     # Results of the last round or two are live; older ones were pruned by later completions.
     assert max(sizes) <= 60
     assert backend.counts()["default"].successful <= 20
@@ -115,6 +122,7 @@ def test_results_expire_and_memory_stays_bounded_under_steady_load(
     assert backend.counts() == {}
     assert backend.promote_due(limit=1) == 0  # maintenance prunes the rest
     assert client.hlen(state) == 0
+    assert client.hlen(starts) == 0
     assert client.zcard(backend.keys.store("successful")) == 0
 
 
@@ -189,10 +197,28 @@ def test_poison_found_by_the_reaper_is_quarantined_too(harness: Harness) -> None
     backend = harness.backend
     backend.enqueue(tasks(2))
     leases = backend.claim(["default"], worker="w", lease_ttl=LEASE, limit=2)
+    assert backend.mark_started(leases) == [True, True]
     backend.client.hset(backend.keys.store("errors"), leases[0].task_id, b"[{")
     harness.advance(LEASE * 2)
     [reaped] = backend.claim_expired(limit=2, claim_ttl=LEASE)
     assert reaped.task_id == leases[1].task_id
+    assert backend.counts()["default"].failed == 1
+
+
+def test_poison_whose_unstarted_claim_expired_goes_back_and_the_next_claim_quarantines_it(
+    harness: Harness,
+) -> None:
+    """The reaper's Lua gives an unstarted claim back without decoding it; claim() then
+    finalizes the poison FAILED and hands out the healthy task instead."""
+    backend = harness.backend
+    backend.enqueue(tasks(2))
+    leases = backend.claim(["default"], worker="w", lease_ttl=LEASE, limit=2)
+    backend.client.hset(backend.keys.store("errors"), leases[0].task_id, b"[{")
+    harness.advance(LEASE * 2)
+    assert backend.claim_expired(limit=2, claim_ttl=LEASE) == []
+    assert backend.counts()["default"].ready == 2
+    [healthy] = backend.claim(["default"], worker="w", lease_ttl=LEASE, limit=2)
+    assert healthy.task_id == leases[1].task_id
     assert backend.counts()["default"].failed == 1
 
 
@@ -247,3 +273,18 @@ def test_a_retry_and_a_requeue_wake_idle_workers(harness: Harness) -> None:
     assert backend.client.llen(notify) == 2
     backend.enqueue(tasks(500))
     assert backend.client.llen(notify) == backend.options.notify_cap
+
+
+def test_start_recorded_reads_the_current_claims_mark(harness: Harness) -> None:
+    """The test helper sees a mark of the current claim only, not of an earlier one."""
+    from threadmill_redis.testing import start_recorded
+
+    backend = harness.backend
+    [record] = backend.enqueue(tasks(1))
+    [lease] = backend.claim(["default"], worker="w", lease_ttl=LEASE)
+    assert not start_recorded(backend, record.id)
+    assert backend.mark_started([lease]) == [True]
+    assert start_recorded(backend, record.id)
+    backend.retry(lease, lease.record, timedelta(0))
+    backend.claim(["default"], worker="w", lease_ttl=LEASE)
+    assert not start_recorded(backend, record.id), "a new claim starts unrecorded"

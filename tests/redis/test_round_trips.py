@@ -69,6 +69,9 @@ def costs(backend: RedisBackend, n: int) -> dict[str, int]:
     with Trips() as trips:
         assert all(backend.extend_many(leases, LEASE))
     spent["extend_many"] = trips.count
+    with Trips() as trips:
+        assert all(backend.mark_started(leases))
+    spent["mark_started"] = trips.count
     advance(backend, LEASE * 2)
     with Trips() as trips:
         reaped = backend.claim_expired(limit=n, claim_ttl=LEASE)
@@ -103,9 +106,27 @@ def test_batches_of_a_hundred_cost_as_many_round_trips_as_batches_of_one(
         "promote_due": 2,  # the script, then waking the queues it filled
         "claim": 1,
         "extend_many": 1,
+        "mark_started": 1,
         "claim_expired": 1,
         "decide_many": 1,
     }
+
+
+def test_a_reaper_pass_gives_back_any_number_of_unstarted_claims_in_two_round_trips(
+    backend: RedisBackend,
+) -> None:
+    """A dead worker's whole prefetch goes back in one script, then one pipeline of wake-ups."""
+    spent = []
+    for n in (1, 100):
+        backend.enqueue(tasks(n))
+        backend.claim(["default"], worker="w", lease_ttl=LEASE, limit=n)
+        advance(backend, LEASE * 2)
+        with Trips() as trips:
+            assert backend.claim_expired(limit=1, claim_ttl=LEASE) == []
+        spent.append(trips.count)
+        assert backend.counts()["default"].ready == n
+        backend.purge("default", TaskResultStatus.READY)
+    assert spent == [2, 2]  # the script, then waking the queues it filled
 
 
 class Overlapping(redis.Connection):

@@ -1,9 +1,10 @@
 """Tasks for the worker-process tests; each records its runs in Redis.
 
 Every run pushes ``start:<n>:<pid>:<attempt>`` before its work and
-``end:<n>:<pid>:<attempt>`` after, to the list ``threadmill-test:<tag>``.
-The tests read those lists to tell what ran where, how often, and whether a
-run was interrupted.
+``end:<n>:<pid>:<attempt>`` after, to the list ``threadmill-test:<tag>``;
+a hook pushes ``acked:<n>:<pid>:<attempts>`` once a worker's acknowledgement
+of a `sleepy` task has landed. The tests read those lists to tell what ran
+where, how often, whether a run was interrupted, and what was in flight.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from datetime import timedelta
 
 import redis
 
-from threadmill_core import ExponentialBackoff, TaskContext, task
+from threadmill_core import ExponentialBackoff, TaskContext, TaskResult, hookimpl, task
+from threadmill_core.plugins import plugin_manager
 
 #: Lease expiry is retried (quickly) forever: the crash test's kills must never lose a task.
 RETRY = ExponentialBackoff(base_delay=timedelta(milliseconds=50), max_retries=None, jitter=0)
@@ -46,3 +48,17 @@ def long_running(context: TaskContext, url: str, tag: str, seconds: float) -> bo
     time.sleep(seconds)
     _log(url, tag, "end", 0, context.attempt)
     return context.lease_lost
+
+
+class AckRecorder:
+    """Records each acknowledgement of `sleepy` that landed (the worker calls this hook after)."""
+
+    @hookimpl
+    def threadmill_task_finished(self, record: TaskResult) -> None:
+        if record.task_path == sleepy.path:
+            url, tag, n, _max_ms = record.args
+            _log(url, tag, "acked", n, record.attempts)
+
+
+if plugin_manager().get_plugin("threadmill-worker-tests") is None:
+    plugin_manager().register(AckRecorder(), name="threadmill-worker-tests")

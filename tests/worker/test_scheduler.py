@@ -187,7 +187,7 @@ def test_a_claim_that_found_nothing_pauses_the_next() -> None:
     """An empty claim makes the next wait `poll`; the wait says how long; idle, it waits in the
     backend instead."""
     given = settings()
-    schedule = scheduler.claimed(
+    schedule, _ = scheduler.claimed(
         Schedule(calls=Calls(claiming=True)), given, (), reached=True, now=100.0
     )
     assert schedule.calls == Calls(nothing_until=101.0)
@@ -215,7 +215,7 @@ def test_a_burst_exits_once_a_claim_found_nothing_and_nothing_is_held() -> None:
 def test_a_claim_that_did_not_get_through_does_not_pause() -> None:
     """A claim refused by an outage is not 'nothing ready': the backoff paces the next."""
     given = settings()
-    schedule = scheduler.claimed(
+    schedule, _ = scheduler.claimed(
         Schedule(calls=Calls(claiming=True)), given, (), reached=False, now=100.0
     )
     assert schedule.calls == Calls()
@@ -225,7 +225,8 @@ def test_a_claim_brings_tasks_into_the_prefetch_and_counts_them() -> None:
     """Claimed tasks join the prefetch behind those already there."""
     first, second = tasks(2), tasks(3)
     schedule = Schedule(ready=first, calls=Calls(claiming=True, claimed=2))
-    after = scheduler.claimed(schedule, settings(), second, reached=True, now=100.0)
+    after, dropped = scheduler.claimed(schedule, settings(), second, reached=True, now=100.0)
+    assert dropped == ()
     assert after.ready == first + second
     assert after.calls == Calls(claimed=5)
 
@@ -286,7 +287,7 @@ def test_a_stopping_worker_waits_for_a_claim_in_flight_before_it_exits() -> None
     assert step == Wait(POLL)
     assert not after.calls.exiting
     brought = tasks(2)
-    back = scheduler.claimed(after, given, brought, reached=True, now=100.0)
+    back, _ = scheduler.claimed(after, given, brought, reached=True, now=100.0)
     step, after = ask(back, given, stopping=True, held=2)
     assert step == Release(brought)
     given_back, _ = scheduler.released(after, brought, reached=True, broken=False)
@@ -438,6 +439,13 @@ class WorkerSimulation(RuleBasedStateMachine):
         self.acknowledged: list[int] = []
         self.released: list[int] = []
         self.dropped: list[int] = []
+        #: The heartbeat thread's call in flight (a Mark or a Release), if any.
+        self.upkeep: scheduler.Mark | Release | None = None
+        #: When each running task started, and the tasks whose start a mark recorded.
+        self.since: dict[int, float] = {}
+        self.recorded: set[int] = set()
+        #: `forced_stop` was called: the running tasks are abandoned where they are.
+        self.forced = False
 
     # --- set-up and the world around the threads -----------------------------------
 
@@ -473,17 +481,25 @@ class WorkerSimulation(RuleBasedStateMachine):
         self.now += seconds
 
     @precondition(some_thread_runs)
-    @rule(event=st.sampled_from(["enqueue", "stop", "break down", "maintain"]))
+    @rule(event=st.sampled_from(["enqueue", "stop", "break down", "maintain", "force"]))
     def something_happens(self, event: str) -> None:
-        """Tasks arrive, `stop()`, our own bug (`Worker._failed` stops), or maintenance ran."""
+        """Tasks arrive, `stop()`, our own bug (`Worker._failed` stops), maintenance ran, or
+        `stop_now()`, whose two calls (give back, send) get through."""
         if event == "enqueue":
             self.backlog += 5
         elif event == "stop":
             self.stopping = True
         elif event == "break down":
             self.broken = self.stopping = True
-        else:
+        elif event == "maintain":
             self.schedule = scheduler.look_again(self.schedule)
+        else:
+            stop, self.schedule = scheduler.forced_stop(self.schedule)
+            assert {id(entry.task) for entry in stop.running} == self.running_tasks
+            self.released.extend(id(t) for t in stop.give_back)
+            self.backlog += len(stop.give_back)
+            self.acknowledged.extend(id(o.held) for o in stop.outcomes)
+            self.stopping = self.forced = True
 
     # --- the threads -----------------------------------------------------------------
 
@@ -514,17 +530,100 @@ class WorkerSimulation(RuleBasedStateMachine):
         elif not isinstance(step, Wait):
             thread.doing = step
             if isinstance(step, Run):
+                assert step.wake_marker == before.calls.marker_idle, "the marker was not woken"
                 self.running_tasks.add(id(step.task))
+                self.since[id(step.task)] = self.now
+
+    # --- the heartbeat thread --------------------------------------------------------
+
+    @precondition(lambda self: self.upkeep is None and self.some_thread_runs())
+    @rule()
+    def the_heartbeat_thread_looks(self) -> None:
+        before = self.schedule
+        step, after = scheduler.next_upkeep(
+            before, self.given, now=self.now, stopping=self.stopping
+        )
+        self.check_upkeep(before, after, step)
+        self.schedule = after
+        if isinstance(step, (scheduler.Mark, Release)):
+            self.upkeep = step
+
+    @precondition(lambda self: self.upkeep is not None)
+    @rule(got_through=st.booleans())
+    def the_heartbeat_call_ends(self, got_through: bool) -> None:
+        step, self.upkeep = self.upkeep, None
+        s = self.schedule
+        if got_through:
+            s = scheduler.backend_reached(s)
+        elif not self.broken:
+            s = scheduler.backend_unavailable(s, retry_at=self.now + 0.1 * (s.calls.failures + 1))
+        if isinstance(step, scheduler.Mark):
+            if got_through:  # the backend recorded the starts of the tasks still running
+                self.recorded.update(id(t) for t in step.tasks if id(t) in self.running_tasks)
+            elif self.broken:  # given up: a broken worker does not mark them again
+                self.recorded.update(id(t) for t in step.tasks)
+            self.schedule = scheduler.marked(s, step.tasks, reached=got_through, broken=self.broken)
+        elif isinstance(step, Release):
+            if got_through:
+                self.released.extend(id(t) for t in step.tasks)
+                self.backlog += len(step.tasks)
+            self.schedule, lost = scheduler.released(
+                s, step.tasks, reached=got_through, broken=self.broken
+            )
+            self.dropped.extend(id(t) for t in lost)
+
+    def check_upkeep(
+        self, before: Schedule, after: Schedule, step: scheduler.Mark | Release | Wait | None
+    ) -> None:
+        c, given = before.calls, self.given
+        reachable = self.now >= c.retry_at
+        marking = {id(t) for t in self.upkeep.tasks} if self.upkeep is not None else set()
+        due = {
+            i
+            for i in self.running_tasks
+            if self.since[i] <= self.now - given.mark_delay and i not in marking
+            and i not in self.recorded
+        }  # fmt: skip
+        releasing = any(isinstance(t.doing, Release) for t in self.threads) or c.releasing
+        if isinstance(step, (scheduler.Mark, Release)):
+            assert reachable, f"{step!r} during a backoff"
+            assert not c.exiting, "an upkeep call after the run ended"
+        if isinstance(step, scheduler.Mark):
+            marked = [id(t) for t in step.tasks]
+            assert marked, step
+            assert set(marked) <= self.running_tasks, "a mark of a task not running (decided?)"
+            assert set(marked) == due, "a mark must take every task due, and only those"
+        if isinstance(step, Release):
+            assert self.stopping, "a give-back while not stopping"
+            assert step.tasks, step
+            assert not releasing, "two releases at once"
+        if isinstance(step, Wait):
+            assert step.seconds > 0.0, "the heartbeat thread would spin"
+        if (
+            due
+            and reachable
+            and not c.exiting
+            and not (self.stopping and (before.ready or c.give_back) and not releasing)
+        ):
+            assert isinstance(step, scheduler.Mark), f"due marks not sent: {step!r}"
+        if step is None:
+            assert not due or c.exiting, "the heartbeat thread idles with marks due"
+            waiting = [i for i in self.running_tasks if i not in marking and i not in self.recorded]
+            assert not waiting or c.exiting, "idle while a task may need a mark"
+            assert after.calls.marker_idle or c.exiting
 
     @precondition(lambda self: bool(self.busy()))
     @rule(data=st.data(), got_through=st.booleans(), found=st.integers(min_value=0, max_value=8))
     def a_thread_finishes(self, data: st.DataObject, got_through: bool, found: int) -> None:
         index = data.draw(st.sampled_from(self.busy()), label="thread")
         thread = self.threads[index]
+        if self.forced and isinstance(thread.doing, Run):
+            return  # abandoned: the process exits before the task returns
         step, thread.doing = thread.doing, None
         s = self.schedule
         if isinstance(step, Run):
             self.running_tasks.discard(id(step.task))
+            self.since.pop(id(step.task))
             self.schedule, _ = scheduler.finished(s, self.given, Outcome(step.task, None),
                                                   now=self.now)  # fmt: skip
             return
@@ -540,8 +639,10 @@ class WorkerSimulation(RuleBasedStateMachine):
             brought = tasks(min(step.limit, self.backlog, found)) if got_through else ()
             self.backlog -= len(brought)
             self.claimed.extend(brought)
-            self.schedule = scheduler.claimed(s, self.given, brought, reached=got_through,
-                                              now=self.now)  # fmt: skip
+            self.schedule, lost = scheduler.claimed(s, self.given, brought, reached=got_through,
+                                                    now=self.now)  # fmt: skip
+            assert not lost or self.forced, "claimed tasks dropped"
+            self.dropped.extend(id(t) for t in lost)
         elif isinstance(step, Acknowledge):
             if got_through:
                 self.acknowledged.extend(id(o.held) for o in step.outcomes)
@@ -607,8 +708,24 @@ class WorkerSimulation(RuleBasedStateMachine):
             assert not c.claiming, "the run ended while a claim could still bring tasks"
 
     @invariant()
+    def the_schedule_knows_what_runs(self) -> None:
+        """`Schedule.running` is what the threads run, marked where a mark got through."""
+        running = self.schedule.running
+        assert {id(entry.task) for entry in running} == self.running_tasks
+        marking = (
+            {id(t) for t in self.upkeep.tasks} if isinstance(self.upkeep, scheduler.Mark) else set()
+        )
+        for entry in running:
+            if id(entry.task) in self.recorded:
+                assert entry.marked, "a recorded start reads as unmarked: it would be marked again"
+            elif id(entry.task) not in marking:
+                assert not entry.marked, "a task reads as marked though no mark got through"
+
+    @invariant()
     def one_call_of_each_kind_at_a_time(self) -> None:
         doing = [type(t.doing) for t in self.threads if t.doing is not None]
+        if self.upkeep is not None:
+            doing.append(type(self.upkeep))
         c = self.schedule.calls
         for kind, flag in [
             (Claim, c.claiming),
@@ -632,6 +749,8 @@ class WorkerSimulation(RuleBasedStateMachine):
                 else ()
             )
         ]
+        if isinstance(self.upkeep, Release):
+            in_flight += [id(task) for task in self.upkeep.tasks]
         places = [
             *(id(t) for t in s.ready),
             *(id(o.held) for o in s.unsent),
@@ -650,7 +769,7 @@ class WorkerSimulation(RuleBasedStateMachine):
     @invariant()
     def the_run_ends_with_nothing_held(self) -> None:
         """Once every thread exited, each claimed task was acknowledged, given back or dropped."""
-        if self.threads and all(t.exited for t in self.threads):
+        if self.threads and all(t.exited for t in self.threads) and not self.forced:
             assert self.held() == 0, "the run ended holding claimed tasks"
             if not self.broken:
                 assert not self.dropped

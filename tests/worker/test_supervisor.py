@@ -17,7 +17,9 @@ import pytest
 from tests.faults.flaky import FlakyBackend
 from tests.worker import recording_tasks
 from threadmill_core import Broker, TaskResultStatus, connect
-from threadmill_core.supervisor import Supervisor, WorkerSettings
+from threadmill_core.supervisor import EXIT_ABANDONED, Supervisor, WorkerSettings
+from threadmill_redis import RedisBackend
+from threadmill_redis.testing import start_recorded
 
 pytestmark = pytest.mark.redis
 
@@ -59,7 +61,8 @@ def stop_gracefully(process: subprocess.Popen[str], how: str) -> None:
 def test_killed_worker_processes_lose_nothing(
     broker: Broker, broker_url: str, read_events: Callable[[], list[str]], namespace: str
 ) -> None:
-    """500 tasks under five SIGKILLs all succeed; only tasks in flight at a kill run twice."""
+    """500 tasks under five SIGKILLs all succeed; a kill reruns only the tasks it caught in
+    flight (started and not acknowledged), and charges only those it caught running."""
     url = broker_url.split("?")[0]
     total = 500
     work = recording_tasks.sleepy.using(broker=broker)
@@ -105,11 +108,6 @@ def test_killed_worker_processes_lose_nothing(
     runs = [event.split(":") for event in read_events()]
     started = Counter(int(n) for kind, n, _pid, _attempt in runs if kind == "start")
     assert set(started) == set(range(total))
-    # A task runs again only if a kill caught it in flight: started in the killed
-    # process and not yet acknowledged. Each process holds at most `threads` +
-    # `prefetch` (by default 2 x `threads`) unacknowledged tasks, running or
-    # finished with the acknowledgement not yet sent, so each kill can cause at
-    # most that many second runs; prefetched tasks never started do not run twice.
     rerun = {n for n, count in started.items() if count > 1}
     first_pid = {}
     for kind, n, pid, _attempt in runs:
@@ -118,9 +116,31 @@ def test_killed_worker_processes_lose_nothing(
     assert {first_pid[n] for n in rerun} <= set(killed), (
         "a rerun task first ran in a killed process"
     )
+
+    def of(kind: str, pid: int) -> set[int]:
+        return {int(n) for k, n, p, _ in runs if k == kind and int(p) == pid}
+
+    last_pid = {int(n): int(pid) for kind, n, pid, _ in runs if kind == "start"}
+    in_flight = {}
     for pid in killed:
-        caught = [n for n in rerun if first_pid[n] == pid]
-        assert len(caught) <= 2 * settings.threads, f"kill of {pid} caused {len(caught)} reruns"
+        # A kill reruns at most the tasks it caught in flight: started in the killed
+        # process and not acknowledged (running, or finished with the acknowledgement
+        # on its way). Tasks it had prefetched never started there, so they run once.
+        in_flight[pid] = of("start", pid) - of("acked", pid)
+        running = of("start", pid) - of("end", pid)
+        caught = {n for n in of("start", pid) if last_pid[n] != pid}
+        assert running <= caught, f"a task the kill of {pid} cut short did not run again"
+        assert len(running) <= settings.threads, running
+        assert caught <= in_flight[pid], f"the kill of {pid} reran tasks it had not caught"
+    # Only an attempt that ran is charged: an AcknowledgementTimeout only where a kill
+    # caught the task in flight, and every other task is one attempt with no error
+    # (the ones a killed process had prefetched included).
+    for record in finals:
+        n = record.return_value
+        catches = sum(n in tasks for tasks in in_flight.values())
+        assert record.attempts == 1 + len(record.errors), record
+        assert len(record.errors) <= catches, record
+        assert all(e.exception_class_path.endswith("AcknowledgementTimeout") for e in record.errors)
 
 
 @pytest.mark.parametrize("how", ["sigterm", "ctrl-c"])
@@ -158,12 +178,16 @@ def test_graceful_stop_finishes_running_tasks_and_loses_nothing(
 def test_second_sigterm_exits_at_once_and_the_reaper_recovers(
     broker: Broker, broker_url: str, read_events: Callable[[], list[str]], namespace: str
 ) -> None:
-    """A second SIGTERM stops at once; the abandoned task is retried and succeeds later."""
+    """A second SIGTERM stops at once, saying which task it abandoned and with exit code 4;
+    the abandoned task (its start recorded) is retried and succeeds later."""
     url = broker_url.split("?")[0]
     record = recording_tasks.long_running.using(broker=broker).enqueue(url, namespace, 30.0)
     process = start_cli(broker_url, "--processes", "1", "--threads", "1", "--lease-ttl", "1")
     try:
         wait_until(lambda: len(read_events()) >= 1, 60, "the task to start")
+        backend = broker.backend
+        assert isinstance(backend, RedisBackend)
+        wait_until(lambda: start_recorded(backend, record.id), 30, "its start to be recorded")
         process.send_signal(signal.SIGTERM)
         time.sleep(0.3)  # let the first signal land before the second
         process.send_signal(signal.SIGTERM)
@@ -171,8 +195,10 @@ def test_second_sigterm_exits_at_once_and_the_reaper_recovers(
     finally:
         if process.poll() is None:
             process.kill()
-    assert process.returncode != 0, output
+    assert process.returncode == EXIT_ABANDONED, output
     assert broker.get_result(record.id).status is TaskResultStatus.RUNNING
+    assert any("abandoned while running" in line and record.id in line
+               for line in output.splitlines()), output  # fmt: skip
 
     # The task was abandoned mid-run; a new supervisor's reaper recovers it.
     process = start_cli(

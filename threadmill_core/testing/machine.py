@@ -20,7 +20,9 @@ rules use them and the backend must refuse them.
 A disagreement raises `ProtocolViolation` (an `AssertionError`) whose first
 line names the broken rule in words ("complete() accepted a stale token (a
 reaper claim replaced it)", "claim() returned tasks out of order: ... by
-priority (higher first)", "a reaper claim counted as an attempt"), followed
+priority (higher first)", "a reaper claim counted as an attempt",
+"claim_expired() charged task ..., whose expired claim never recorded a
+start", "release() accepted a lease whose start was recorded"), followed
 by the step and the expected and actual values.
 
 Time. Durations are whole hours; every advance is whole hours plus one
@@ -108,8 +110,8 @@ __all__ = [
 class BackendMachine(WorkRules, UpkeepRules, OperatorRules):
     """Rules over the whole storage interface; `make_machine` sets `harness_factory`.
 
-    The rules come from `WorkRules` (enqueue, claim, renew, decide,
-    release), `UpkeepRules` (time, the reaper, the mover) and
+    The rules come from `WorkRules` (enqueue, claim, renew, mark started,
+    decide, release), `UpkeepRules` (time, the reaper, the mover) and
     `OperatorRules` (get, peek, requeue, cancel, purge, a made-up lease);
     the checks and the invariant from their base, `CheckingMachine`.
     """

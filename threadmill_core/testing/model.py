@@ -18,6 +18,13 @@ token-clearing actions, so a refusal can be explained ("a reaper claim
 replaced it"). The machine pairs each serial with the `Lease` the backend
 returned, and checks token freshness itself.
 
+Starts. A task remembers whether its current claim's start was recorded
+(`started`, reset by every new lease and every cleared token) and how many
+times an unstarted claim of it expired and was given back
+(`unstarted_expiries`, which nothing resets). `claim_expired` gives back
+the expired tasks whose current lease is an unstarted worker claim below
+`UNSTARTED_EXPIRY_LIMIT`, exactly as `release` does, and claims the rest.
+
 Decisions. `complete` and `retry` act while the lease holds the current
 token and the task is RUNNING. With the current token on a task already in
 the state that kind of decision leaves (terminal for `complete`, READY or
@@ -50,6 +57,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from threadmill_core.backend import UNSTARTED_EXPIRY_LIMIT
 from threadmill_core.clock import from_ms, to_ms
 from threadmill_core.models import (
     JSON,
@@ -75,6 +83,9 @@ Candidate = tuple[GroupKey, str]
 #: Picks which candidates an operation takes: given all candidates in exact
 #: order and the limit, returns the ids taken, best first.
 Chooser = Callable[[list[Candidate], int], list[str]]
+#: Settles which of some tied candidates an operation reached (see
+#: `ProtocolModel.claim_expired`): given their ids, returns those it reached.
+Settler = Callable[[list[str]], list[str]]
 
 
 class ProtocolViolation(AssertionError):
@@ -148,6 +159,10 @@ class ModelTask:
     holder: int | None = None
     #: Lease serials and token-clearing actions ("requeue()", "cancel()"), in order.
     token_history: list[int | str] = field(default_factory=list)
+    #: Whether the current claim's start was recorded (`mark_started`).
+    started: bool = False
+    #: How many expired unstarted claims `claim_expired` gave back, in the task's life.
+    unstarted_expiries: int = 0
 
 
 @dataclass(frozen=True)
@@ -194,6 +209,8 @@ class Outcome:
 
 APPLIED = "a current token"
 REPEAT = "a repeat after a lost reply"
+#: The token-clearing action of `claim_expired` giving back an unstarted claim.
+GIVE_BACK = "claim_expired() giving back its unstarted claim"
 
 
 class ProtocolModel:
@@ -318,6 +335,7 @@ class ProtocolModel:
         task.holder = serial
         task.token_history.append(serial)
         task.deadline = deadline_ms
+        task.started = False
         return ExpectedLease(serial, deadline_ms, self.record(task))
 
     def claim(
@@ -439,24 +457,50 @@ class ProtocolModel:
             task.run_after = self.now_ms + delay_ms
         return Outcome(self.record(task), APPLIED)
 
-    def release(self, serial: int) -> Outcome:
-        """Give back a claimed task: READY tail, the claim's attempt undone, token cleared."""
+    def mark_started(self, serial: int) -> Outcome:
+        """Record that lease `serial`'s claim began to run; refused unless a current worker
+        claim on a RUNNING task. The record is unchanged (the answer carries it)."""
         refusal = self.refusal(serial)
         if refusal is not None:
             return Outcome(None, refusal)
         task = self.tasks[self.leases[serial].task_id]
         if task.status is not RUNNING:
             return Outcome(None, f"a lease on a task that is {task.status.value}, not RUNNING")
+        if self.leases[serial].kind == "reaper":
+            return Outcome(None, "a reaper's lease (a reaper claim is decided, never marked)")
+        verdict = REPEAT if task.started else APPLIED
+        task.started = True
+        return Outcome(self.record(task), verdict)
+
+    def release(self, serial: int) -> Outcome:
+        """Give back a claimed task that never started: READY tail, the claim's attempt
+        undone, token cleared."""
+        refusal = self.refusal(serial)
+        if refusal is not None:
+            return Outcome(None, refusal)
+        task = self.tasks[self.leases[serial].task_id]
+        if task.status is not RUNNING:
+            return Outcome(None, f"a lease on a task that is {task.status.value}, not RUNNING")
+        if self.leases[serial].kind == "reaper":
+            return Outcome(None, "a reaper's lease (a reaper claim is decided, never released)")
+        if task.started:
+            return Outcome(
+                None, "a lease whose start was recorded (a started task is not given back)"
+            )
+        self._give_back(task, next(self._ready_seq), "release()")
+        return Outcome(self.record(task), APPLIED)
+
+    def _give_back(self, task: ModelTask, ready_seq: int, action: str) -> None:
+        """Undo `task`'s current claim: READY at `ready_seq`, one attempt fewer, token cleared."""
         task.status = READY
-        task.ready_seq = next(self._ready_seq)
+        task.ready_seq = ready_seq
         task.deadline = None
         task.attempts = max(task.attempts - 1, 0)
         task.worker_ids = task.worker_ids[:-1]
         if task.attempts == 0:
             task.started_at = None
             task.last_attempted_at = None
-        self._clear_token(task, "release()")
-        return Outcome(self.record(task), APPLIED)
+        self._clear_token(task, action)
 
     # --- maintenance -----------------------------------------------------------------
 
@@ -469,13 +513,58 @@ class ProtocolModel:
         ]
         return [(self.group_key(t), t.id) for t in self._sorted(late)]
 
+    def unstarted(self, task_id: str) -> bool:
+        """Whether an expiry of the task's current claim would be given back uncharged."""
+        task = self.tasks[task_id]
+        return (
+            task.holder is not None
+            and self.leases[task.holder].kind == "worker"
+            and not task.started
+            and task.unstarted_expiries < UNSTARTED_EXPIRY_LIMIT
+        )
+
     def claim_expired(
-        self, *, limit: int, claim_ttl_ms: int, choose: Chooser = take_first
+        self,
+        *,
+        limit: int,
+        claim_ttl_ms: int,
+        choose: Chooser = take_first,
+        settle: Settler | None = None,
     ) -> list[ExpectedLease]:
-        """The reaper's claim: a fresh lease on up to `limit` expired tasks; not an attempt."""
+        """The reaper's pass: give back the expired unstarted claims it meets, and make a
+        fresh reaper lease on up to `limit` of the other expired tasks (not an attempt).
+
+        `choose` picks the claimed tasks among the charged candidates. The
+        pass stops at its `limit`-th claim, so an unstarted task after that
+        one stays as it is. Where that last claim is tied (same deadline)
+        with unstarted tasks, `settle` says which of those the pass reached
+        (default: those before it by id, as on an exact clock). Tasks given
+        back with one deadline enter READY together: tied, then by id.
+        """
+        expired = self.expired()
+        unstarted = [c for c in expired if self.unstarted(c[1])]
+        charged = [c for c in expired if not self.unstarted(c[1])]
+        claimed = choose(charged, limit)
+        back = [task_id for _, task_id in unstarted]
+        if len(claimed) >= limit and claimed:
+            last_key = next(key for key, task_id in charged if task_id == claimed[-1])
+            back = [task_id for key, task_id in unstarted if key < last_key]
+            tied = [task_id for key, task_id in unstarted if key == last_key]
+            if settle is not None:
+                back += settle(tied)
+            else:
+                back += [task_id for task_id in tied if task_id < claimed[-1]]
+        given = [self.tasks[task_id] for task_id in back]
+        for _, tied_tasks in itertools.groupby(
+            sorted(given, key=lambda t: (t.deadline or 0, t.id)), key=lambda t: t.deadline
+        ):
+            seq = next(self._ready_seq)
+            for task in tied_tasks:
+                task.unstarted_expiries += 1
+                self._give_back(task, seq, GIVE_BACK)
         return [
             self._new_lease(self.tasks[task_id], "reaper", self.now_ms + claim_ttl_ms)
-            for task_id in choose(self.expired(), limit)
+            for task_id in claimed
         ]
 
     def due(self) -> list[Candidate]:
@@ -515,6 +604,7 @@ class ProtocolModel:
 
     def _clear_token(self, task: ModelTask, action: str) -> None:
         task.holder = None
+        task.started = False
         task.token_history.append(action)
 
     def requeue(self, task_id: str) -> Outcome:

@@ -9,7 +9,10 @@ runs every one on every backend; outside it, a backend runs them as::
 
 `SCENARIOS` holds the races that fencing exists for (a late acknowledgement
 after a reap, two reaper passes, a lapsed reaper claim, inspector actions on
-running or finished tasks, repeats after a lost reply) and the orderings
+running or finished tasks, repeats after a lost reply), the rules of
+recorded starts (an unstarted claim that expires goes back uncharged, at
+most `UNSTARTED_EXPIRY_LIMIT` times; a started one is charged; `release`
+refuses a started one; `mark_started` is fenced and idempotent) and the orderings
 that are easy to get subtly wrong (queues, priority, FIFO for thousands of
 tasks enqueued in one call), and time on the backend's clock (due times,
 retry delays, result expiry, and `next_due` where the backend answers it;
@@ -20,9 +23,10 @@ enqueue, claim, complete and get (`check_payload_round_trip`).
 its documented exception and change nothing.
 
 This module is the catalogue; the scenarios live in
-`threadmill_core.testing._scenarios` by kind (``fencing``, ``ordering``,
-``clock``, ``payloads``, ``bad_input``), with the helpers they share in
-``kit`` (re-exported here: `expect`, `new_task`, `claim_one`, ...), and a
+`threadmill_core.testing._scenarios` by kind (``fencing``, ``starts``,
+``ordering``, ``clock``, ``payloads``, ``bad_input``), with the helpers they
+share in ``kit`` (re-exported here: `expect`, `new_task`, `claim_one`,
+`start_one`, ...), and a
 backend's own scenarios can join `SCENARIOS` with the `scenario` decorator.
 
 A broken rule raises `ProtocolViolation`, whose first line says which.
@@ -33,7 +37,7 @@ them too; boundaries that need an exact clock are checked only on one.
 
 from __future__ import annotations
 
-from threadmill_core.testing._scenarios import clock, fencing, ordering
+from threadmill_core.testing._scenarios import clock, fencing, ordering, starts
 from threadmill_core.testing._scenarios.bad_input import BAD_INPUT_CASES, BadCall
 from threadmill_core.testing._scenarios.clock import (
     deferred_tasks_fall_due_on_the_backend_clock,
@@ -71,10 +75,12 @@ from threadmill_core.testing._scenarios.kit import (
     failed,
     failure,
     lease_timeout,
+    mark,
     new_task,
     reap,
     registering,
     snapshot,
+    start_one,
     status_of,
     succeeded,
 )
@@ -85,9 +91,22 @@ from threadmill_core.testing._scenarios.ordering import (
     requeue_keeps_id_errors_and_attempts,
 )
 from threadmill_core.testing._scenarios.payloads import PAYLOAD_CASES, check_payload_round_trip
+from threadmill_core.testing._scenarios.starts import (
+    a_reaper_pass_gives_back_the_unstarted_claims_it_meets_beyond_its_limit,
+    a_started_claim_that_expires_is_charged,
+    an_unstarted_claim_is_given_back_at_most_the_bound_times,
+    an_unstarted_claim_that_expires_goes_back_uncharged,
+    mark_started_is_fenced_idempotent_and_changes_nothing_seen,
+    release_refuses_a_started_claim_and_a_reaper_lease,
+)
 
-#: Every named scenario, by name: the fencing races, the orderings and the clock.
-SCENARIOS: dict[str, Scenario] = {**fencing.SCENARIOS, **ordering.SCENARIOS, **clock.SCENARIOS}
+#: Every named scenario, by name: the fencing races, recorded starts, the orderings and the clock.
+SCENARIOS: dict[str, Scenario] = {
+    **fencing.SCENARIOS,
+    **starts.SCENARIOS,
+    **ordering.SCENARIOS,
+    **clock.SCENARIOS,
+}
 
 #: Register a scenario of your own in `SCENARIOS` under its function's name.
 scenario = registering(SCENARIOS)
@@ -108,6 +127,10 @@ __all__ = [
     "BadCall",
     "Scenario",
     "a_lease_from_before_a_purge_cannot_decide_the_id_enqueued_again",
+    "a_reaper_pass_gives_back_the_unstarted_claims_it_meets_beyond_its_limit",
+    "a_started_claim_that_expires_is_charged",
+    "an_unstarted_claim_is_given_back_at_most_the_bound_times",
+    "an_unstarted_claim_that_expires_goes_back_uncharged",
     "cancel_of_a_running_task_is_refused",
     "check_payload_round_trip",
     "claim_one",
@@ -123,9 +146,12 @@ __all__ = [
     "late_acknowledgement_after_a_reap_is_refused",
     "lease_expiry_leaves_attempts_unchanged",
     "lease_timeout",
+    "mark",
+    "mark_started_is_fenced_idempotent_and_changes_nothing_seen",
     "new_task",
     "next_due_counts_down_to_the_earliest_deferred_task",
     "reap",
+    "release_refuses_a_started_claim_and_a_reaper_lease",
     "repeated_complete_after_a_lost_reply_answers_as_the_first_time",
     "repeated_retry_after_a_lost_reply_answers_as_the_first_time",
     "requeue_and_cancel_end_the_repeat_window",
@@ -136,6 +162,7 @@ __all__ = [
     "scenario",
     "snapshot",
     "stale_reaper_decision_after_its_claim_lapsed_is_refused",
+    "start_one",
     "status_of",
     "succeeded",
     "two_reaper_passes_at_once_never_claim_one_task",

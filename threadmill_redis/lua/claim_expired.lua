@@ -1,8 +1,14 @@
--- The reaper's claim: up to `limit` RUNNING tasks whose lease deadline has
--- passed, oldest first over all queues, each given a fresh token and the
--- deadline now + claim_ms so no other pass decides it; an undecided claim
--- lapses like any lease and is taken up again. Not an attempt: attempts,
--- worker ids and last_attempted_at are unchanged.
+-- The reaper's pass over RUNNING tasks whose lease deadline has passed, oldest
+-- first over all queues (then by id). A task held by a worker's claim whose
+-- start was never recorded, given back fewer than `limit_unstarted` times
+-- before, goes back to READY with that claim undone (lib/give_back) and its
+-- count of such give-backs one higher; it is not returned and does not count
+-- toward `limit`. Any other (a recorded start, the bound reached, a lapsed
+-- reaper claim) gets a fresh token and the deadline now + claim_ms, so no
+-- other pass decides it, and is returned; an undecided claim lapses like any
+-- lease and is taken up again. A reaper claim is not an attempt: attempts,
+-- worker ids and last_attempted_at are unchanged. The pass stops at its
+-- `limit`-th claim.
 --
 --   KEYS[1]  payload     HASH id -> the record as enqueued (codec bytes, opaque here)
 --   KEYS[2]  state       HASH id -> packed task state (see lib/parse_task)
@@ -20,17 +26,23 @@
 --   KEYS[14] finished    ZSET terminal ids by finished_at ms
 --   KEYS[15] counters    HASH seq and token counters
 --   KEYS[16] queues      HASH queue -> number of tasks stored
---   ARGV[1]  limit     most tasks to claim
---   ARGV[2]  claim_ms  claim length in milliseconds
+--   KEYS[17] starts      HASH id -> "<unstarted expiries>|<claim>" (see lib/load_start)
+--   ARGV[1]  limit            most tasks to claim
+--   ARGV[2]  claim_ms         claim length in milliseconds
+--   ARGV[3]  limit_unstarted  UNSTARTED_EXPIRY_LIMIT: most give-backs in a task's life
 --
--- Reply: one OK row per claimed task, oldest deadline first, payload
--- included (lib/task_row).
+-- Reply: first the queue of each task given back (a list, one entry per
+-- task, for the caller to wake their workers), then one OK row per claimed
+-- task, oldest deadline first, payload included (lib/task_row).
 
 --@include "lib/code"
+--@include "lib/give_back"
 --@include "lib/index_task"
+--@include "lib/load_start"
 --@include "lib/load_task"
 --@include "lib/new_token"
 --@include "lib/now_ms"
+--@include "lib/save_start"
 --@include "lib/save_task"
 --@include "lib/task_row"
 --@include "lib/unindex_task"
@@ -38,18 +50,41 @@
 --@keys
 local limit = tonumber(ARGV[1])
 local claim_ms = tonumber(ARGV[2])
+local limit_unstarted = tonumber(ARGV[3])
 
 local now = now_ms()
-local rows = {}
--- A lease is valid before its deadline and expired from it on.
-for _, id in ipairs(redis.call('ZRANGEBYSCORE', K.leases, '-inf', now, 'LIMIT', 0, limit)) do
-  local t = load_task(K, id)
-  unindex_task(K, t)
-  t.token = new_token(K)
-  t.deadline = now + claim_ms
-  t.sort = t.deadline
-  save_task(K, t)
-  index_task(K, t)
-  rows[#rows + 1] = task_row(K, t, code('OK'), true)
+local given_back = {}
+local reply, claimed = { given_back }, 0
+-- A lease is valid before its deadline and expired from it on. Each task met
+-- leaves the expired range (given back, or claimed until later), so asking
+-- again finds the next ones; given-back tasks do not use up `limit`.
+while claimed < limit do
+  local ids = redis.call('ZRANGEBYSCORE', K.leases, '-inf', now, 'LIMIT', 0, limit - claimed)
+  if #ids == 0 then
+    break
+  end
+  for _, id in ipairs(ids) do
+    local t = load_task(K, id)
+    if t == nil then
+      redis.call('ZREM', K.leases, id) -- an index entry without its task: drop it
+    else
+      local count, claim = load_start(K, id)
+      if claim ~= t.token and claim ~= 'r' .. t.token and count < limit_unstarted then
+        give_back(K, t)
+        save_start(K, id, count + 1, '')
+        given_back[#given_back + 1] = t.queue
+      else
+        unindex_task(K, t)
+        t.token = new_token(K)
+        t.deadline = now + claim_ms
+        t.sort = t.deadline
+        save_task(K, t)
+        index_task(K, t)
+        save_start(K, id, count, 'r' .. t.token)
+        claimed = claimed + 1
+        reply[claimed + 1] = task_row(K, t, code('OK'), true)
+      end
+    end
+  end
 end
-return rows
+return reply

@@ -19,6 +19,7 @@
 --   KEYS[16] queues      HASH queue -> number of tasks stored
 --   KEYS[17] rates       HASH telemetry: "<second>|<queue>|e" (or "|f") -> tasks entered (finished)
 --   KEYS[18] rate_index  ZSET telemetry: "<second>|<queue>" -> second
+--   KEYS[19] starts      HASH id -> "<unstarted expiries>|<claim>" (deleted with the task)
 --   ARGV[1]  id            the task
 --   ARGV[2]  token         the lease's token
 --   ARGV[3]  status        SUCCESSFUL or FAILED

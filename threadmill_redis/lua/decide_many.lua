@@ -21,7 +21,8 @@
 --   KEYS[16] queues      HASH queue -> number of tasks stored
 --   KEYS[17] rates       HASH telemetry: "<second>|<queue>|e" (or "|f") -> tasks entered (finished)
 --   KEYS[18] rate_index  ZSET telemetry: "<second>|<queue>" -> second
---   KEYS[19..] notify lists, indexed from ARGV
+--   KEYS[19] starts      HASH id -> "<unstarted expiries>|<claim>" (deleted with the task)
+--   KEYS[20..] notify lists, indexed from ARGV
 -- Arguments:
 --   ARGV[1]  result_ttl_ms  result retention in milliseconds
 --   ARGV[2]  prune_batch    most expired results to delete

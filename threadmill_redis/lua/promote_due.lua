@@ -18,6 +18,7 @@
 --   KEYS[14] finished    ZSET terminal ids by finished_at ms
 --   KEYS[15] counters    HASH seq and token counters
 --   KEYS[16] queues      HASH queue -> number of tasks stored
+--   KEYS[17] starts      HASH id -> "<unstarted expiries>|<claim>" (deleted with the task)
 --   ARGV[1]  limit          most tasks to promote
 --   ARGV[2]  result_ttl_ms  result retention in milliseconds
 --   ARGV[3]  prune_batch    most expired results to delete

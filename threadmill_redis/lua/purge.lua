@@ -18,6 +18,7 @@
 --   KEYS[14] finished    ZSET terminal ids by finished_at ms
 --   KEYS[15] counters    HASH seq and token counters
 --   KEYS[16] queues      HASH queue -> number of tasks stored
+--   KEYS[17] starts      HASH id -> "<unstarted expiries>|<claim>" (deleted with the task)
 --   ARGV[1]  queue          the queue
 --   ARGV[2]  status         READY, DEFERRED, SUCCESSFUL, FAILED or CANCELLED
 --   ARGV[3]  batch          most tasks to delete in this call

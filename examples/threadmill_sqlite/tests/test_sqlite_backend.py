@@ -84,6 +84,7 @@ def test_a_lease_expires_at_its_deadline(fake: FakeClockBackend) -> None:
     """A lease whose deadline is exactly now has expired (at or before now)."""
     fake.enqueue([new("a")])
     (lease,) = fake.claim(["default"], worker="w", lease_ttl=HOUR)
+    assert fake.mark_started([lease]) == [True]  # started: its expiry goes to the reaper
     fake.clock.advance(HOUR - timedelta(milliseconds=1))
     assert fake.claim_expired(limit=5, claim_ttl=HOUR) == []
     fake.clock.advance(timedelta(milliseconds=1))
@@ -214,10 +215,42 @@ def test_a_newer_schema_is_refused(db_path: Path) -> None:
     """A file written by another schema version is refused, not misread."""
     SQLiteBackend(db_path).close()
     conn = sqlite3.connect(db_path, isolation_level=None)
-    conn.execute("UPDATE threadmill_meta SET value = 2 WHERE name = 'schema_version'")
+    conn.execute("UPDATE threadmill_meta SET value = 3 WHERE name = 'schema_version'")
     conn.close()
-    with pytest.raises(SQLiteBackendError, match="schema version 2"):
+    with pytest.raises(SQLiteBackendError, match="schema version 3"):
         SQLiteBackend(db_path)
+
+
+def test_a_file_of_schema_version_1_is_migrated_and_its_running_tasks_read_unstarted(
+    db_path: Path,
+) -> None:
+    """A version 1 file (before recorded starts) opens as version 2, its data kept, and a task
+    it left RUNNING goes back uncharged when its lease expires (the side of running again)."""
+    with ShiftedClockBackend(db_path) as backend:
+        backend.enqueue([new("running"), new("done")])
+        running, done = backend.claim(["default"], worker="w", lease_ttl=HOUR, limit=2)
+        assert backend.mark_started([running]) == [True]
+        assert finish(backend, done) is not None
+    conn = sqlite3.connect(db_path, isolation_level=None)
+    conn.execute("ALTER TABLE threadmill_tasks DROP COLUMN claim")
+    conn.execute("ALTER TABLE threadmill_tasks DROP COLUMN unstarted_expiries")
+    conn.execute("UPDATE threadmill_meta SET value = 1 WHERE name = 'schema_version'")
+    conn.close()
+    with ShiftedClockBackend(db_path) as backend:
+        kept = backend.get("done")
+        assert kept is not None
+        assert kept.status is SUCCESSFUL
+        backend.advance(2 * HOUR)
+        assert backend.claim_expired(limit=5, claim_ttl=HOUR) == []
+        again = backend.get("running")
+        assert again is not None
+        assert (again.status, again.attempts, again.errors) == (READY, 0, ())
+    conn = sqlite3.connect(db_path, isolation_level=None)
+    (version,) = conn.execute(
+        "SELECT value FROM threadmill_meta WHERE name = 'schema_version'"
+    ).fetchone()
+    conn.close()
+    assert version == 2
 
 
 def test_the_file_is_in_wal_mode(plain_backend: SQLiteBackend) -> None:
@@ -235,9 +268,9 @@ def test_the_file_is_in_wal_mode(plain_backend: SQLiteBackend) -> None:
 def test_tokens_are_fresh_random_128_bit_values(backend: ShiftedClockBackend) -> None:
     """Every claim and reaper claim gets a new 128-bit token, never one seen before."""
     backend.enqueue([new(f"t{i}") for i in range(20)])
-    tokens = [
-        lease.token for lease in backend.claim(["default"], worker="w", lease_ttl=HOUR, limit=20)
-    ]
+    leases = backend.claim(["default"], worker="w", lease_ttl=HOUR, limit=20)
+    assert backend.mark_started(leases) == [True] * 20
+    tokens = [lease.token for lease in leases]
     backend.advance(2 * HOUR)
     tokens += [lease.token for lease in backend.claim_expired(limit=20, claim_ttl=HOUR)]
     assert len(set(tokens)) == 40
@@ -287,7 +320,8 @@ def test_poison_in_ready_is_quarantined_by_claim_and_does_not_use_the_limit(
 def test_poison_in_running_is_quarantined_by_the_reaper(backend: ShiftedClockBackend) -> None:
     """`claim_expired` finalizes an undecodable RUNNING task FAILED, keeping what still reads."""
     backend.enqueue([new("p"), new("z")])
-    first, _ = backend.claim(["default"], worker="w1", lease_ttl=HOUR, limit=2)
+    first, second = backend.claim(["default"], worker="w1", lease_ttl=HOUR, limit=2)
+    assert backend.mark_started([first, second]) == [True, True]
     plant_raw(backend, first.task_id, payload=b"[]")
     backend.advance(2 * HOUR)
     reaped = backend.claim_expired(limit=1, claim_ttl=HOUR)

@@ -8,6 +8,7 @@ import selectors
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -18,7 +19,7 @@ from threadmill_core.maintenance import reap
 from threadmill_core.models import TaskResult, TaskResultStatus
 
 import sqlite_tasks
-from threadmill_sqlite.testing import ShiftedClockBackend
+from threadmill_sqlite.testing import ShiftedClockBackend, start_recorded
 
 pytestmark = [
     pytest.mark.slow,
@@ -136,13 +137,19 @@ def test_processes_claiming_from_one_file_never_claim_a_task_twice(
 def test_a_worker_killed_mid_task_loses_nothing(
     db_path: Path, children: list[subprocess.Popen[str]]
 ) -> None:
-    """A worker killed with SIGKILL mid-task leaves its task to the reaper, which retries it."""
+    """A worker killed with SIGKILL mid-task, once the task's start is recorded, leaves the
+    task to the reaper, which retries it; the task it had prefetched goes back uncharged."""
     url = f"sqlite://{db_path}"
     with connect(url) as broker:
         enqueued = sqlite_tasks.hang_on_first_attempt.using(broker=broker).enqueue("report")
-    doomed = spawn("sqlite_worker_main.py", url, "doomed-worker", "run")
-    children.append(doomed)
-    assert read_line(doomed) == f"started {enqueued.id}"
+        prefetched = sqlite_tasks.add.using(broker=broker).enqueue(1, 2)
+        doomed = spawn("sqlite_worker_main.py", url, "doomed-worker", "run")
+        children.append(doomed)
+        assert read_line(doomed) == f"started {enqueued.id}"
+        deadline = time.monotonic() + CHILD_TIMEOUT
+        while not start_recorded(broker.backend, enqueued.id):  # type: ignore[arg-type]  # an SQLiteBackend
+            assert time.monotonic() < deadline, "the worker never recorded the task's start"
+            time.sleep(0.01)
     doomed.send_signal(signal.SIGKILL)
     doomed.wait(CHILD_TIMEOUT)
 
@@ -157,8 +164,13 @@ def test_a_worker_killed_mid_task_loses_nothing(
         reaper.advance(timedelta(hours=1, minutes=1))
         assert reap(reaper) == 1
         retried = reaper.get(enqueued.id)
+        back = reaper.get(prefetched.id)
     finally:
         reaper.close()
+    assert back is not None
+    assert (back.status, back.attempts, back.errors, back.worker_ids) == (
+        TaskResultStatus.READY, 0, (), (),
+    )  # fmt: skip
     assert retried is not None
     assert retried.status is TaskResultStatus.READY
     assert (retried.attempts, retried.worker_ids) == (1, ("doomed-worker",))
@@ -171,8 +183,11 @@ def test_a_worker_killed_mid_task_loses_nothing(
     assert survivor.returncode == 0, err
     with connect(url) as broker:
         final = broker.backend.get(enqueued.id)
+        added = broker.backend.get(prefetched.id)
     assert final is not None
     assert final.status is TaskResultStatus.SUCCESSFUL
+    assert added is not None
+    assert (added.status, added.attempts, added.return_value) == (TaskResultStatus.SUCCESSFUL, 1, 3)
     assert final.return_value == "report done on attempt 2"
     assert final.worker_ids == ("doomed-worker", "survivor")
     assert [error.exception_class_path for error in final.errors] == [ACK_TIMEOUT]

@@ -27,7 +27,19 @@ from threadmill_sqlite.errors import DatabaseLocked, SQLiteBackendError
 
 log = logging.getLogger("threadmill_sqlite")
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+#: What brings a file of each older version to the next: version -> statements.
+#: Run in the transaction that applies ``schema.sql``, so a file is migrated
+#: whole or not at all, once, even by two processes opening it at once.
+MIGRATIONS = {
+    1: (
+        # Recorded starts: a RUNNING task of version 1 reads as a claim never
+        # started, so its expiry gives it back uncharged (the side of running again).
+        "ALTER TABLE threadmill_tasks ADD COLUMN claim TEXT NOT NULL DEFAULT 'unstarted' "
+        "CHECK (claim IN ('unstarted', 'started', 'reaper'))",
+        "ALTER TABLE threadmill_tasks ADD COLUMN unstarted_expiries INTEGER NOT NULL DEFAULT 0",
+    ),
+}
 #: The `synchronous` settings offered, and their pragma values.
 SYNCHRONOUS = {"full": "FULL", "normal": "NORMAL"}
 SCHEMA = resources.files("threadmill_sqlite").joinpath("schema.sql").read_text(encoding="utf-8")
@@ -162,13 +174,24 @@ class Database:
             time.sleep(0.01)
 
     def _apply_schema(self) -> None:
-        """Create what ``schema.sql`` describes, if missing; refuse another schema version."""
+        """Create what ``schema.sql`` describes, if missing, and migrate an older version;
+        refuse a newer one."""
         with self.transaction(write=True, doing="applying the schema") as tx:
             for statement in _statements(SCHEMA):
                 tx.execute(statement)
             row = tx.execute(
                 "SELECT value FROM threadmill_meta WHERE name = 'schema_version'"
             ).fetchone()
+            while row is not None and row[0] in MIGRATIONS:
+                for statement in MIGRATIONS[row[0]]:
+                    tx.execute(statement)
+                tx.execute(
+                    "UPDATE threadmill_meta SET value = ? WHERE name = 'schema_version'",
+                    (row[0] + 1,),
+                )
+                log.info("%s: migrated threadmill_sqlite schema version %d to %d",
+                         self.path, row[0], row[0] + 1)  # fmt: skip
+                row = (row[0] + 1,)
         if row is None or row[0] != SCHEMA_VERSION:
             raise SQLiteBackendError(
                 f"{self.path} holds threadmill_sqlite schema version "

@@ -29,6 +29,11 @@ Results expire: every write transaction first deletes terminal tasks whose
 ``finished_at + result_ttl`` is not after now, and reads leave such rows
 out, so a result is gone at the same moment for every reader.
 
+Recorded starts: the ``claim`` column says who holds a RUNNING task's token
+(a worker's claim whose start is recorded or not, or the reaper), and
+``unstarted_expiries`` how many expired unstarted claims were given back;
+every claim resets the first, nothing the second.
+
 Tokens are 128 random bits, so a token is never reused, across tasks,
 processes, or a task purged and enqueued again. A task keeps its token after
 `complete` or `retry` (that is how a repeated decision is recognised) until
@@ -58,6 +63,7 @@ from typing import Any
 from threadmill_core.backend import (
     NOTHING_DEFERRED,
     RATE_HISTORY,
+    UNSTARTED_EXPIRY_LIMIT,
     Backend,
     check_decision,
     check_limit,
@@ -109,7 +115,9 @@ SEGMENT_ORDER: Mapping[TaskResultStatus, str] = {
 }
 
 #: A task query: what `_rows.decode` reads, and the lease columns.
-SELECT_TASK = f"SELECT {_rows.COLUMNS}, token, deadline FROM threadmill_tasks"
+SELECT_TASK = (
+    f"SELECT {_rows.COLUMNS}, token, deadline, claim, unstarted_expiries FROM threadmill_tasks"
+)
 #: Rows a read may see: not a result that expired (its `finished_at` <= the cutoff).
 VISIBLE = "(finished_at IS NULL OR finished_at > ?)"
 
@@ -295,7 +303,8 @@ class SQLiteBackend(Backend):
                         token = _new_token()
                         (stored,) = conn.execute(
                             "UPDATE threadmill_tasks SET status = 'RUNNING', ready_seq = NULL, "
-                            "token = ?, deadline = ?, attempts = attempts + 1, "
+                            "token = ?, claim = 'unstarted', deadline = ?, "
+                            "attempts = attempts + 1, "
                             "last_attempted_at = ?, started_at = COALESCE(started_at, ?), "
                             f"worker_ids = ? WHERE id = ? RETURNING {_rows.COLUMNS}",
                             (
@@ -421,6 +430,22 @@ class SQLiteBackend(Backend):
         ).fetchall()
         return _rows.decode(stored)
 
+    def mark_started(self, leases: Sequence[Lease]) -> list[bool]:
+        """Every mark in one transaction, each fenced on its own; answers in order."""
+        leases = list(leases)
+        if not leases:
+            return []
+        answers: list[bool] = []
+        with self._write("mark_started") as (conn, _now_ms):
+            for lease in leases:
+                cursor = conn.execute(
+                    "UPDATE threadmill_tasks SET claim = 'started' WHERE id = ? AND token = ? "
+                    "AND status = 'RUNNING' AND claim != 'reaper'",
+                    (lease.task_id, lease.token),
+                )
+                answers.append(cursor.rowcount == 1)
+        return answers
+
     def release(self, leases: Sequence[Lease]) -> list[TaskResult | None]:
         """Every release in one transaction, each fenced on its own; answers in order."""
         leases = list(leases)
@@ -430,30 +455,40 @@ class SQLiteBackend(Backend):
         with self._write("release") as (conn, _now_ms):
             for lease in leases:
                 row = self._row(conn, lease.task_id)
-                if row is None or row["token"] != lease.token or row["status"] != RUNNING.value:
+                if (
+                    row is None
+                    or row["token"] != lease.token
+                    or row["status"] != RUNNING.value
+                    or row["claim"] != "unstarted"
+                ):
                     answers.append(None)
                     continue
-                record = _rows.decode(row)
-                attempts = max(record.attempts - 1, 0)
-                (stored,) = conn.execute(
-                    "UPDATE threadmill_tasks SET status = 'READY', ready_seq = ?, token = NULL, "
-                    "deadline = NULL, attempts = ?, worker_ids = ?, "
-                    "started_at = CASE WHEN ? THEN started_at END, "
-                    "last_attempted_at = CASE WHEN ? THEN last_attempted_at END "
-                    f"WHERE id = ? RETURNING {_rows.COLUMNS}",
-                    (
-                        self._next_ready_seq(conn),
-                        attempts,
-                        _rows.encode_worker_ids(record.worker_ids[:-1]),
-                        attempts > 0,
-                        attempts > 0,
-                        record.id,
-                    ),
-                ).fetchall()
-                answers.append(_rows.decode(stored))
+                answers.append(self._give_back(conn, _rows.decode(row), row["unstarted_expiries"]))
         if any(answer is not None for answer in answers):
             self._notify()
         return answers
+
+    def _give_back(self, conn: sqlite3.Connection, record: TaskResult, expiries: int) -> TaskResult:
+        """Undo a RUNNING task's claim: READY tail, attempt and worker undone, token cleared."""
+        attempts = max(record.attempts - 1, 0)
+        (stored,) = conn.execute(
+            "UPDATE threadmill_tasks SET status = 'READY', ready_seq = ?, token = NULL, "
+            "claim = 'unstarted', deadline = NULL, attempts = ?, worker_ids = ?, "
+            "unstarted_expiries = ?, "
+            "started_at = CASE WHEN ? THEN started_at END, "
+            "last_attempted_at = CASE WHEN ? THEN last_attempted_at END "
+            f"WHERE id = ? RETURNING {_rows.COLUMNS}",
+            (
+                self._next_ready_seq(conn),
+                attempts,
+                _rows.encode_worker_ids(record.worker_ids[:-1]),
+                expiries,
+                attempts > 0,
+                attempts > 0,
+                record.id,
+            ),
+        ).fetchall()
+        return _rows.decode(stored)
 
     def wait_for_tasks(self, queues: Sequence[str], timeout: timedelta) -> bool:
         """Block until `queues` have a READY (or due DEFERRED) task, `timeout` passed, or `close`.
@@ -515,9 +550,12 @@ class SQLiteBackend(Backend):
     # --- maintenance -------------------------------------------------------------------
 
     def claim_expired(self, *, limit: int, claim_ttl: timedelta) -> list[Lease]:
+        """The reaper's pass, in one transaction: unstarted claims given back, the rest
+        claimed; an undecodable task it meets is quarantined."""
         check_limit(limit)
         claim_ms = ttl_ms("claim_ttl", claim_ttl)
         leases: list[Lease] = []
+        given_back = False
         with self._write("claim_expired") as (conn, now_ms):
             deadline_ms = now_ms + claim_ms
             while len(leases) < limit:
@@ -532,13 +570,22 @@ class SQLiteBackend(Backend):
                     record = self._decode_or_quarantine(conn, row, now_ms)
                     if record is None:
                         continue
-                    # Not an attempt: only the token and the deadline change.
+                    expiries = row["unstarted_expiries"]
+                    if row["claim"] == "unstarted" and expiries < UNSTARTED_EXPIRY_LIMIT:
+                        # Never ran: back to READY uncharged, counted toward the bound.
+                        self._give_back(conn, record, expiries + 1)
+                        given_back = True
+                        continue
+                    # Not an attempt: only the token, its holder and the deadline change.
                     token = _new_token()
                     conn.execute(
-                        "UPDATE threadmill_tasks SET token = ?, deadline = ? WHERE id = ?",
+                        "UPDATE threadmill_tasks SET token = ?, claim = 'reaper', deadline = ? "
+                        "WHERE id = ?",
                         (token, deadline_ms, record.id),
                     )
                     leases.append(Lease(token=token, deadline=from_ms(deadline_ms), record=record))
+        if given_back:
+            self._notify()
         return leases
 
     def promote_due(self, *, limit: int) -> int:

@@ -1,6 +1,9 @@
--- The threadmill_sqlite schema, version 1. Applied by `Database` on every
+-- The threadmill_sqlite schema, version 2. Applied by `Database` on every
 -- connect, inside one BEGIN IMMEDIATE ... COMMIT, so it is idempotent and two
--- processes opening a new file at once cannot both half-create it.
+-- processes opening a new file at once cannot both half-create it. A file of
+-- version 1 is brought to version 2 in the same transaction (see
+-- `_database.MIGRATIONS`): it gains the columns `claim` and
+-- `unstarted_expiries`, every RUNNING task reading as a claim never started.
 --
 -- A task is one row of threadmill_tasks. `payload` is the record as the
 -- codec (threadmill_core.codec) encoded it at enqueue, with every field the
@@ -18,7 +21,7 @@ CREATE TABLE IF NOT EXISTS threadmill_meta (
 
 -- schema_version: what this file describes; a different number is refused.
 -- ready_seq: the backend-wide "entered READY" sequence (its last value).
-INSERT OR IGNORE INTO threadmill_meta (name, value) VALUES ('schema_version', 1);
+INSERT OR IGNORE INTO threadmill_meta (name, value) VALUES ('schema_version', 2);
 INSERT OR IGNORE INTO threadmill_meta (name, value) VALUES ('ready_seq', 0);
 
 CREATE TABLE IF NOT EXISTS threadmill_tasks (
@@ -32,6 +35,13 @@ CREATE TABLE IF NOT EXISTS threadmill_tasks (
     run_after         INTEGER,           -- the record's run_after; DEFERRED: when it is due
     deadline          INTEGER,           -- RUNNING: the current lease's deadline
     token             TEXT,              -- the current lease's token, kept for repeats
+    claim             TEXT NOT NULL DEFAULT 'unstarted' CHECK (claim IN
+                          ('unstarted', 'started', 'reaper')),
+                                         -- RUNNING: who holds the token: a worker's claim
+                                         -- whose start is not recorded (or was never
+                                         -- claimed), one whose start is, or the reaper
+    unstarted_expiries INTEGER NOT NULL DEFAULT 0,
+                                         -- expired unstarted claims given back, ever
     enqueued_at       INTEGER NOT NULL,
     started_at        INTEGER,
     last_attempted_at INTEGER,

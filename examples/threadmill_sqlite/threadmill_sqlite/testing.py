@@ -141,3 +141,12 @@ def status_of(backend: SQLiteBackend, task_id: str) -> TaskResultStatus | None:
         ).fetchone()
     conn.close()
     return None if row is None else TaskResultStatus(row[0])
+
+
+def start_recorded(backend: SQLiteBackend, task_id: str) -> bool:
+    """Whether the task's current claim has its start recorded (`mark_started`), read
+    straight from its column by a connection of its own (False if absent)."""
+    with sqlite3.connect(backend.path) as conn:
+        row = conn.execute("SELECT claim FROM threadmill_tasks WHERE id = ?", (task_id,)).fetchone()
+    conn.close()
+    return row is not None and row[0] == "started"

@@ -22,7 +22,9 @@ from threadmill_core.testing._machine.checks import CheckingMachine
 from threadmill_core.testing._machine.values import (
     BACKEND_FIELDS,
     DEFERRED,
+    GIVE_BACK_HINTS,
     MAX_ADVANCES,
+    READY,
     REAPER_HINTS,
     SUCCESSFUL,
     LeaseRef,
@@ -30,7 +32,7 @@ from threadmill_core.testing._machine.values import (
     TaskSpec,
     Verdict,
 )
-from threadmill_core.testing.model import Outcome
+from threadmill_core.testing.model import APPLIED, Candidate, Outcome
 
 
 class CallingMachine(CheckingMachine):
@@ -228,23 +230,104 @@ class CallingMachine(CheckingMachine):
             hints["return_value"] = f"{op} must store return_value for SUCCESSFUL only"
             self.check_outcome(op, self.predict(decision), answer, hints)
 
+    def do_mark_started(self, refs: Sequence[LeaseRef]) -> None:
+        """Mark starts in one `mark_started` on both sides and check every answer."""
+        got = self.backend.mark_started([ref.lease for ref in refs])
+        if not isinstance(got, list) or len(got) != len(refs):
+            self.fail("mark_started() must answer once per lease, in order", len(refs), got)
+        for ref, answer in zip(refs, got, strict=True):
+            if type(answer) is not bool:
+                self.fail("mark_started() must answer True or False per lease", "a bool", answer)
+            outcome = self.model.mark_started(ref.serial)
+            if outcome.refused and answer:
+                self.fail(f"mark_started() accepted {outcome.verdict}", False, answer)
+            if not outcome.refused and not answer:
+                again = (
+                    "; a mark repeated must be answered True" if outcome.verdict != APPLIED else ""
+                )
+                self.fail(f"mark_started() refused {outcome.verdict}{again}", True, answer)
+            if outcome.refused:
+                self.last_refusal = f"mark_started() refused {outcome.verdict} (correctly)"
+
+    def do_release(self, refs: Sequence[LeaseRef]) -> None:
+        """Give back claimed tasks in one `release` on both sides and check every answer."""
+        got = self.backend.release([ref.lease for ref in refs])
+        if not isinstance(got, list) or len(got) != len(refs):
+            self.fail("release() must answer once per lease, in order", len(refs), got)
+        hints = {
+            "status": "release() must send the task back to READY",
+            "attempts": "release() must undo the claim's attempt (attempts - 1)",
+            "worker_ids": "release() must drop the claim's worker from worker_ids",
+            "started_at": "release() must clear started_at when no attempt is left",
+            "last_attempted_at": "release() must clear last_attempted_at when no attempt is left",
+        }
+        for ref, answer in zip(refs, got, strict=True):
+            self.check_outcome("release()", self.model.release(ref.serial), answer, hints)
+
     # --- maintenance -----------------------------------------------------------------
 
     def do_claim_expired(self, limit: int, claim_ttl: timedelta) -> list[LeaseRef]:
-        """One reaper pass on both sides; the leases it must have returned."""
+        """One reaper pass on both sides; the leases it must have returned.
+
+        Before the model moves, the tasks it would give back (unstarted
+        claims) and charge are known, so a backend that charges the one or
+        gives back the other is told which rule it broke.
+        """
         got = self.backend.claim_expired(limit=limit, claim_ttl=claim_ttl)
         if not isinstance(got, list) or not all(isinstance(lease, Lease) for lease in got):
             self.fail("claim_expired() must return a list of Lease", "list[Lease]", got)
+        got_ids = [lease.record.id for lease in got]
+        expired = {task_id for _, task_id in self.model.expired()}
+        unstarted = {task_id for task_id in expired if self.model.unstarted(task_id)}
+        for task_id in got_ids:
+            if task_id in unstarted:
+                self.fail(
+                    f"claim_expired() charged task {task_id!r}, whose expired claim never "
+                    "recorded a start: it must go back to READY uncharged (at most "
+                    "UNSTARTED_EXPIRY_LIMIT times), not to the reaper",
+                    "given back",
+                    "claimed",
+                )
+        claimed_ids = set(got_ids)
+
+        def settle(tied: list[str]) -> list[str]:
+            # Tied with the pass's last claim: whether the pass reached one is
+            # the backend's order within the tie, so its state says.
+            return [i for i in tied if (r := self.backend.get(i)) is not None and r.status is READY]
+
+        choose = self.chooser(
+            "claim_expired()",
+            EXPIRED_ORDER,
+            got_ids,
+            "claimed tasks whose lease (or reaper claim) has not expired",
+        )
+
+        def choose_charged(candidates: list[Candidate], wanted: int) -> list[str]:
+            for _, task_id in candidates[:wanted]:
+                stored = self.backend.get(task_id)
+                if task_id not in claimed_ids and stored is not None and stored.status is READY:
+                    self.fail(
+                        f"claim_expired() gave back task {task_id!r}, whose expired claim was "
+                        "charged (a recorded start, a reaper's claim, or the bound "
+                        "UNSTARTED_EXPIRY_LIMIT reached): it must be claimed for the reaper",
+                        "claimed",
+                        "given back to READY",
+                    )
+            return choose(candidates, wanted)
+
         expected = self.model.claim_expired(
             limit=limit,
             claim_ttl_ms=duration_ms(claim_ttl),
-            choose=self.chooser(
-                "claim_expired()",
-                EXPIRED_ORDER,
-                [lease.record.id for lease in got],
-                "claimed tasks whose lease (or reaper claim) has not expired",
-            ),
+            choose=choose_charged,
+            settle=None if self.exact else settle,
         )
+        for task_id in sorted(unstarted):
+            model_task = self.model.tasks[task_id]
+            if model_task.status is READY:
+                self.check_record(
+                    "claim_expired()", self.model.record(model_task), self.backend.get(task_id),
+                    GIVE_BACK_HINTS,
+                )  # fmt: skip
         return [
             self.check_new_lease("claim_expired()", e, g, REAPER_HINTS)
             for e, g in zip(expected, got, strict=True)

@@ -45,7 +45,7 @@ class UpkeepRules(CallingMachine):
         claim_ttl=st.sampled_from(CLAIM_TTLS),
     )
     def claim_expired(self, limit: int, claim_ttl: timedelta) -> Any:
-        """A reaper pass over expired leases."""
+        """A reaper pass over expired leases: unstarted claims given back, the rest claimed."""
         self.begin(f"claim_expired(limit={limit}, claim_ttl={claim_ttl})")
         return multiple(*self.do_claim_expired(limit, claim_ttl))
 
@@ -53,18 +53,29 @@ class UpkeepRules(CallingMachine):
     @rule(
         target=leases,
         lease=leases,
-        actions=st.permutations(("complete", "retry", "extend", "decide_many")),
+        actions=st.permutations(
+            ("complete", "retry", "extend", "decide_many", "mark_started", "release")
+        ),
         claim_ttl=st.sampled_from(CLAIM_TTLS),
         error=ts.task_errors(),
+        start_first=st.booleans(),
     )
     def use_lease_after_reap(
-        self, lease: LeaseRef, actions: list[str], claim_ttl: timedelta, error: TaskError
+        self,
+        lease: LeaseRef,
+        actions: list[str],
+        claim_ttl: timedelta,
+        error: TaskError,
+        start_first: bool,
     ) -> Any:
         """Let a current lease expire and reap it, then try every fenced operation with it.
 
-        Each must be refused and change nothing. All four are tried (in a
-        drawn order) because this is the race fencing exists for, and a
-        missing token check in any one of them is the commonest bug.
+        A worker's claim is marked started first, or not (drawn): a started
+        claim is claimed by the reaper, an unstarted one given back to READY.
+        Either way each fenced operation with the old lease must then be
+        refused and change nothing. All six are tried (in a drawn order)
+        because this is the race fencing exists for, and a missing token
+        check in any one of them is the commonest bug.
         """
         task = self.model.tasks.get(lease.task_id)
         if (
@@ -73,6 +84,9 @@ class UpkeepRules(CallingMachine):
             or task.status is not RUNNING
         ):
             return multiple()
+        if start_first and lease.kind == "worker":
+            self.begin(f"mark_started([{lease!r}]) before its lease expires", lease.task_id)
+            self.do_mark_started([lease])
         assert task.deadline is not None
         late_by = task.deadline - self.model.now_ms  # expired at the deadline itself
         if late_by > 0:
@@ -88,6 +102,10 @@ class UpkeepRules(CallingMachine):
             self.begin(f"{action} with {lease!r} after a reaper claimed its task", lease.task_id)
             if action == "extend":
                 self.do_extend([lease], LEASE_TTLS[0], many=False)
+            elif action == "mark_started":
+                self.do_mark_started([lease])
+            elif action == "release":
+                self.do_release([lease])
             else:
                 decision = self.decision(lease, verdicts.get(action, FAILED), 1, error, False)
                 self.send([decision], many=action == "decide_many")

@@ -64,6 +64,21 @@ REAPER_HINTS = {
     "started_at": "a reaper claim moved started_at (it is not an attempt)",
 }
 
+#: What `claim_expired` must do to a task whose expired claim never recorded a start.
+GIVE_BACK_HINTS = {
+    "status": "claim_expired() must give back an expired claim whose start was never recorded "
+    "(READY, uncharged)",
+    "attempts": "claim_expired() giving back an unstarted claim must undo its attempt "
+    "(attempts - 1)",
+    "worker_ids": "claim_expired() giving back an unstarted claim must drop its worker from "
+    "worker_ids",
+    "errors": "claim_expired() giving back an unstarted claim must record no error (it never ran)",
+    "started_at": "claim_expired() giving back an unstarted claim must clear started_at when no "
+    "attempt is left",
+    "last_attempted_at": "claim_expired() giving back an unstarted claim must clear "
+    "last_attempted_at when no attempt is left",
+}
+
 
 # --- the things rules pass around ----------------------------------------------------
 

@@ -174,25 +174,18 @@ class WorkRules(CallingMachine):
 
     @precondition(lambda self: bool(self.bundle("leases")))
     @rule(batch=st.lists(leases, min_size=1, max_size=4))
+    def mark_started(self, batch: list[LeaseRef]) -> None:
+        """Record that claimed tasks began to run (a worker's start marks), current or stale."""
+        self.begin(f"mark_started({batch})", *(ref.task_id for ref in batch))
+        self.do_mark_started(batch)
+
+    @precondition(lambda self: bool(self.bundle("leases")))
+    @rule(batch=st.lists(leases, min_size=1, max_size=4))
     def release(self, batch: list[LeaseRef]) -> None:
-        """Give back claimed tasks (a worker's prefetch at shutdown), current or stale."""
-        # A reaper's lease is decided, never released (see Backend.release).
-        batch = [ref for ref in batch if ref.kind != "reaper"]
-        if not batch:
-            return
+        """Give back claimed tasks (a worker's prefetch at shutdown): current or stale, started
+        or not, a worker's or a reaper's lease."""
         self.begin(f"release({batch})", *(ref.task_id for ref in batch))
-        got = self.backend.release([ref.lease for ref in batch])
-        if not isinstance(got, list) or len(got) != len(batch):
-            self.fail("release() must answer once per lease, in order", len(batch), got)
-        hints = {
-            "attempts": "release() must undo the claim's attempt (attempts - 1)",
-            "worker_ids": "release() must drop the claim's worker from worker_ids",
-            "started_at": "release() must clear started_at when no attempt is left",
-            "last_attempted_at": "release() must clear last_attempted_at when no attempt is left",
-            "status": "release() must send the task back to READY",
-        }
-        for ref, answer in zip(batch, got, strict=True):
-            self.check_outcome("release()", self.model.release(ref.serial), answer, hints)
+        self.do_release(batch)
 
     @rule(decision=decisions, many=st.booleans())
     def repeat_decision(self, decision: SentDecision, many: bool) -> None:

@@ -29,10 +29,12 @@ from threadmill_core.testing._scenarios.kit import (
     expect,
     failed,
     lease_timeout,
+    mark,
     new_task,
     reap,
     registering,
     snapshot,
+    start_one,
     status_of,
     succeeded,
 )
@@ -48,7 +50,7 @@ def late_acknowledgement_after_a_reap_is_refused(harness: Harness) -> None:
     """A worker's acknowledgement that arrives after a reap cannot clobber the retry attempt."""
     backend = harness.backend
     backend.enqueue([new_task("t")])
-    slow = claim_one(backend, "t", worker="slow")
+    slow = start_one(backend, "t", worker="slow")
     reaper = reap(harness, "t")
     expect(
         backend.complete(slow, succeeded(slow, "late")) is None,
@@ -89,7 +91,7 @@ def two_reaper_passes_at_once_never_claim_one_task(harness: Harness) -> None:
     backend = harness.backend
     ids = [f"t{i:03}" for i in range(60)]
     backend.enqueue([new_task(task_id) for task_id in ids])
-    backend.claim(["default"], worker="w", lease_ttl=LEASE_TTL, limit=len(ids))
+    mark(backend, *backend.claim(["default"], worker="w", lease_ttl=LEASE_TTL, limit=len(ids)))
     harness.advance(PAST_A_LEASE)
     start = threading.Barrier(2)
     passes: list[list[str]] = [[], []]
@@ -130,7 +132,7 @@ def stale_reaper_decision_after_its_claim_lapsed_is_refused(harness: Harness) ->
     """A stalled reaper's decision is refused once its claim lapsed and another pass took over."""
     backend = harness.backend
     backend.enqueue([new_task("t")])
-    claim_one(backend, "t")
+    start_one(backend, "t")
     stalled = reap(harness, "t")
     second = reap(harness, "t")
     expect(second.token != stalled.token, "claim_expired() reused the lapsed claim's token")
@@ -199,7 +201,7 @@ def extend_after_a_reap_is_refused(harness: Harness) -> None:
     """A heartbeat with a lease the reaper replaced is refused, alone or in a batch."""
     backend = harness.backend
     backend.enqueue([new_task("t")])
-    lost = claim_one(backend, "t")
+    lost = start_one(backend, "t")
     reaper = reap(harness, "t")
     expect(backend.extend(lost, LEASE_TTL) is None, "extend() accepted a stale token after a reap")
     answers = backend.extend_many([lost, reaper], LEASE_TTL)
@@ -299,7 +301,7 @@ def lease_expiry_leaves_attempts_unchanged(harness: Harness) -> None:
     """A reaper claim is not an attempt: attempts, worker_ids and last_attempted_at stay."""
     backend = harness.backend
     backend.enqueue([new_task("t")])
-    lease = claim_one(backend, "t", worker="w1")
+    lease = start_one(backend, "t", worker="w1")
     reaper = reap(harness, "t")
     for where, record in (("the reaper's lease", reaper.record), ("get()", backend.get("t"))):
         expect(

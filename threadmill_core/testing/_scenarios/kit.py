@@ -95,8 +95,32 @@ def claim_one(
     return leases[0]
 
 
+def mark(backend: Backend, *leases: Lease) -> None:
+    """Record that the tasks of `leases` started, and insist every mark is taken."""
+    answers = backend.mark_started(list(leases))
+    expect(
+        answers == [True] * len(leases),
+        "mark_started() must take a current worker lease on a RUNNING task",
+        [True] * len(leases),
+        answers,
+    )
+
+
+def start_one(
+    backend: Backend, task_id: str, *, queue: str = "default", worker: str = "w1"
+) -> Lease:
+    """`claim_one`, then record that the task started: a claim its expiry charges."""
+    lease = claim_one(backend, task_id, queue=queue, worker=worker)
+    mark(backend, lease)
+    return lease
+
+
 def reap(harness: Harness, task_id: str) -> Lease:
-    """Let every lease expire, then make a reaper claim and insist it is on `task_id` alone."""
+    """Let every lease expire, then make a reaper claim and insist it is on `task_id` alone.
+
+    The task's claim must be one whose expiry is charged (see `start_one`):
+    an unstarted one goes back to READY instead.
+    """
     harness.advance(PAST_A_LEASE)
     leases = harness.backend.claim_expired(limit=100, claim_ttl=CLAIM_TTL)
     got = [lease.task_id for lease in leases]

@@ -1,9 +1,10 @@
 --@include "lib/unindex_task"
 
--- Delete task `t` and everything stored for it; forget its queue once empty.
+-- Delete task `t` and everything stored for it (what K.starts holds too); forget
+-- its queue once empty. Every script that calls it declares K.starts.
 local function delete_task(K, t)
   unindex_task(K, t)
-  for _, hash in ipairs({ K.payload, K.state, K.errors, K.workers, K.result }) do
+  for _, hash in ipairs({ K.payload, K.state, K.errors, K.workers, K.result, K.starts }) do
     redis.call('HDEL', hash, t.id)
   end
   if redis.call('HINCRBY', K.queues, t.queue, -1) <= 0 then

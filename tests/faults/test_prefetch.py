@@ -1,0 +1,245 @@
+"""Only attempts that ran are charged: `threadmill worker --threads 1 --prefetch 8` on real Redis.
+
+The worker claims nine tasks at once: one that blocks on its first attempt
+(`fault_tasks.hold`, retried once) and eight quick ones it prefetches
+behind it. Whatever stops it while the first runs (a SIGKILL of its
+process, a second SIGTERM, the shutdown timeout), the running task alone
+meets its retry policy (an `AcknowledgementTimeout`, then its second
+attempt), and the eight end SUCCESSFUL after one attempt, with no error,
+having run once. Each test waits until the running task's start is
+recorded before it strikes (`threadmill_redis.testing.start_recorded`): a
+task killed before that goes back uncharged too, which is the other rule,
+and the last test: a task that kills its own worker at once is given back
+`UNSTARTED_EXPIRY_LIMIT` times, then charged.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from tests.conftest import RedisServer
+from tests.faults import fault_tasks
+from tests.faults.runs import wait_until
+from threadmill_core import Broker, TaskResult, TaskResultStatus, connect
+from threadmill_core.backend import UNSTARTED_EXPIRY_LIMIT
+from threadmill_core.supervisor import EXIT_ABANDONED
+from threadmill_redis import RedisBackend
+from threadmill_redis.testing import start_recorded
+
+pytestmark = pytest.mark.redis
+
+SUCCESSFUL = TaskResultStatus.SUCCESSFUL
+READY = TaskResultStatus.READY
+ACK_TIMEOUT = "threadmill_core.errors.AcknowledgementTimeout"
+WORKER = ("--processes", "1", "--threads", "1", "--prefetch", "8", "--lease-ttl", "1",
+          "--poll-interval", "0.1", "--log-level", "INFO")  # fmt: skip
+
+
+@pytest.fixture
+def broker_url(redis_server: RedisServer, namespace: str) -> str:
+    return f"{redis_server.url}?namespace={namespace}"
+
+
+@pytest.fixture
+def broker(broker_url: str) -> Iterator[Broker]:
+    with connect(broker_url) as made:
+        yield made
+
+
+def start_cli(broker_url: str, *options: str) -> subprocess.Popen[str]:
+    """`threadmill worker` as a user starts it, in a process group of its own."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "threadmill_core.cli", "worker", fault_tasks.__name__,
+         "--broker", broker_url, *WORKER, *options],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )  # fmt: skip
+
+
+def enqueue(broker: Broker, log_url: str, tag: str) -> tuple[TaskResult, list[TaskResult]]:
+    """The blocking task, then eight quick ones behind it in READY."""
+    first = fault_tasks.hold.using(broker=broker).enqueue(log_url, tag, 0)
+    quick = fault_tasks.work.using(broker=broker)
+    rest = broker.enqueue_many(quick, [((log_url, tag, n, 0), {}) for n in range(1, 9)])
+    return first, rest
+
+
+def first_start(read: Callable[[], list[str]], broker: Broker, first: TaskResult) -> int:
+    """Wait until the first task runs with its start recorded; the pid of its worker."""
+    wait_until(lambda: any(e.startswith("start:0:") for e in read()), 60, "the first task to run")
+    backend = broker.backend
+    assert isinstance(backend, RedisBackend)
+    wait_until(lambda: start_recorded(backend, first.id), 30, "its start to be recorded")
+    [event] = [e for e in read() if e.startswith("start:0:")]
+    return int(event.split(":")[2])
+
+
+def assert_exact_outcome(
+    broker: Broker, first: TaskResult, rest: list[TaskResult], events: list[str], stopped: int
+) -> None:
+    """The running task alone was charged; the eight ran once, elsewhere, uncharged."""
+    final = broker.get_result(first.id)
+    assert (final.status, final.attempts, final.return_value) == (SUCCESSFUL, 2, 0)
+    assert [e.exception_class_path for e in final.errors] == [ACK_TIMEOUT]
+    for record in rest:
+        done = broker.get_result(record.id)
+        assert (done.status, done.attempts, done.errors) == (SUCCESSFUL, 1, ()), done
+        assert len(done.worker_ids) == 1
+    starts = [e.split(":") for e in events if e.startswith("start:")]
+    assert Counter(int(n) for _, n, _pid, _attempt in starts) == {
+        0: 2,
+        **dict.fromkeys(range(1, 9), 1),
+    }
+    assert not [n for _, n, pid, _ in starts if int(pid) == stopped and n != "0"], (
+        "a prefetched task ran in the worker that was stopped"
+    )
+
+
+def finish(process: subprocess.Popen[str]) -> str:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+    try:
+        output, _ = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    return output
+
+
+def test_a_sigkill_during_the_first_task_charges_it_alone(
+    broker: Broker,
+    broker_url: str,
+    log_url: str,
+    namespace: str,
+    read_events: Callable[[str], list[str]],
+) -> None:
+    """SIGKILL of the worker process: the reaper charges the running task (retried once, then
+    SUCCESSFUL); the eight it prefetched go back uncharged and run once, in the new process."""
+    first, rest = enqueue(broker, log_url, namespace)
+    process = start_cli(broker_url)
+    try:
+        pid = first_start(lambda: read_events(namespace), broker, first)
+        assert [broker.get_result(r.id).status for r in rest] == [TaskResultStatus.RUNNING] * 8
+        os.kill(pid, signal.SIGKILL)  # the supervisor restarts it; its reaper decides
+        wait_until(
+            lambda: all(broker.get_result(r.id).status is SUCCESSFUL for r in [first, *rest]),
+            60,
+            "every task to succeed",
+        )
+    finally:
+        output = finish(process)
+    assert process.returncode == 0, output
+    assert_exact_outcome(broker, first, rest, read_events(namespace), pid)
+
+
+def test_a_second_sigterm_gives_the_prefetch_back_at_once_and_abandons_the_running_task(
+    broker: Broker,
+    broker_url: str,
+    log_url: str,
+    namespace: str,
+    read_events: Callable[[str], list[str]],
+) -> None:
+    """SIGTERM twice: the eight are READY again the moment the worker exits, uncharged; the
+    running task is abandoned, logged, and the exit code says so; a later worker charges it."""
+    first, rest = enqueue(broker, log_url, namespace)
+    process = start_cli(broker_url)
+    try:
+        pid = first_start(lambda: read_events(namespace), broker, first)
+        process.send_signal(signal.SIGTERM)
+        time.sleep(0.3)  # let the first signal land before the second (two at once are one)
+        process.send_signal(signal.SIGTERM)
+        output, _ = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == EXIT_ABANDONED, output
+    for record in rest:
+        back = broker.get_result(record.id)
+        assert (back.status, back.attempts, back.errors, back.worker_ids) == (READY, 0, (), ())
+    assert broker.get_result(first.id).status is TaskResultStatus.RUNNING
+    [line] = [line for line in output.splitlines() if "abandoned" in line and first.id in line]
+    assert "its retry policy decides" in line
+
+    again = start_cli(broker_url, "--burst")
+    try:
+        output, _ = again.communicate(timeout=120)
+    finally:
+        if again.poll() is None:
+            again.kill()
+    assert again.returncode == 0, output
+    assert_exact_outcome(broker, first, rest, read_events(namespace), pid)
+
+
+def test_the_shutdown_timeout_abandons_the_running_task_and_exits_non_zero(
+    broker: Broker,
+    broker_url: str,
+    log_url: str,
+    namespace: str,
+    read_events: Callable[[str], list[str]],
+) -> None:
+    """One SIGTERM and a task still running at --shutdown-timeout: the eight went back at the
+    signal, the running task is abandoned and logged, and the exit code is EXIT_ABANDONED."""
+    first, rest = enqueue(broker, log_url, namespace)
+    process = start_cli(broker_url, "--shutdown-timeout", "1")
+    try:
+        pid = first_start(lambda: read_events(namespace), broker, first)
+        process.send_signal(signal.SIGTERM)
+        wait_until(
+            lambda: all(broker.get_result(r.id).status is READY for r in rest),
+            30,
+            "the prefetch to go back at the first signal",
+        )
+        output, _ = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == EXIT_ABANDONED, output
+    assert "will be retried" not in output
+    [line] = [line for line in output.splitlines() if "abandoned" in line and first.id in line]
+    assert "its retry policy decides" in line
+
+    again = start_cli(broker_url, "--burst")
+    try:
+        output, _ = again.communicate(timeout=120)
+    finally:
+        if again.poll() is None:
+            again.kill()
+    assert again.returncode == 0, output
+    assert_exact_outcome(broker, first, rest, read_events(namespace), pid)
+
+
+@pytest.mark.slow
+def test_a_task_that_kills_its_worker_before_its_start_is_recorded_is_charged_after_the_bound(
+    broker: Broker,
+    broker_url: str,
+    log_url: str,
+    namespace: str,
+    read_events: Callable[[str], list[str]],
+) -> None:
+    """A task that SIGKILLs its worker at once is never marked: it goes back uncharged
+    UNSTARTED_EXPIRY_LIMIT times, then the next expiry is charged (no retry policy: FAILED)."""
+    record = fault_tasks.kills_its_worker.using(broker=broker).enqueue(log_url, namespace)
+    process = start_cli(broker_url)
+    try:
+        wait_until(
+            lambda: broker.get_result(record.id).status is TaskResultStatus.FAILED,
+            120,
+            "the poison to be charged",
+        )
+    finally:
+        output = finish(process)
+    final = broker.get_result(record.id)
+    assert (final.attempts, [e.exception_class_path for e in final.errors]) == (1, [ACK_TIMEOUT])
+    runs = [e for e in read_events(namespace) if e.startswith("start:0:")]
+    assert len(runs) == UNSTARTED_EXPIRY_LIMIT + 1, (runs, output)
+    assert [int(e.split(":")[3]) for e in runs] == [1] * len(runs), "each run was attempt 1"

@@ -1,0 +1,32 @@
+--@include "lib/enter_ready"
+--@include "lib/index_task"
+--@include "lib/save_task"
+--@include "lib/unindex_task"
+--@include "lib/without_last_worker"
+
+-- Undo the claim RUNNING task `t` (as loaded) is under, as if it never
+-- happened: the tail of READY, attempts - 1, the claim's worker id dropped,
+-- started_at and last_attempted_at cleared when no attempt is left, no token.
+-- Errors, run_after and the payload stay. The caller wakes the queue's workers.
+local function give_back(K, t)
+  unindex_task(K, t)
+  enter_ready(K, t)
+  t.deadline = nil
+  t.token = nil
+  t.attempts = math.max(t.attempts - 1, 0)
+  if t.attempts == 0 then
+    t.started_at = nil
+    t.last_attempted_at = nil
+  end
+  local workers = redis.call('HGET', K.workers, t.id)
+  if workers then
+    local kept = without_last_worker(workers)
+    if kept == '' then
+      redis.call('HDEL', K.workers, t.id)
+    else
+      redis.call('HSET', K.workers, t.id, kept)
+    end
+  end
+  save_task(K, t)
+  index_task(K, t)
+end
