@@ -15,11 +15,13 @@ deadlines, due times and timestamps never come from a client's clock.
 Lost replies. A call whose reply was lost when the connection dropped is
 sent again where its repeat is recognised: `complete`, `retry` and
 `decide_many` (the token is kept after a decision, so a repeat finds its own
-outcome and answers as the first time), `extend` and `extend_many`,
+outcome and answers as the first time), `extend`, `extend_many` and
+`mark_started`,
 `enqueue` (idempotent on id), `release` (the first send cleared the
 tokens, so a repeat changes nothing), `promote_due` and `claim_expired`
 (each takes only what is due or expired now; a reaper claim whose reply was
-lost lapses and is taken up again, and is not an attempt), and the reads.
+lost lapses and is taken up again, and is not an attempt; a give-back
+cleared the token, so a repeat changes nothing), and the reads.
 A `claim` is repeated through its receipt (see `statements.CLAIM_BURN`):
 the leases its first send granted are found and returned, or that send is
 made void, so no task is claimed by a reply nobody read. `requeue`,
@@ -54,6 +56,7 @@ from threadmill_core import codec
 from threadmill_core.backend import (
     NOTHING_DEFERRED,
     RATE_HISTORY,
+    UNSTARTED_EXPIRY_LIMIT,
     Backend,
     check_decision,
     check_limit,
@@ -101,6 +104,10 @@ REPEAT_STATES = {True: frozenset({SUCCESSFUL, FAILED}), False: frozenset({READY,
 
 #: Seconds of telemetry kept.
 RATE_SECONDS = duration_ms(RATE_HISTORY) // 1000
+
+#: How many expired leases a reaper pass may give back beyond its `limit` of
+#: claims in one statement; a pass that meets more goes on in another.
+GIVE_BACK_SCAN = 256
 
 
 class PostgresBackend(Backend):
@@ -283,7 +290,12 @@ class PostgresBackend(Backend):
         self._marks.mark = None if listener is None else listener.mark()
         if not names:
             return []
-        return self._filled(limit, lambda want: self._claim_rows(names, worker, held_ms, want))
+
+        def take(want: int) -> tuple[Rows, bool]:
+            got = self._claim_rows(names, worker, held_ms, want)
+            return got, len(got) == want
+
+        return self._filled(limit, take)
 
     def _claim_rows(self, names: list[str], worker: str, ttl_ms: int, limit: int) -> Rows:
         """One claim's rows; after a lost reply, the receipt decides (see the module doc)."""
@@ -326,16 +338,17 @@ class PostgresBackend(Backend):
         log.debug("claim: the first send of a repeated claim had granted %d leases", len(found))
         return found or None
 
-    def _filled(self, limit: int, take: Callable[[int], Rows]) -> list[Lease]:
+    def _filled(self, limit: int, take: Callable[[int], tuple[Rows, bool]]) -> list[Lease]:
         """Leases from the rows of `take(n)` calls, poison quarantined and not counted.
 
-        One call unless a claim found poison: then the rest of `limit` is
-        claimed again, so poison never costs a worker its share of tasks.
+        `take(n)` claims up to n and says whether more may be left. One call
+        unless poison was found (or the call could not look at everything):
+        then the rest of `limit` is claimed again, so poison never costs a
+        worker its share of tasks.
         """
         leases: list[Lease] = []
         while len(leases) < limit:
-            want = limit - len(leases)
-            got = take(want)
+            got, more = take(limit - len(leases))
             poison: list[tuple[Sequence[Any], PayloadError]] = []
             for row in got:
                 try:
@@ -344,7 +357,7 @@ class PostgresBackend(Backend):
                     poison.append((row, exc))
             if poison:
                 self._quarantine(poison)
-            if not poison or len(got) < want:
+            if not more:
                 break
         return leases
 
@@ -386,6 +399,22 @@ class PostgresBackend(Backend):
                 answers[at] = Lease(
                     token=lease.token, deadline=from_ms(deadline), record=lease.record
                 )
+        return answers
+
+    def mark_started(self, leases: Sequence[Lease]) -> list[bool]:
+        """Every mark in one statement, each fenced on its own; answers in the order given."""
+        leases = list(leases)
+        answers = [False] * len(leases)
+        sent = [(at, lease) for at, lease in enumerate(leases) if _sendable(lease)]
+        if not sent:
+            return answers
+        params = {
+            "ids": [lease.task_id for _, lease in sent],
+            "tokens": [lease.token for _, lease in sent],
+        }
+        got = self.db.fetch(self.sql.mark_started, params, what="mark_started", repeatable=True)
+        for (at, _lease), (_n, marked) in zip(sent, got, strict=True):
+            answers[at] = bool(marked)
         return answers
 
     def complete(self, lease: Lease, record: TaskResult) -> TaskResult | None:
@@ -547,11 +576,22 @@ class PostgresBackend(Backend):
         check_limit(limit)
         held_ms = ttl_ms("claim_ttl", claim_ttl)
 
-        def take(want: int) -> Rows:
-            params = {"limit": want, "ttl": held_ms, "request": uuid.uuid4().hex}
-            return self.db.fetch(
+        def take(want: int) -> tuple[Rows, bool]:
+            scan = want + GIVE_BACK_SCAN
+            params = {
+                "limit": want,
+                "scan": scan,
+                "unstarted": UNSTARTED_EXPIRY_LIMIT,
+                "ttl": held_ms,
+                "request": uuid.uuid4().hex,
+                "channel": self.channel,
+            }
+            got = self.db.fetch(
                 self.sql.claim_expired, params, what="claim_expired", repeatable=True
             )
+            claimed = [row[1:] for row in got if row[1] is not None]
+            # Every lease looked at was given back or claimed; a full scan may have left more.
+            return claimed, got[0][0] == scan and len(claimed) < want
 
         return self._filled(limit, take)
 

@@ -255,7 +255,7 @@ receipt AS (
 running AS (
     UPDATE {{s}}.tasks t SET
         status = 'RUNNING', ready_order = NULL,
-        token = %(request)s || '-' || c.n, deadline = now.ms + %(ttl)s,
+        token = %(request)s || '-' || c.n, deadline = now.ms + %(ttl)s, started = false,
         attempts = t.attempts + 1, last_attempted_at = now.ms,
         started_at = coalesce(t.started_at, now.ms),
         worker_ids = array_append(t.worker_ids, %(worker)s::text)
@@ -313,6 +313,28 @@ renewed AS (
 )
 SELECT g.n, r.deadline
 FROM given g LEFT JOIN renewed r ON r.id = g.id AND r.token = g.token
+ORDER BY g.n"""
+
+#: Record that claimed tasks began to run: ``started`` of each task whose
+#: token is the lease's, a worker's claim (a reaper's token starts with
+#: ``r``), while it is RUNNING. A claim marked already is marked again,
+#: changing nothing a reader sees.
+#:
+#: Params: ids, tokens (arrays in step). Rows, in call order: n, marked.
+MARK_STARTED = """WITH given AS (
+    SELECT * FROM unnest(%(ids)s::text[], %(tokens)s::text[]) WITH ORDINALITY AS g (id, token, n)
+),
+held AS MATERIALIZED (
+    SELECT t.id FROM {s}.tasks t WHERE t.id = ANY(%(ids)s::text[]) ORDER BY t.id FOR UPDATE
+),
+marked AS (
+    UPDATE {s}.tasks t SET started = true
+    WHERE t.id IN (SELECT id FROM held) AND t.status = 'RUNNING' AND left(t.token, 1) <> 'r'
+        AND t.token IN (SELECT g.token FROM given g WHERE g.id = t.id)
+    RETURNING t.id, t.token
+)
+SELECT g.n, m.id IS NOT NULL
+FROM given g LEFT JOIN marked m ON m.id = g.id AND m.token = g.token
 ORDER BY g.n"""
 
 #: The decided tasks that finished.
@@ -384,7 +406,8 @@ FROM given g
 ORDER BY g.n"""
 
 #: Give back claimed tasks that never started: to the READY tail in call
-#: order, the claim undone (see `Backend.release`), the token cleared.
+#: order, the claim undone (see `Backend.release`), the token cleared. A
+#: claim whose start was recorded, and a reaper's, are refused.
 #:
 #: Params: ids, tokens (arrays in step), channel.
 #: Rows, in call order: n, then (NULL when refused) attempts, worker_ids,
@@ -393,12 +416,13 @@ RELEASE = f"""WITH given AS (
     SELECT * FROM unnest(%(ids)s::text[], %(tokens)s::text[]) WITH ORDINALITY AS g (id, token, n)
 ),
 held AS MATERIALIZED (
-    SELECT t.id, t.token, t.status FROM {{s}}.tasks t
+    SELECT t.id, t.token, t.status, t.started FROM {{s}}.tasks t
     WHERE t.id = ANY(%(ids)s::text[]) ORDER BY t.id FOR UPDATE
 ),
 chosen AS MATERIALIZED (
     SELECT DISTINCT ON (g.id) g.id, g.n
     FROM given g JOIN held h ON h.id = g.id AND h.token = g.token AND h.status = 'RUNNING'
+        AND NOT h.started AND left(h.token, 1) <> 'r'
     ORDER BY g.id, g.n
 ),
 asked AS MATERIALIZED (SELECT id, row_number() OVER (ORDER BY n) AS k FROM chosen),
@@ -446,29 +470,65 @@ SELECT count(*) FROM poisoned"""
 
 # --- maintenance -------------------------------------------------------------------------
 
-#: The reaper's claim on up to ``limit`` expired leases, oldest deadline first:
-#: a fresh token (``<request>-<n>``) and the deadline ``now + ttl``; nothing
-#: else changes (it is not an attempt).
+#: The reaper's pass (see `Backend.claim_expired`) over up to ``scan``
+#: expired leases, oldest deadline first. A worker's claim whose start was
+#: never recorded, given back fewer than ``unstarted`` times before, goes to
+#: the READY tail (in deadline order) with the claim undone as `RELEASE`
+#: undoes it and ``unstarted_expiries`` one higher. Any other gets a reaper's
+#: token (``r<request>-<n>``) and the deadline ``now + ttl``; nothing else
+#: changes (it is not an attempt). The pass stops at its ``limit``-th claim:
+#: expired leases after it are left as they are.
 #:
-#: Params: limit, ttl (claim ms), request. Rows as `CLAIM`'s, oldest deadline first.
+#: Params: limit, scan (at least limit), unstarted, ttl (claim ms), request,
+#: channel. Rows: one per reaper claim, oldest deadline first: how many
+#: expired leases the pass looked at (``scan`` of them: more may be left),
+#: then the columns of `CLAIM`'s rows. With no claim, one row: that count,
+#: then NULLs.
 CLAIM_EXPIRED = f"""WITH {_NOW},
 picked AS MATERIALIZED (
-    SELECT t.id, t.deadline FROM {{s}}.tasks t
+    SELECT t.id, t.deadline,
+        NOT t.started AND left(t.token, 1) <> 'r' AND t.unstarted_expiries < %(unstarted)s AS give
+    FROM {{s}}.tasks t
     WHERE t.status = 'RUNNING' AND t.deadline <= (SELECT ms FROM now)
     ORDER BY t.deadline, t.id
-    LIMIT %(limit)s
+    LIMIT %(scan)s
     FOR UPDATE SKIP LOCKED
 ),
-numbered AS MATERIALIZED (
-    SELECT id, row_number() OVER (ORDER BY deadline, id) AS n FROM picked
+ranked AS MATERIALIZED (
+    SELECT id, deadline, give,
+        count(*) FILTER (WHERE NOT give) OVER (ORDER BY deadline, id) AS claims
+    FROM picked
 ),
+claimed AS MATERIALIZED (
+    SELECT id, claims AS n FROM ranked WHERE NOT give AND claims <= %(limit)s
+),
+asked AS MATERIALIZED (
+    SELECT id, row_number() OVER (ORDER BY deadline, id) AS k
+    FROM ranked WHERE give AND claims < %(limit)s
+),
+{_places("asked", "placed")},
+given_back AS (
+    UPDATE {{s}}.tasks t SET
+        status = 'READY', ready_order = p.ready_order, token = NULL, deadline = NULL,
+        attempts = greatest(t.attempts - 1, 0),
+        worker_ids = t.worker_ids[1:cardinality(t.worker_ids) - 1],
+        started_at = CASE WHEN t.attempts > 1 THEN t.started_at END,
+        last_attempted_at = CASE WHEN t.attempts > 1 THEN t.last_attempted_at END,
+        unstarted_expiries = t.unstarted_expiries + 1
+    FROM placed p
+    WHERE t.id = p.id
+    RETURNING t.queue
+),
+{_notify("SELECT queue FROM given_back")},
 reaped AS (
-    UPDATE {{s}}.tasks t SET token = %(request)s || '-' || nb.n, deadline = now.ms + %(ttl)s
-    FROM numbered nb CROSS JOIN now
-    WHERE t.id = nb.id
-    RETURNING nb.n, {_LEASE_COLUMNS}
+    UPDATE {{s}}.tasks t SET token = 'r' || %(request)s || '-' || c.n, deadline = now.ms + %(ttl)s
+    FROM claimed c CROSS JOIN now
+    WHERE t.id = c.id
+    RETURNING c.n, {_LEASE_COLUMNS}
 )
-SELECT * FROM reaped ORDER BY n"""
+SELECT (SELECT count(*) FROM picked) AS looked, r.*
+FROM (SELECT count(*) FROM notified) announced LEFT JOIN reaped r ON true
+ORDER BY r.n"""
 
 #: Move up to ``limit`` due DEFERRED tasks (any queue) to READY, in DEFERRED
 #: order, and wake their queues; delete expired results and lapsed receipts,
@@ -631,6 +691,7 @@ class Statements:
         self.claim_burn = fill(CLAIM_BURN)
         self.claim_found = fill(CLAIM_FOUND)
         self.extend_many = fill(EXTEND_MANY)
+        self.mark_started = fill(MARK_STARTED)
         self.decide_many = fill(DECIDE_MANY)
         self.release = fill(RELEASE)
         self.quarantine = fill(QUARANTINE)

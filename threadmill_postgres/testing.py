@@ -138,3 +138,18 @@ def status_of(backend: PostgresBackend, task_id: str) -> TaskResultStatus | None
     with psycopg.connect(backend.conninfo, autocommit=True) as conn:
         row = conn.execute(f"SELECT status FROM {s}.tasks WHERE id = %s", (task_id,)).fetchone()
     return None if row is None else TaskResultStatus(row[0])
+
+
+def start_recorded(backend: PostgresBackend, task_id: str) -> bool:
+    """Whether the task's current claim has its start recorded (`Backend.mark_started`).
+
+    Read from its column by a connection of its own (False if absent), for
+    tests that must know a worker's heartbeat thread has marked a task
+    before they kill it.
+    """
+    s = quote_ident(backend.namespace)
+    with psycopg.connect(backend.conninfo, autocommit=True) as conn:
+        row = conn.execute(
+            f"SELECT started AND status = 'RUNNING' FROM {s}.tasks WHERE id = %s", (task_id,)
+        ).fetchone()
+    return row is not None and bool(row[0])

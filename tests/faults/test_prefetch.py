@@ -1,4 +1,5 @@
-"""Only attempts that ran are charged: `threadmill worker --threads 1 --prefetch 8` on real Redis.
+"""Only attempts that ran are charged: `threadmill worker --threads 1 --prefetch 8`, on real
+Redis and real PostgreSQL.
 
 The worker claims nine tasks at once: one that blocks on its first attempt
 (`fault_tasks.hold`, retried once) and eight quick ones it prefetches
@@ -7,7 +8,7 @@ process, a second SIGTERM, the shutdown timeout), the running task alone
 meets its retry policy (an `AcknowledgementTimeout`, then its second
 attempt), and the eight end SUCCESSFUL after one attempt, with no error,
 having run once. Each test waits until the running task's start is
-recorded before it strikes (`threadmill_redis.testing.start_recorded`): a
+recorded before it strikes (each backend's `testing.start_recorded`): a
 task killed before that goes back uncharged too, which is the other rule,
 and the last test: a task that kills its own worker at once is given back
 `UNSTARTED_EXPIRY_LIMIT` times, then charged.
@@ -25,16 +26,16 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from tests.conftest import RedisServer
+from tests.conftest import PostgresDatabase, RedisServer
 from tests.faults import fault_tasks
 from tests.faults.runs import wait_until
 from threadmill_core import Broker, TaskResult, TaskResultStatus, connect
 from threadmill_core.backend import UNSTARTED_EXPIRY_LIMIT
 from threadmill_core.supervisor import EXIT_ABANDONED
+from threadmill_postgres import PostgresBackend
+from threadmill_postgres import testing as postgres_testing
 from threadmill_redis import RedisBackend
-from threadmill_redis.testing import start_recorded
-
-pytestmark = pytest.mark.redis
+from threadmill_redis import testing as redis_testing
 
 SUCCESSFUL = TaskResultStatus.SUCCESSFUL
 READY = TaskResultStatus.READY
@@ -43,9 +44,18 @@ WORKER = ("--processes", "1", "--threads", "1", "--prefetch", "8", "--lease-ttl"
           "--poll-interval", "0.1", "--log-level", "INFO")  # fmt: skip
 
 
-@pytest.fixture
-def broker_url(redis_server: RedisServer, namespace: str) -> str:
-    return f"{redis_server.url}?namespace={namespace}"
+@pytest.fixture(
+    params=[
+        pytest.param("redis", marks=pytest.mark.redis),
+        pytest.param("postgres", marks=pytest.mark.postgres),
+    ]
+)
+def broker_url(request: pytest.FixtureRequest, namespace: str) -> str:
+    if request.param == "redis":
+        redis_server: RedisServer = request.getfixturevalue("redis_server")
+        return f"{redis_server.url}?namespace={namespace}"
+    database: PostgresDatabase = request.getfixturevalue("postgres_database")
+    return f"{database.url}?namespace={namespace}"
 
 
 @pytest.fixture
@@ -77,11 +87,17 @@ def enqueue(broker: Broker, log_url: str, tag: str) -> tuple[TaskResult, list[Ta
 def first_start(read: Callable[[], list[str]], broker: Broker, first: TaskResult) -> int:
     """Wait until the first task runs with its start recorded; the pid of its worker."""
     wait_until(lambda: any(e.startswith("start:0:") for e in read()), 60, "the first task to run")
-    backend = broker.backend
-    assert isinstance(backend, RedisBackend)
-    wait_until(lambda: start_recorded(backend, first.id), 30, "its start to be recorded")
+    wait_until(lambda: start_recorded(broker, first.id), 30, "its start to be recorded")
     [event] = [e for e in read() if e.startswith("start:0:")]
     return int(event.split(":")[2])
+
+
+def start_recorded(broker: Broker, task_id: str) -> bool:
+    backend = broker.backend
+    if isinstance(backend, RedisBackend):
+        return redis_testing.start_recorded(backend, task_id)
+    assert isinstance(backend, PostgresBackend)
+    return postgres_testing.start_recorded(backend, task_id)
 
 
 def assert_exact_outcome(

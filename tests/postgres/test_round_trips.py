@@ -97,11 +97,37 @@ def test_a_repeated_enqueue_decodes_before_it_inserts(counted: Harness) -> None:
     assert backend.counts()["default"].ready == 5
 
 
+def test_marking_64_starts_is_one_statement(counted: Harness) -> None:
+    """mark_started of 64 leases: one statement, every one marked."""
+    backend = counted.backend
+    backend.enqueue(tasks(64))
+    leases = backend.claim(["default"], worker="w", lease_ttl=LEASE, limit=64)
+    with Statements() as mark:
+        marked = backend.mark_started(leases)
+    assert marked == [True] * 64
+    assert mark.count == 1
+
+
+def test_a_reaper_pass_giving_back_300_unstarted_claims_is_two_statements(
+    counted: Harness,
+) -> None:
+    """300 unstarted expired claims: all given back by one pass, which scans them in two."""
+    backend = counted.backend
+    backend.enqueue(tasks(300))
+    backend.claim(["default"], worker="w", lease_ttl=LEASE, limit=300)
+    counted.advance(LEASE * 2)
+    with Statements() as reap:
+        assert backend.claim_expired(limit=10, claim_ttl=LEASE) == []
+    assert backend.counts()["default"].ready == 300
+    assert reap.count == 2
+
+
 def test_a_reaper_pass_of_many_is_two_statements(counted: Harness) -> None:
-    """claim_expired of 50 and decide_many of their 50 retries: a statement each."""
+    """claim_expired of 50 started claims and decide_many of their 50 retries: a statement each."""
     backend = counted.backend
     backend.enqueue(tasks(50))
     leases = backend.claim(["default"], worker="w", lease_ttl=LEASE, limit=50)
+    backend.mark_started(leases)
     counted.advance(LEASE * 2)
     with Statements() as reap:
         reaped = backend.claim_expired(limit=100, claim_ttl=LEASE)

@@ -16,7 +16,7 @@ from threadmill_core.models import Decision, TaskResult, TaskResultStatus
 from threadmill_core.testing import Harness
 from threadmill_postgres import PostgresBackend
 from threadmill_postgres.schema import quote_ident
-from threadmill_postgres.testing import advance, install_clock, plant_raw
+from threadmill_postgres.testing import advance, install_clock, plant_raw, start_recorded
 
 pytestmark = pytest.mark.postgres
 
@@ -176,3 +176,18 @@ def test_a_record_text_holding_nul_is_refused_and_nothing_is_stored(
     assert backend.claim(["a\x00b"], worker="w", lease_ttl=LEASE) == []
     with pytest.raises(UnsupportedValue, match="worker"):
         backend.claim(["default"], worker="w\x00", lease_ttl=LEASE)
+
+
+def test_start_recorded_reads_the_current_claims_mark(harness: Harness) -> None:
+    """The test helper sees a mark of the current claim only, not of an earlier one."""
+    backend = harness.backend
+    assert isinstance(backend, PostgresBackend)
+    [record] = backend.enqueue(tasks(1))
+    [lease] = backend.claim(["default"], worker="w", lease_ttl=LEASE)
+    assert not start_recorded(backend, record.id)
+    assert backend.mark_started([lease]) == [True]
+    assert start_recorded(backend, record.id)
+    backend.retry(lease, lease.record, timedelta(0))
+    assert not start_recorded(backend, record.id), "a decided task has no current claim"
+    backend.claim(["default"], worker="w", lease_ttl=LEASE)
+    assert not start_recorded(backend, record.id), "a new claim starts unrecorded"

@@ -55,9 +55,10 @@ CREATE TABLE {schema}.tasks (
     worker_ids         text[] NOT NULL DEFAULT '{}',
     errors             bytea NOT NULL DEFAULT '\x5b5d'::bytea,  -- codec bytes of the errors ('[]')
     return_value       bytea,             -- codec bytes of the value; NULL unless SUCCESSFUL
-    -- Room for recording which claimed tasks started (issue 21): whether the
-    -- current claim's task was started, and how many of its leases expired
-    -- before a start was recorded. Version 1 code leaves both at their defaults.
+    -- Recorded starts (see Backend.mark_started): whether the current claim's
+    -- start was recorded (reset by each claim), and how many expired claims
+    -- without one the reaper gave back in the task's life. A reaper's claim
+    -- is told from a worker's by its token, which starts with 'r'.
     started            boolean NOT NULL DEFAULT false,
     unstarted_expiries integer NOT NULL DEFAULT 0
 );
