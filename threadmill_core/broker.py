@@ -202,7 +202,9 @@ def _check_call(
     try:
         signature.bind(*args, **kwargs)
     except TypeError as exc:
-        raise InvalidCall(task_path, str(exc), index) from None
+        # The parameters are what the caller needs; the return annotation is noise here.
+        parameters = signature.replace(return_annotation=inspect.Signature.empty)
+        raise InvalidCall(task_path, str(parameters), str(exc), index) from None
 
 
 def connect(url: str, **options: Any) -> Broker:
