@@ -40,7 +40,7 @@ from __future__ import annotations
 import inspect
 import re
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any, Generic, Never, ParamSpec, TypeVar, overload
 
@@ -55,6 +55,7 @@ from threadmill_core.models import (
     validate_run_after,
     validate_timedelta,
 )
+from threadmill_core.options import refuse_unknown
 from threadmill_core.retry import RetryPolicy, policy_spec
 
 P = ParamSpec("P")
@@ -154,14 +155,6 @@ _REGISTER_OPTIONS = (
     "takes_context",
     "signature",
 )
-
-
-def refuse_unknown(where: str, unknown: Mapping[str, object], valid: tuple[str, ...]) -> None:
-    """`InvalidOption` naming the `unknown` options given to `where`, and the `valid` ones."""
-    if unknown:
-        raise InvalidOption(
-            f"unknown {where} option(s) {', '.join(sorted(unknown))}; valid: {', '.join(valid)}"
-        )
 
 
 def call_signature(func: Callable[..., Any], takes_context: bool) -> inspect.Signature | None:

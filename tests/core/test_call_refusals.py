@@ -11,6 +11,7 @@ from tests.core import registered_tasks as defs
 from tests.core import tasks
 from threadmill_core import (
     Broker,
+    ExponentialBackoff,
     InvalidCall,
     InvalidOption,
     InvalidTaskDefinition,
@@ -148,6 +149,10 @@ def register_with_an_unknown_option() -> object:
     return register_task(defs.plain, path=path, prio=3)  # type: ignore[arg-type]  # on purpose
 
 
+def backoff_with_an_unknown_option() -> object:
+    return ExponentialBackoff(prio=3)  # type: ignore[arg-type]  # an unknown option, on purpose
+
+
 @pytest.mark.parametrize(
     ("make", "valid"),
     [
@@ -156,11 +161,16 @@ def register_with_an_unknown_option() -> object:
             register_with_an_unknown_option,
             "path, queue, priority, retry, lease_ttl, takes_context, signature",
         ),
+        (
+            backoff_with_an_unknown_option,
+            "base_delay, max_delay, factor, max_retries, jitter, retry_on",
+        ),
     ],
 )
 def test_an_unknown_option_is_refused_listing_the_valid_ones(
     make: Callable[[], object], valid: str
 ) -> None:
-    """using() and register_task() say InvalidOption, as @task does, not a bare TypeError."""
+    """using(), register_task() and ExponentialBackoff() say InvalidOption, as @task does, not
+    a bare TypeError."""
     with pytest.raises(InvalidOption, match=f"unknown .*option\\(s\\) prio; valid: {valid}$"):
         make()
