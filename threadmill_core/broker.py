@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 import threading
 import time
@@ -19,7 +20,7 @@ import attrs
 
 from threadmill_core.backend import Backend
 from threadmill_core.clock import from_ms, to_ms
-from threadmill_core.errors import TaskNotFound, WaitTimeout
+from threadmill_core.errors import InvalidCall, TaskNotFound, WaitTimeout
 from threadmill_core.ids import new_task_id, new_task_ids
 from threadmill_core.models import QueueCounts, TaskResult, TaskResultStatus, validate_run_after
 from threadmill_core.plugins import backend_for_url, notify, notify_each
@@ -31,8 +32,12 @@ class Enqueueable(Protocol):
     """What `Broker.enqueue` needs of a task: a `threadmill_core.Task` is one.
 
     `template` is the record every stored call starts from (task path,
-    queue, priority, retry policy), `run_after` the task's own delay or time.
+    queue, priority, retry policy), `run_after` the task's own delay or time,
+    `signature` what each call's arguments must bind to (None: unchecked).
     """
+
+    @property
+    def signature(self) -> inspect.Signature | None: ...
 
     @property
     def template(self) -> TaskResult: ...
@@ -55,16 +60,21 @@ class Broker:
 
     # --- producing -------------------------------------------------------------------
 
-    def enqueue(self, task: Enqueueable, *args: Any, **kwargs: Any) -> TaskResult:
+    def enqueue(self, task: Enqueueable, /, *args: Any, **kwargs: Any) -> TaskResult:
         """Store one call of `task`; return the stored record.
 
-        Arguments the codec cannot carry raise `UnsupportedValue` naming them
-        (e.g. ``kwargs['when']``), and nothing is stored.
+        `task` is positional only, so a task's own keyword arguments may be
+        named ``task`` (or ``self``).
+
+        A call that does not fit the task's signature raises `InvalidCall`
+        naming the task and the mismatch; arguments the codec cannot carry
+        raise `UnsupportedValue` naming them (e.g. ``kwargs['when']``). Either
+        way nothing is stored.
         """
+        shared = self._shared(task)
+        _check_call(task.signature, shared.task_path, args, kwargs)
         # `kwargs` is this call's own dict already; the args are copied into a list.
-        [stored] = self.backend.enqueue_calls(
-            self._shared(task), [(new_task_id(), [*args], kwargs)]
-        )
+        [stored] = self.backend.enqueue_calls(shared, [(new_task_id(), [*args], kwargs)])
         notify("threadmill_task_enqueued", record=stored)
         return stored
 
@@ -76,11 +86,16 @@ class Broker:
         """Store many calls of `task` in one backend call; all are checked before any is stored.
 
         Each call is ``(args, kwargs)``, copied into a list and a dict. A call
-        the codec cannot carry raises `UnsupportedValue` naming it, and none of
-        the calls is stored.
+        that does not fit the task's signature raises `InvalidCall` with its
+        `index` in the batch, one the codec cannot carry `UnsupportedValue`
+        naming it; either way none of the calls is stored.
         """
         shared = self._shared(task)
         calls = list(calls)
+        signature = task.signature
+        if signature is not None:
+            for index, (args, kwargs) in enumerate(calls):
+                _check_call(signature, shared.task_path, args, kwargs, index)
         stored = self.backend.enqueue_calls(
             shared,
             [
@@ -172,6 +187,24 @@ class Broker:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def _check_call(
+    signature: inspect.Signature | None,
+    task_path: str,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    index: int | None = None,
+) -> None:
+    """`InvalidCall` unless ``(args, kwargs)`` bind to `signature` (None: anything goes)."""
+    if signature is None:
+        return
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError as exc:
+        # The parameters are what the caller needs; the return annotation is noise here.
+        parameters = signature.replace(return_annotation=inspect.Signature.empty)
+        raise InvalidCall(task_path, str(parameters), str(exc), index) from None
 
 
 def connect(url: str, **options: Any) -> Broker:

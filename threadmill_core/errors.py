@@ -46,6 +46,31 @@ class InvalidTaskDefinition(ThreadmillError, TypeError):
     """`@task` was applied to something a worker could not import by its path."""
 
 
+class InvalidCall(ThreadmillError, TypeError):
+    """A call whose arguments do not fit the task function's signature, refused at enqueue.
+
+    A wrong number of positional arguments, an unknown keyword, a missing
+    required argument, a keyword also given by position: what calling the
+    function itself would refuse with `TypeError`, which this also is, so
+    ``except TypeError`` around an enqueue still catches it. `task_path`
+    names the task, `signature` is the one the call was bound to (the
+    caller's arguments only, as text), `reason` the mismatch in `inspect`'s
+    words (``missing a required argument: 'user_id'``), and `index` the
+    call's place in a batch (`Broker.enqueue_many`), or None for a single
+    enqueue. Nothing of the call, or of its batch, is stored.
+    """
+
+    def __init__(
+        self, task_path: str, signature: str, reason: str, index: int | None = None
+    ) -> None:
+        self.task_path = task_path
+        self.signature = signature
+        self.reason = reason
+        self.index = index
+        which = "a call" if index is None else f"call {index} of the batch"
+        super().__init__(f"{which} of task {task_path}{signature} does not fit: {reason}")
+
+
 class InvalidOption(ThreadmillError, ValueError):
     """A task option, enqueue option or backend option that is unknown or out of range."""
 

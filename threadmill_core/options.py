@@ -7,6 +7,10 @@ a duration is a number of seconds, a count its digits; as keywords, a
 duration may also be a `timedelta`. Each parser takes the option's name
 (for the error) and the value, and returns the value the backend keeps or
 raises `InvalidOption` naming the option.
+
+`refuse_unknown` says the same for options given as keywords elsewhere
+(``Task.using``, `register_task`, `ExponentialBackoff`): an unknown one is
+an `InvalidOption` listing the valid ones, not Python's bare `TypeError`.
 """
 
 from __future__ import annotations
@@ -71,3 +75,11 @@ def parse_options(
             f"known: {', '.join(sorted(parsers))}"
         )
     return {name: parsers[name](name, value) for name, value in options.items()}
+
+
+def refuse_unknown(where: str, unknown: Mapping[str, object], valid: tuple[str, ...]) -> None:
+    """`InvalidOption` naming the `unknown` options given to `where`, and the `valid` ones."""
+    if unknown:
+        raise InvalidOption(
+            f"unknown {where} option(s) {', '.join(sorted(unknown))}; valid: {', '.join(valid)}"
+        )

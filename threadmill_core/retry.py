@@ -18,7 +18,7 @@ import random
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
-from typing import Any
+from typing import Any, Never
 
 import attrs
 
@@ -31,8 +31,12 @@ from threadmill_core.models import (
     TaskError,
     TaskResultStatus,
 )
+from threadmill_core.options import refuse_unknown
 
 RetryPolicy = Callable[[TaskContext], timedelta | None]
+
+
+_BACKOFF_OPTIONS = ("base_delay", "max_delay", "factor", "max_retries", "jitter", "retry_on")
 
 
 def _seconds(value: timedelta | float) -> float:
@@ -69,7 +73,7 @@ def _loaded_class(path: str) -> type | None:
     return obj if isinstance(obj, type) else None
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, init=False)
 class ExponentialBackoff:
     """Wait `base_delay * factor ** (attempt - 1)`, capped at `max_delay`, plus jitter.
 
@@ -81,15 +85,40 @@ class ExponentialBackoff:
 
     The fields are plain data, so the policy is stored in the task record and
     survives a round trip through the codec. Large attempt numbers never
-    overflow: the exponent is capped before it is raised.
+    overflow: the exponent is capped before it is raised. Bad values and
+    unknown options raise `InvalidOption`.
     """
 
-    base_delay: float = attrs.field(default=1.0, converter=_seconds)
-    max_delay: float = attrs.field(default=3600.0, converter=_seconds)
-    factor: float = 2.0
-    max_retries: int | None = 5
-    jitter: float = 0.1
-    retry_on: tuple[str, ...] = attrs.field(default=(), converter=_exception_paths)
+    base_delay: float = attrs.field(converter=_seconds)
+    max_delay: float = attrs.field(converter=_seconds)
+    factor: float
+    max_retries: int | None
+    jitter: float
+    retry_on: tuple[str, ...] = attrs.field(converter=_exception_paths)
+
+    # Written out, not attrs's, to refuse an unknown option as InvalidOption; the
+    # defaults live here only.
+    def __init__(
+        self,
+        *,
+        base_delay: timedelta | float = 1.0,
+        max_delay: timedelta | float = 3600.0,
+        factor: float = 2.0,
+        max_retries: int | None = 5,
+        jitter: float = 0.1,
+        retry_on: Iterable[type[BaseException] | str] = (),
+        # Never: a type checker flags an unknown option; at run time it is an InvalidOption.
+        **unknown: Never,
+    ) -> None:
+        refuse_unknown("ExponentialBackoff", unknown, _BACKOFF_OPTIONS)
+        self.__attrs_init__(
+            base_delay=base_delay,
+            max_delay=max_delay,
+            factor=factor,
+            max_retries=max_retries,
+            jitter=jitter,
+            retry_on=retry_on,
+        )
 
     def __attrs_post_init__(self) -> None:
         if not (isinstance(self.factor, int | float) and math.isfinite(self.factor)) or (

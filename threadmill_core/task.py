@@ -19,6 +19,14 @@ A function whose first parameter is named ``context`` receives a
 `TaskContext` there (the record, attempt number, lease token, and whether
 the lease was lost); callers never pass it.
 
+A call that does not fit the function's signature (a wrong number of
+positional arguments, an unknown or repeated keyword, a missing required
+argument) is refused at enqueue with `InvalidCall`, naming the task and the
+mismatch, and nothing is stored: it could never run. The signature is read
+once, when the task is made (`Task.signature`, without the context
+parameter). Unknown options, to ``@task``, `Task.using` or `register_task`,
+raise `InvalidOption` listing the valid ones.
+
 Framework integrations (threadmill_django, and any later Flask or FastAPI
 one) define tasks without ``@task``: `register_task` registers any callable
 under a path of their choosing, such as a wrapper that prepares the
@@ -34,7 +42,7 @@ import re
 import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any, Generic, ParamSpec, TypeVar, overload
+from typing import Any, Generic, Never, ParamSpec, TypeVar, overload
 
 import attrs
 
@@ -47,6 +55,7 @@ from threadmill_core.models import (
     validate_run_after,
     validate_timedelta,
 )
+from threadmill_core.options import refuse_unknown
 from threadmill_core.retry import RetryPolicy, policy_spec
 
 P = ParamSpec("P")
@@ -80,6 +89,8 @@ def register_task(
     retry: RetryPolicy | None = None,
     lease_ttl: timedelta | float | None = None,
     takes_context: bool | None = None,
+    signature: inspect.Signature | None = None,
+    **unknown: Never,
 ) -> Task[Any, Any]:
     """Make `func` a task of this process, registered under `path`, and return it.
 
@@ -101,14 +112,24 @@ def register_task(
       argument when its first parameter is named ``context`` (as with
       ``@task``); True or False says so explicitly, for callables whose
       signature does not tell.
+    - `signature` None: calls are bound, at enqueue, to `func`'s own
+      signature (without the context parameter when the task takes one).
+      A wrapper that takes ``*args, **kwargs`` gives the signature of the
+      function it wraps (the user's arguments only, no context), so that a
+      call the wrapped function would refuse is refused at enqueue.
 
     Registering a path that is already registered replaces the task (as
     importing a module again re-runs its decorators); the replaced `Task`
     object keeps working for enqueueing, since records name paths, not
-    objects. The registry is per process: every worker process must
-    register its tasks itself, normally by importing the modules that do.
+    objects (its calls are still bound to its own signature). The registry
+    is per process: every worker process must register its tasks itself,
+    normally by importing the modules that do.
     """
+    refuse_unknown("register_task", unknown, _REGISTER_OPTIONS)
+    if signature is not None and not isinstance(signature, inspect.Signature):
+        raise InvalidOption(f"signature must be an inspect.Signature or None, got {signature!r}")
     retry_spec = policy_spec(retry)
+    wants_context = _wants_context(func) if takes_context is None else bool(takes_context)
     made: Task[Any, Any] = Task(
         func=func,
         path=_task_path(func) if path is None else validate_task_path(path),
@@ -117,11 +138,51 @@ def register_task(
         retry=retry,
         retry_spec=retry_spec,
         lease_ttl=None if lease_ttl is None else validate_timedelta("lease_ttl", lease_ttl),
-        takes_context=_wants_context(func) if takes_context is None else bool(takes_context),
+        takes_context=wants_context,
+        signature=call_signature(func, wants_context) if signature is None else signature,
     )
     with _registry_lock:
         _registry[made.path] = made
     return made
+
+
+_REGISTER_OPTIONS = (
+    "path",
+    "queue",
+    "priority",
+    "retry",
+    "lease_ttl",
+    "takes_context",
+    "signature",
+)
+
+
+def call_signature(func: Callable[..., Any], takes_context: bool) -> inspect.Signature | None:
+    """The signature a call of `func` binds to at enqueue: the caller's arguments only.
+
+    With `takes_context`, the first positional parameter (the one the
+    worker fills with a `TaskContext`) is left out; a ``*args`` in its place
+    takes the context and stays. None when `func` has no signature to read
+    (some builtins): its calls are not checked. A task that takes a context
+    but has no positional parameter for it is an `InvalidTaskDefinition`.
+    """
+    try:
+        signature = inspect.signature(func)
+    except (TypeError, ValueError):
+        return None
+    if not takes_context:
+        return signature
+    params = list(signature.parameters.values())
+    if params and params[0].kind is inspect.Parameter.VAR_POSITIONAL:
+        return signature
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    if not params or params[0].kind not in positional:
+        name = getattr(func, "__qualname__", repr(func))
+        raise InvalidTaskDefinition(
+            f"{name}{signature} takes a context, so its first parameter must be positional, "
+            "to receive it"
+        )
+    return signature.replace(parameters=params[1:])
 
 
 def unregister_task(path: str) -> Task[Any, Any] | None:
@@ -208,11 +269,18 @@ class Task(Generic[P, R]):
     broker: Broker | None = None
     #: The function's first parameter is named ``context`` and takes a TaskContext.
     takes_context: bool = False
+    #: What each call's arguments must bind to at enqueue (`call_signature`: no
+    #: context parameter); None: calls are not checked. Read once, kept by `using`.
+    signature: inspect.Signature | None = attrs.field(repr=False)
     #: Whether `func` is a coroutine function, asked once (a worker asks per task).
     is_async: bool = attrs.field(init=False, repr=False)
     #: What every stored call of this task starts from (made, so checked, once):
     #: the broker copies it with each call's id and arguments.
     template: TaskResult = attrs.field(init=False, repr=False)
+
+    @signature.default
+    def _signature(self) -> inspect.Signature | None:
+        return call_signature(self.func, self.takes_context)
 
     @is_async.default
     def _is_async(self) -> bool:
@@ -238,8 +306,14 @@ class Task(Generic[P, R]):
         queue: str | None = None,
         priority: int | None = None,
         run_after: datetime | timedelta | None = None,
+        # Never: a type checker flags an unknown option; at run time it is an InvalidOption.
+        **unknown: Never,
     ) -> Task[P, R]:
-        """A copy with the given options changed; options left as None are kept."""
+        """A copy with the given options changed; options left as None are kept.
+
+        An unknown option raises `InvalidOption` listing the valid ones.
+        """
+        refuse_unknown("using()", unknown, _USING_OPTIONS)
         changes: dict[str, Any] = {}
         if broker is not None:
             changes["broker"] = broker
@@ -251,17 +325,19 @@ class Task(Generic[P, R]):
             changes["run_after"] = validate_run_after(run_after)
         return attrs.evolve(self, **changes)
 
-    def enqueue(self, *args: Any, **kwargs: Any) -> TaskResult:
+    def enqueue(self, /, *args: Any, **kwargs: Any) -> TaskResult:
         """Store a call of this task; returns the stored record (READY or DEFERRED).
 
-        Arguments must be values the codec carries (see `threadmill_core.codec`);
-        anything else raises `UnsupportedValue` naming the argument, and nothing
-        is stored.
+        The arguments must fit the function's signature (`InvalidCall`
+        otherwise, naming the task and the mismatch) and be values the codec
+        carries (see `threadmill_core.codec`; `UnsupportedValue` otherwise,
+        naming the argument). Either way nothing is stored.
         """
         return (self.broker or default_broker()).enqueue(self, *args, **kwargs)
 
 
 _TASK_OPTIONS = ("queue", "priority", "retry", "lease_ttl")
+_USING_OPTIONS = ("broker", "queue", "priority", "run_after")
 
 
 @overload
@@ -285,11 +361,8 @@ def task(func: Callable[..., Any] | None = None, /, **options: Any) -> Any:
     is presumed abandoned; heartbeats renew it, so it does not bound the run
     time). Unknown options and bad values raise `InvalidOption`.
     """
-    unknown = sorted(set(options) - set(_TASK_OPTIONS))
-    if unknown:
-        raise InvalidOption(
-            f"unknown task option(s) {', '.join(unknown)}; valid: {', '.join(_TASK_OPTIONS)}"
-        )
+    unknown = {name: value for name, value in options.items() if name not in _TASK_OPTIONS}
+    refuse_unknown("task", unknown, _TASK_OPTIONS)
     # Checked here, so that a bad option fails at the decorator, not at the function.
     queue = validate_queue(options.get("queue", DEFAULT_QUEUE))
     priority = validate_priority(options.get("priority", 0))

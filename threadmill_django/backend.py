@@ -65,7 +65,9 @@ class TaskBackend(BaseTaskBackend):
     DEFERRED reads READY, CANCELLED reads FAILED with a `TaskCancelled`
     error. Arguments go through Django's normalisation, then threadmill's
     codec; what either refuses raises at `enqueue`, naming the argument,
-    and nothing is stored.
+    and nothing is stored. So does a call that does not fit the task
+    function's signature: `threadmill_core.InvalidCall`, a `TypeError`, as
+    calling the function itself would raise.
     """
 
     task_class = Task
@@ -173,12 +175,7 @@ class TaskBackend(BaseTaskBackend):
         """Store one call of `task`; returns its result, READY (DEFERRED reads READY)."""
         prepared = self._prepared_for(task)
         call_args, call_kwargs = normalized(args, kwargs)
-        broker = self.broker
-        if "task" in call_kwargs or "self" in call_kwargs:
-            # Broker.enqueue's own parameters; the batch form takes the call whole.
-            [record] = broker.enqueue_many(prepared, [(call_args, call_kwargs)])
-        else:
-            record = broker.enqueue(prepared, *call_args, **call_kwargs)
+        record = self.broker.enqueue(prepared, *call_args, **call_kwargs)
         result = django_result(record, task, self.alias)
         task_enqueued.send(type(self), task_result=result)
         return cast("DjangoTaskResult[P, R]", result)

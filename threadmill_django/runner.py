@@ -33,7 +33,7 @@ from django.utils.json import normalize_json
 from threadmill_core.models import RetryPolicySpec, TaskResult, TaskResultStatus
 from threadmill_core.models import TaskContext as CoreTaskContext
 from threadmill_core.retry import policy_spec, resolve_policy
-from threadmill_core.task import register_task, registered_task
+from threadmill_core.task import call_signature, register_task, registered_task
 from threadmill_django.exceptions import UnknownTask
 from threadmill_django.results import django_result, local
 from threadmill_django.task import TaskContext
@@ -132,6 +132,11 @@ def register(task: AnyTask) -> None:
     Copies made by ``using`` differ only in what each call sets (queue,
     priority, run_after, alias), so they share one registration. Bad
     threadmill options raise `threadmill_core.InvalidOption` naming them.
+
+    Calls are bound at enqueue to the Django function's signature (without
+    its ``context`` when the task takes one), not the runner's ``*args,
+    **kwargs``: a call that function would refuse raises
+    `threadmill_core.InvalidCall` (a `TypeError`) and nothing is stored.
     """
     path = task_path(task)
     current = runner_for(path)
@@ -149,6 +154,7 @@ def register(task: AnyTask) -> None:
         retry=policy,
         lease_ttl=getattr(task, "lease_ttl", None),
         takes_context=True,
+        signature=call_signature(task.func, task.takes_context),
     )
 
 

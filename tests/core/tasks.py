@@ -97,3 +97,9 @@ def exits_then_succeeds(context: TaskContext) -> str:
     if context.attempt == 1:
         raise SystemExit(3)
     return "second time lucky"
+
+
+@task
+def takes_anything(*args: object, **kwargs: object) -> list[object]:
+    """Any call fits; returns what it got."""
+    return [list(args), kwargs]

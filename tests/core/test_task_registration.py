@@ -93,7 +93,7 @@ def test_registering_a_path_again_replaces_the_task(broker: Broker, cleanup: lis
     """The latest registration of a path is the one a worker runs."""
     path = "tests.core.registered_tasks:replaced"
     cleanup.append(path)
-    first = register_task(defs.plain, path=path)
+    first = register_task(functools.partial(defs.plain, 1), path=path)
     register_task(functools.partial(defs.plain, 100), path=path)
     record = first.using(broker=broker).enqueue(1)  # the old object still enqueues the path
     drain(broker)

@@ -16,7 +16,7 @@ from django.test import override_settings
 
 from tests.django.bench import Bench
 from tests.django.djapp import tasks
-from threadmill_core import ExponentialBackoff, UnsupportedValue
+from threadmill_core import ExponentialBackoff, InvalidCall, UnsupportedValue
 from threadmill_core.errors import BackendUnavailable
 from threadmill_django import Task, TaskBackend, UnknownTask, UnsupportedArgument
 from threadmill_django import task as threadmill_task
@@ -88,6 +88,48 @@ def test_a_refusal_by_django_is_both_type_and_value_error(bench: Bench) -> None:
         tasks.echo.enqueue(object())
 
 
+@pytest.mark.parametrize(
+    ("django_task", "args", "kwargs", "reason"),
+    [
+        (tasks.add, (1, 2, 3), {}, "too many positional arguments"),
+        (tasks.add, (1,), {"c": 2}, "missing a required argument: 'b'"),
+        (tasks.add, (1, 2), {"c": 3}, "got an unexpected keyword argument 'c'"),
+        (tasks.add, (1,), {"a": 2}, "multiple values for argument 'a'"),
+        (tasks.flaky, (), {}, "missing a required argument: 'succeed_on'"),
+        (
+            tasks.flaky,
+            (),
+            {"context": None, "succeed_on": 1},
+            "unexpected keyword argument 'context'",
+        ),
+    ],
+)
+@pytest.mark.parametrize("form", ["enqueue", "aenqueue"])
+def test_a_call_that_does_not_fit_the_function_is_refused(
+    bench: Bench,
+    django_task: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    reason: str,
+    form: str,
+) -> None:
+    """A TypeError at enqueue naming the task and the mismatch (a task's context not counted),
+    and nothing stored."""
+
+    def enqueue() -> object:
+        if form == "enqueue":
+            return django_task.enqueue(*args, **kwargs)
+        return asyncio.run(django_task.aenqueue(*args, **kwargs))
+
+    with pytest.raises(InvalidCall) as refused:
+        enqueue()
+    assert isinstance(refused.value, TypeError)
+    assert refused.value.task_path == f"tests.django.djapp.tasks:{django_task.name}"
+    assert refused.value.index is None
+    assert reason in str(refused.value)
+    assert not bench.broker.counts()
+
+
 def test_a_keyword_argument_named_task_is_the_tasks(bench: Bench) -> None:
     """A task's keyword `task` is the task's, not threadmill's Broker.enqueue's."""
     result = tasks.echo.enqueue(task="t")
@@ -122,7 +164,7 @@ def test_reading_a_result_imports_the_tasks_module_of_an_installed_app(bench: Be
     module = "tests.django.djapp.late_tasks"
     assert module not in sys.modules
     path = f"{module}:late"
-    record = register_task(tasks.add.func, path=path).using(broker=bench.broker).enqueue(5)
+    record = register_task(tasks.echo.func, path=path).using(broker=bench.broker).enqueue(5)
     unregister_task(path)  # as in a process that only reads results
     result = task_backends["default"].get_result(record.id)
     assert module in sys.modules
