@@ -36,7 +36,8 @@ about the API itself use ``memory://``.
 docs/django.md needs Django 6 (Python 3.12+): where Django is not
 installed its examples skip saying so; .ci/run runs them in its Django
 venvs. There the document's blocks see Django configured with the TASKS
-alias its settings example shows, on ``memory://``.
+alias its settings example shows, on ``memory://``, and ``DJANGO_6_1``
+for the skip directives of examples that need Django 6.1.
 """
 
 from __future__ import annotations
@@ -321,13 +322,15 @@ def setup(namespace: dict[str, Any]) -> None:
     sys.path.insert(0, workdir)
     if document.name == "django.md":
         missing = django_missing()
+        # For the skip directives of the examples that need Django 6.1's decorator.
+        namespace["DJANGO_6_1"] = False
         if missing is not None:
             namespace[SKIP_REASON] = f"{missing}; .ci/run runs docs/django.md in its Django venvs"
         else:
             namespace["__docs_django__"] = configure_django()
             import django
 
-            namespace["DJANGO_VERSION"] = django.VERSION
+            namespace["DJANGO_6_1"] = django.VERSION >= (6, 1)
 
 
 def configure_django() -> Any:
