@@ -385,8 +385,8 @@ def teardown(namespace: dict[str, Any]) -> None:
         raise AssertionError("\n\n".join(complaints))
 
 
-def documents() -> Sybil:
-    """The Sybil that collects every example of `PATTERNS`."""
+def documents(path: Path = ROOT, patterns: list[str] = PATTERNS) -> Sybil:
+    """The Sybil that collects every example of `patterns` under `path`."""
     return Sybil(
         parsers=[
             SkipParser(),
@@ -395,8 +395,8 @@ def documents() -> Sybil:
             CodeBlockParser("python", evaluate_python),
             CodeBlockParser("sh", evaluate_shell),
         ],
-        path=str(ROOT),
-        patterns=PATTERNS,
+        path=str(path),
+        patterns=patterns,
         setup=setup,
         teardown=teardown,
         fixtures=[REDIS],
