@@ -53,11 +53,14 @@ import tempfile
 import unittest
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sybil import Document, Example, Region, Sybil
 from sybil.parsers.markdown import CodeBlockParser, SkipParser
 from sybil.parsers.markdown.lexers import DirectiveInHTMLCommentLexer
+
+if TYPE_CHECKING:
+    from tests.conftest import RedisServer
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The documents whose examples are tests, relative to `ROOT`.
@@ -84,7 +87,7 @@ class DocsRedis:
     """A redis-server for the documents' examples, started when one first needs it."""
 
     def __init__(self) -> None:
-        self._server: Any = None
+        self._server: RedisServer | None = None
 
     @property
     def url(self) -> str:
@@ -92,7 +95,7 @@ class DocsRedis:
             from tests.conftest import RedisServer  # skips (fails in CI) without redis-server
 
             self._server = RedisServer()
-        return str(self._server.url)
+        return self._server.url
 
     def flush(self) -> None:
         """Forget what the last document stored, so each starts on an empty server."""
