@@ -77,6 +77,9 @@ def _worker(args: argparse.Namespace) -> int:
         burst=args.burst,
         shutdown_timeout=timedelta(seconds=args.shutdown_timeout),
         log_level=args.log_level,
+        # As Celery, RQ and Dramatiq workers do: `threadmill worker myapp.tasks`,
+        # run next to myapp/, imports it.
+        import_path=(os.getcwd(),),
     )
     return Supervisor(settings).run()
 

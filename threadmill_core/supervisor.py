@@ -17,11 +17,14 @@ expires, and its retry policy decides), and exits with `EXIT_ABANDONED`,
 which the supervisor then exits with too. One that has not exited
 `FORCED_STOP_GRACE` later is killed.
 
-Process setup: `WorkerSettings.setup`, if given, is called first thing in
-the supervisor and in every worker process, before the task modules are
-imported: it is how a framework integration prepares a process for its
+Process setup: `WorkerSettings.import_path` goes first on `sys.path`
+(``threadmill worker`` gives the directory it runs in), then
+`WorkerSettings.setup`, if given, is called, both first thing in the
+supervisor and in every worker process, before the task modules are
+imported: setup is how a framework integration prepares a process for its
 tasks (threadmill_django calls ``django.setup()`` there). See
-docs/integrations.md.
+docs/integrations.md. The supervisor then logs what it runs (see
+`threadmill_core.startup`).
 
 Outages: when the backend is unavailable (`BackendUnavailable`), nothing
 exits or restarts. Each worker process backs off and reconnects on its own
@@ -34,7 +37,6 @@ not import, a URL that cannot work) stops the supervisor.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import logging
 import multiprocessing
 import os
@@ -44,7 +46,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import timedelta
 from multiprocessing.context import SpawnProcess
 from types import FrameType
@@ -58,6 +60,15 @@ from threadmill_core.maintenance import promote, reap
 from threadmill_core.models import TaskResultStatus
 from threadmill_core.outage import RECONNECT_BACKOFF, Outage
 from threadmill_core.retry import ExponentialBackoff
+from threadmill_core.startup import (
+    TaskModuleError,
+    check_module_name,
+    import_task_modules,
+    log_start,
+    put_on_import_path,
+    warn_unregistered_waiting,
+)
+from threadmill_core.task import registered_tasks
 from threadmill_core.worker import Worker, default_worker_id
 
 log = logging.getLogger("threadmill.supervisor")
@@ -97,8 +108,13 @@ class WorkerSettings:
     #: Called with no arguments first thing in the supervisor and in each worker
     #: process (a restarted one too), before `modules` are imported; see `prepare_process`.
     setup: Callable[[], object] | None = None
+    #: Directories put first on `sys.path` in the supervisor and in each worker
+    #: process, before anything is imported (``threadmill worker``: the current one).
+    import_path: tuple[str, ...] = ()
 
     def __attrs_post_init__(self) -> None:
+        for module in self.modules:
+            check_module_name(module)
         if self.broker_url.split("://", 1)[0] == "memory":
             raise InvalidOption(
                 "memory:// lives inside one process, so worker processes cannot share it; "
@@ -130,23 +146,27 @@ def _check_setup(setup: object) -> None:
         ) from exc
 
 
-def prepare_process(settings: WorkerSettings) -> None:
-    """Run `settings.setup`, then import `settings.modules`: how every process starts.
+def prepare_process(settings: WorkerSettings) -> dict[str, list[str]]:
+    """Put `settings.import_path` on `sys.path`, run `settings.setup`, then import
+    `settings.modules`: how every process starts. Returns the paths of the
+    tasks each module defines (see `threadmill_core.startup.import_task_modules`).
 
     The supervisor and each worker process call this before anything else,
     so a setup that configures a framework (and may register tasks) runs
     before the modules whose imports need it. An exception from either is a
-    configuration error: the process does not start.
+    configuration error: the process does not start. A module that does
+    not import raises `threadmill_core.startup.TaskModuleError`.
     """
+    put_on_import_path(settings.import_path)
     if settings.setup is not None:
         settings.setup()
-    load_modules(settings.modules)
+    return import_task_modules(settings.modules)
 
 
-def load_modules(modules: Sequence[str]) -> None:
-    """Import the modules whose @task functions a worker may run."""
-    for name in modules:
-        importlib.import_module(name)
+def _cannot_start(what: str, exc: Exception) -> None:
+    """Log why a process cannot start in one line; the traceback too at DEBUG."""
+    reason = str(exc) if isinstance(exc, TaskModuleError) else f"{type(exc).__name__}: {exc}"
+    log.error("%s: %s", what, reason, exc_info=log.isEnabledFor(logging.DEBUG))
 
 
 def connect_when_reachable(
@@ -181,7 +201,7 @@ def _child_main(settings: WorkerSettings, index: int) -> None:
         outage = Outage(logging.getLogger("threadmill.worker"), settings.reconnect_backoff)
         broker = connect_when_reachable(settings.broker_url, outage, time.sleep)
     except Exception as exc:
-        log.error("worker %d cannot start: %s: %s", index, type(exc).__name__, exc)
+        _cannot_start(f"worker {index} cannot start", exc)
         sys.exit(EXIT_CONFIG_ERROR)
     if broker is None:  # never: time.sleep does not ask to give up
         return
@@ -285,16 +305,25 @@ class Supervisor:
         try:
             # The modules load here too, before any child is spawned: a typo
             # fails fast, and the reaper knows the tasks' retry policies.
-            prepare_process(settings)
+            defined = prepare_process(settings)
+            log_start(
+                url=settings.broker_url,
+                queues=settings.queues,
+                processes=settings.processes,
+                threads=settings.threads,
+                prefetch=settings.prefetch,
+                defined=defined,
+            )
             broker = connect_when_reachable(
                 settings.broker_url, self.outage, lambda delay: self._wake.wait(delay)
             )
         except Exception as exc:
-            log.error("cannot start: %s: %s", type(exc).__name__, exc)
+            _cannot_start("cannot start", exc)
             return EXIT_CONFIG_ERROR
         if broker is None:  # stopped while waiting for the backend
             return 0 if self._signals <= 1 else 1
         backend = broker.backend
+        warn_unregistered_waiting(backend, settings.queues, registered_tasks())
         for index in range(settings.processes):
             self._start(index)
         # The children and the signals are looked after every poll interval (that
