@@ -153,7 +153,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--burst",
         action="store_true",
         help="exit once nothing is ready or running in the queues, and no deferred task "
-        "falls due within the polling interval",
+        "falls due within the polling interval (one that does, a quick retry say, is waited "
+        "for and run when due)",
     )
     worker.add_argument(
         "--shutdown-timeout",

@@ -50,6 +50,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from multiprocessing.context import SpawnProcess
 from types import FrameType
+from typing import NamedTuple
 
 import attrs
 
@@ -236,6 +237,15 @@ def _child_main(settings: WorkerSettings, index: int) -> None:
     broker.close()
 
 
+class _Left(NamedTuple):
+    """What a burst has left in the supervisor's queues (see `Supervisor._left`)."""
+
+    ready: int
+    running: int
+    #: Seconds until the first DEFERRED task due within the polling interval; None if none is.
+    due_in: float | None
+
+
 class Supervisor:
     """Runs and watches the worker processes and the maintenance loop; see the module doc."""
 
@@ -348,10 +358,13 @@ class Supervisor:
                     # worker's) waits for the reaper; none of either: done.
                     # Unknown (the backend is unavailable): ask again later.
                     left = self._left(backend)
-                    if left is not None and left[TaskResultStatus.READY]:
+                    if left is not None and left.ready:
                         self._start(0)
-                    elif left is not None and not left[TaskResultStatus.RUNNING]:
+                    elif left is not None and not left.running and left.due_in is None:
                         return 0
+                    elif left is not None and left.due_in is not None:
+                        # The mover's pass when it falls due, not at the reaper's turn.
+                        next_pass = min(next_pass, time.monotonic() + left.due_in)
                 self._wake.wait(min(tick, max(next_pass - time.monotonic(), 0.0)))
         finally:
             backend.close()
@@ -429,12 +442,8 @@ class Supervisor:
             self._start(index)
         return 0
 
-    def _left(self, backend: Backend) -> dict[TaskResultStatus, int] | None:
-        """READY and RUNNING tasks in our queues; None while the backend is unavailable.
-
-        A DEFERRED task due within the polling interval counts as RUNNING: a
-        burst waits for it.
-        """
+    def _left(self, backend: Backend) -> _Left | None:
+        """What is left for a burst in our queues; None while the backend is unavailable."""
         started = time.monotonic()
         try:
             counts = backend.counts()
@@ -442,26 +451,26 @@ class Supervisor:
             self._backing_off(exc, started)
             return None
         mine = [counts[q] for q in self.settings.queues if q in counts]
-        left = {
-            status: sum(c.of(status) for c in mine)
-            for status in (TaskResultStatus.READY, TaskResultStatus.RUNNING)
-        }
+        ready = sum(c.of(TaskResultStatus.READY) for c in mine)
+        running = sum(c.of(TaskResultStatus.RUNNING) for c in mine)
         # A retry falling due within the polling interval (the reaper's, say)
         # is work about to be ready, not work for another day.
         deferred = [c.queue for c in mine if c.of(TaskResultStatus.DEFERRED)]
+        due_in: float | None = None
         try:
             if deferred:
-                soon = backend.now() + self.settings.poll_interval
+                now = backend.now()
                 for name in deferred:
                     first = backend.peek(name, TaskResultStatus.DEFERRED, limit=1)
-                    if first and first[0].run_after is not None and first[0].run_after <= soon:
-                        left[TaskResultStatus.RUNNING] += 1
-                        break
+                    run_after = first[0].run_after if first else None
+                    if run_after is not None and run_after <= now + self.settings.poll_interval:
+                        seconds = max((run_after - now).total_seconds(), 0.0)
+                        due_in = seconds if due_in is None else min(due_in, seconds)
         except BackendUnavailable as exc:
             self._backing_off(exc, started)
             return None
         self.outage.reached(started)
-        return left
+        return _Left(ready=ready, running=running, due_in=due_in)
 
     def _drain(self) -> int:
         """Wait for the children to finish, up to the shutdown timeout; the exit code.
