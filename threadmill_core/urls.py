@@ -19,12 +19,17 @@ def redact(url: str) -> str:
         password = parts.password
     except ValueError:
         return "<a malformed URL>"
-    if password is not None:
-        user, host = parts.netloc.rsplit("@", 1)[0], parts.netloc.rsplit("@", 1)[1]
-        name = user.split(":", 1)[0] if ":" in user else ""
-        parts = parts._replace(netloc=f"{name}:***@{host}")
     query = parse_qsl(parts.query, keep_blank_values=True)
-    if any(key.lower() in SECRET_PARAMETERS for key, _ in query):
+    secret_query = any(key.lower() in SECRET_PARAMETERS for key, _ in query)
+    if password is None and not secret_query:
+        return url  # as given: urlunsplit would write memory:// as memory:
+    if password is not None:
+        user, host = parts.netloc.rsplit("@", 1)
+        parts = parts._replace(netloc=f"{user.split(':', 1)[0]}:***@{host}")
+    if secret_query:
         hidden = [(k, "***" if k.lower() in SECRET_PARAMETERS else v) for k, v in query]
         parts = parts._replace(query=urlencode(hidden, safe="*"))
-    return urlunsplit(parts)
+    shown = urlunsplit(parts)
+    if not parts.netloc and url.startswith(f"{parts.scheme}://"):  # unix:///path stays so
+        shown = shown.replace(":", "://", 1)
+    return shown

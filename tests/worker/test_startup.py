@@ -125,3 +125,15 @@ def test_waiting_tasks_that_no_loaded_module_registers_are_warned_about(
     assert "WARNING" in warning
     assert "myapp.mailer:send (2)" in warning
     assert "myapp.tasks:add" not in warning
+
+
+def test_debug_logs_no_maintenance_notification_failure_per_connection(
+    project: Path, broker_url: str
+) -> None:
+    """At DEBUG, the Redis driver is not asked for maintenance notifications (redis-py 7 and
+    later log a failure per connection on servers without them)."""
+    done = worker(project, "myapp.tasks", "-b", broker_url, "-p", "1", "--burst",
+                  "--log-level", "DEBUG")  # fmt: skip
+    assert done.returncode == 0, done.stdout
+    assert "maintenance notifications" not in done.stdout.lower()
+    assert "MAINT_NOTIFICATIONS" not in done.stdout
