@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from threadmill_core.cli_arguments import build_parser
 from threadmill_core.errors import ThreadmillError
+from threadmill_core.models import TaskResultStatus
 
 if TYPE_CHECKING:
     from threadmill_core.broker import Broker
@@ -32,7 +33,6 @@ if TYPE_CHECKING:
 
 def _demo(args: argparse.Namespace) -> int:
     from threadmill_core.demo import run_demo
-    from threadmill_core.models import TaskResultStatus
 
     logging.basicConfig(level=logging.ERROR if not args.verbose else logging.INFO)
     final = run_demo()
@@ -77,6 +77,9 @@ def _worker(args: argparse.Namespace) -> int:
         burst=args.burst,
         shutdown_timeout=timedelta(seconds=args.shutdown_timeout),
         log_level=args.log_level,
+        # As Celery, RQ and Dramatiq workers do: `threadmill worker myapp.tasks`,
+        # run next to myapp/, imports it.
+        import_path=(os.getcwd(),),
     )
     return Supervisor(settings).run()
 
@@ -146,15 +149,27 @@ def _ls(args: argparse.Namespace) -> int:
     queue, status, offset = args.queue, args.status, args.offset
     with _opened(args) as broker:
         items = inspector.list_tasks(broker, queue, status, offset=offset, limit=args.limit)
-        counts = broker.counts().get(queue)
+        every = broker.counts()
+    counts = every.get(queue)
     total = counts.of(status) if counts is not None else 0
+    # A queue with no task in any segment is most likely misspelt: say so, exit 3.
+    unknown = counts is None or not any(counts.of(s) for s in TaskResultStatus)
     if args.json:
         tasks = [inspector.listed_json(item) for item in items]
         data = {"queue": queue, "status": status.value, "offset": offset, "total": total}
         _out({**data, "tasks": tasks}, args)
-    else:
+    elif not unknown:
         _out(inspector.format_list(items, queue, status, offset=offset, total=total), args)
-    return 0
+    if not unknown:
+        return inspector.ExitCode.DONE
+    held = sorted(name for name, c in every.items() if any(c.of(s) for s in TaskResultStatus))
+    others = f"queues holding tasks: {', '.join(held)}" if held else "no queue holds any task"
+    print(
+        f"threadmill ls: queue {queue!r} holds no tasks at all, in any segment "
+        f"(misspelt, or never used?); {others}",
+        file=sys.stderr,
+    )
+    return inspector.ExitCode.NOTHING_DONE
 
 
 def _show(args: argparse.Namespace) -> int:
@@ -241,6 +256,12 @@ def _purge(args: argparse.Namespace) -> int:
     from threadmill_core.inspector import ExitCode
 
     queue, status = args.queue, args.status
+    if args.json and not args.yes:
+        # JSON is for scripts, and a script cannot answer a prompt: refuse before asking.
+        raise _UsageError(
+            "threadmill purge: --json asks for no prompt, so it needs --yes to purge "
+            "(nothing was purged)"
+        )
     confirmed = True
     purged = 0
     with _opened(args) as broker:
@@ -307,9 +328,14 @@ def main(argv: Sequence[str] | None = None, *, broker: Broker | None = None) -> 
     ``show``, ``requeue``, ``cancel``, ``purge``, ``inspect``) use instead of
     connecting to ``--broker``; it is left open.
     """
-    args = build_parser().parse_args(argv)
-    args.given_broker = broker
+    parser = build_parser()
+    given = sys.argv[1:] if argv is None else list(argv)
     try:
+        if not given:  # a usage error, as argparse counts them: the help, on stderr, and 2
+            parser.print_help(sys.stderr)
+            return 2
+        args = parser.parse_args(given)
+        args.given_broker = broker
         return int(COMMANDS[args.command](args))
     except _UsageError as exc:
         print(exc, file=sys.stderr)
@@ -317,6 +343,20 @@ def main(argv: Sequence[str] | None = None, *, broker: Broker | None = None) -> 
     except ThreadmillError as exc:
         print(f"threadmill: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # `threadmill ls --json | head -1`: the reader has gone, and wants no more.
+        _discard_stdout()
+        return 1
+
+
+def _discard_stdout() -> None:
+    """Point stdout at the null device, so the interpreter's last flush of a stdout whose
+    reader has gone raises nothing more (the recipe of Python's `signal` docs)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    finally:
+        os.close(devnull)
 
 
 if __name__ == "__main__":

@@ -53,10 +53,37 @@ def _positive_int(text: str) -> int:
     return value
 
 
+class _Version(argparse.Action):
+    """``--version``: the installed distribution's version, looked up only when asked."""
+
+    def __init__(self, option_strings: list[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            installed = version("threadmill")
+        except PackageNotFoundError:  # run from a source tree that was never installed
+            installed = "unknown (not installed)"
+        print(f"threadmill {installed}")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="threadmill", description="A durable task queue with a pluggable broker."
+        prog="threadmill",
+        description="A durable task queue with a pluggable broker.",
+        epilog="'threadmill COMMAND --help' shows a command's options; 'threadmill demo' is a "
+        "tour that needs no server.",
     )
+    parser.add_argument("--version", action=_Version, help="print threadmill's version and exit")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     demo = commands.add_parser(
@@ -153,7 +180,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--burst",
         action="store_true",
         help="exit once nothing is ready or running in the queues, and no deferred task "
-        "falls due within the polling interval",
+        "falls due within the polling interval (one that does, a quick retry say, is waited "
+        "for and run when due)",
     )
     worker.add_argument(
         "--shutdown-timeout",

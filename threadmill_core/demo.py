@@ -136,7 +136,8 @@ def _tour(broker: Broker, printer: _Printer, out: TextIO) -> list[TaskResult]:
         thread.join()
 
     print(file=out)
-    print(f"{'task':<32} {'status':<11} {'tries':>5}  result / last error", file=out)
+    width = max(len(_call(record)) for record in final)  # every call whole, none cut
+    print(f"{'task':<{width}} {'status':<11} {'tries':>5}  result / last error", file=out)
     for record in final:
         if record.errors and record.status.value != "SUCCESSFUL":
             last = record.errors[-1]
@@ -144,7 +145,18 @@ def _tour(broker: Broker, printer: _Printer, out: TextIO) -> list[TaskResult]:
         else:
             outcome = repr(record.return_value)
         print(
-            f"{_call(record)[:32]:<32} {record.status.value:<11} {record.attempts:>5}  {outcome}",
+            f"{_call(record):<{width}} {record.status.value:<11} {record.attempts:>5}  {outcome}",
             file=out,
         )
+    print(NEXT_STEPS, file=out)
     return final
+
+
+#: How the demo ends: what to try next, with a real server.
+NEXT_STEPS = """
+Next, with a Redis server (pip install 'threadmill[redis]'; from a clone: pip install '.[redis]'):
+  export THREADMILL_URL=redis://localhost:6379/0
+  threadmill worker myapp.tasks    # run the @task functions of myapp/tasks.py, from its directory
+  threadmill stats                 # the queues by segment, with rates
+  threadmill ls default -s failed  # what failed, with its last error
+'threadmill demo -v' shows the worker's log too; README.md tells the rest."""

@@ -17,11 +17,14 @@ expires, and its retry policy decides), and exits with `EXIT_ABANDONED`,
 which the supervisor then exits with too. One that has not exited
 `FORCED_STOP_GRACE` later is killed.
 
-Process setup: `WorkerSettings.setup`, if given, is called first thing in
-the supervisor and in every worker process, before the task modules are
-imported: it is how a framework integration prepares a process for its
+Process setup: `WorkerSettings.import_path` goes first on `sys.path`
+(``threadmill worker`` gives the directory it runs in), then
+`WorkerSettings.setup`, if given, is called, both first thing in the
+supervisor and in every worker process, before the task modules are
+imported: setup is how a framework integration prepares a process for its
 tasks (threadmill_django calls ``django.setup()`` there). See
-docs/integrations.md.
+docs/integrations.md. The supervisor then logs what it runs (see
+`threadmill_core.startup`).
 
 Outages: when the backend is unavailable (`BackendUnavailable`), nothing
 exits or restarts. Each worker process backs off and reconnects on its own
@@ -34,7 +37,6 @@ not import, a URL that cannot work) stops the supervisor.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import logging
 import multiprocessing
 import os
@@ -44,10 +46,11 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import timedelta
 from multiprocessing.context import SpawnProcess
 from types import FrameType
+from typing import NamedTuple
 
 import attrs
 
@@ -58,6 +61,15 @@ from threadmill_core.maintenance import promote, reap
 from threadmill_core.models import TaskResultStatus
 from threadmill_core.outage import RECONNECT_BACKOFF, Outage
 from threadmill_core.retry import ExponentialBackoff
+from threadmill_core.startup import (
+    TaskModuleError,
+    check_module_name,
+    import_task_modules,
+    log_start,
+    put_on_import_path,
+    warn_unregistered_waiting,
+)
+from threadmill_core.task import registered_tasks
 from threadmill_core.worker import Worker, default_worker_id
 
 log = logging.getLogger("threadmill.supervisor")
@@ -97,8 +109,13 @@ class WorkerSettings:
     #: Called with no arguments first thing in the supervisor and in each worker
     #: process (a restarted one too), before `modules` are imported; see `prepare_process`.
     setup: Callable[[], object] | None = None
+    #: Directories put first on `sys.path` in the supervisor and in each worker
+    #: process, before anything is imported (``threadmill worker``: the current one).
+    import_path: tuple[str, ...] = ()
 
     def __attrs_post_init__(self) -> None:
+        for module in self.modules:
+            check_module_name(module)
         if self.broker_url.split("://", 1)[0] == "memory":
             raise InvalidOption(
                 "memory:// lives inside one process, so worker processes cannot share it; "
@@ -130,23 +147,27 @@ def _check_setup(setup: object) -> None:
         ) from exc
 
 
-def prepare_process(settings: WorkerSettings) -> None:
-    """Run `settings.setup`, then import `settings.modules`: how every process starts.
+def prepare_process(settings: WorkerSettings) -> dict[str, list[str]]:
+    """Put `settings.import_path` on `sys.path`, run `settings.setup`, then import
+    `settings.modules`: how every process starts. Returns the paths of the
+    tasks each module defines (see `threadmill_core.startup.import_task_modules`).
 
     The supervisor and each worker process call this before anything else,
     so a setup that configures a framework (and may register tasks) runs
     before the modules whose imports need it. An exception from either is a
-    configuration error: the process does not start.
+    configuration error: the process does not start. A module that does
+    not import raises `threadmill_core.startup.TaskModuleError`.
     """
+    put_on_import_path(settings.import_path)
     if settings.setup is not None:
         settings.setup()
-    load_modules(settings.modules)
+    return import_task_modules(settings.modules)
 
 
-def load_modules(modules: Sequence[str]) -> None:
-    """Import the modules whose @task functions a worker may run."""
-    for name in modules:
-        importlib.import_module(name)
+def _cannot_start(what: str, exc: Exception) -> None:
+    """Log why a process cannot start in one line; the traceback too at DEBUG."""
+    reason = str(exc) if isinstance(exc, TaskModuleError) else f"{type(exc).__name__}: {exc}"
+    log.error("%s: %s", what, reason, exc_info=log.isEnabledFor(logging.DEBUG))
 
 
 def connect_when_reachable(
@@ -181,7 +202,7 @@ def _child_main(settings: WorkerSettings, index: int) -> None:
         outage = Outage(logging.getLogger("threadmill.worker"), settings.reconnect_backoff)
         broker = connect_when_reachable(settings.broker_url, outage, time.sleep)
     except Exception as exc:
-        log.error("worker %d cannot start: %s: %s", index, type(exc).__name__, exc)
+        _cannot_start(f"worker {index} cannot start", exc)
         sys.exit(EXIT_CONFIG_ERROR)
     if broker is None:  # never: time.sleep does not ask to give up
         return
@@ -214,6 +235,15 @@ def _child_main(settings: WorkerSettings, index: int) -> None:
         max_tasks = settings.max_tasks + random.randint(0, settings.max_tasks_jitter)
     worker.run(burst=settings.burst, max_tasks=max_tasks)
     broker.close()
+
+
+class _Left(NamedTuple):
+    """What a burst has left in the supervisor's queues (see `Supervisor._left`)."""
+
+    ready: int
+    running: int
+    #: Seconds until the first DEFERRED task due within the polling interval; None if none is.
+    due_in: float | None
 
 
 class Supervisor:
@@ -285,16 +315,25 @@ class Supervisor:
         try:
             # The modules load here too, before any child is spawned: a typo
             # fails fast, and the reaper knows the tasks' retry policies.
-            prepare_process(settings)
+            defined = prepare_process(settings)
+            log_start(
+                url=settings.broker_url,
+                queues=settings.queues,
+                processes=settings.processes,
+                threads=settings.threads,
+                prefetch=settings.prefetch,
+                defined=defined,
+            )
             broker = connect_when_reachable(
                 settings.broker_url, self.outage, lambda delay: self._wake.wait(delay)
             )
         except Exception as exc:
-            log.error("cannot start: %s: %s", type(exc).__name__, exc)
+            _cannot_start("cannot start", exc)
             return EXIT_CONFIG_ERROR
         if broker is None:  # stopped while waiting for the backend
             return 0 if self._signals <= 1 else 1
         backend = broker.backend
+        warn_unregistered_waiting(backend, settings.queues, registered_tasks())
         for index in range(settings.processes):
             self._start(index)
         # The children and the signals are looked after every poll interval (that
@@ -319,10 +358,13 @@ class Supervisor:
                     # worker's) waits for the reaper; none of either: done.
                     # Unknown (the backend is unavailable): ask again later.
                     left = self._left(backend)
-                    if left is not None and left[TaskResultStatus.READY]:
+                    if left is not None and left.ready:
                         self._start(0)
-                    elif left is not None and not left[TaskResultStatus.RUNNING]:
+                    elif left is not None and not left.running and left.due_in is None:
                         return 0
+                    elif left is not None and left.due_in is not None:
+                        # The mover's pass when it falls due, not at the reaper's turn.
+                        next_pass = min(next_pass, time.monotonic() + left.due_in)
                 self._wake.wait(min(tick, max(next_pass - time.monotonic(), 0.0)))
         finally:
             backend.close()
@@ -400,12 +442,8 @@ class Supervisor:
             self._start(index)
         return 0
 
-    def _left(self, backend: Backend) -> dict[TaskResultStatus, int] | None:
-        """READY and RUNNING tasks in our queues; None while the backend is unavailable.
-
-        A DEFERRED task due within the polling interval counts as RUNNING: a
-        burst waits for it.
-        """
+    def _left(self, backend: Backend) -> _Left | None:
+        """What is left for a burst in our queues; None while the backend is unavailable."""
         started = time.monotonic()
         try:
             counts = backend.counts()
@@ -413,26 +451,26 @@ class Supervisor:
             self._backing_off(exc, started)
             return None
         mine = [counts[q] for q in self.settings.queues if q in counts]
-        left = {
-            status: sum(c.of(status) for c in mine)
-            for status in (TaskResultStatus.READY, TaskResultStatus.RUNNING)
-        }
+        ready = sum(c.of(TaskResultStatus.READY) for c in mine)
+        running = sum(c.of(TaskResultStatus.RUNNING) for c in mine)
         # A retry falling due within the polling interval (the reaper's, say)
         # is work about to be ready, not work for another day.
         deferred = [c.queue for c in mine if c.of(TaskResultStatus.DEFERRED)]
+        due_in: float | None = None
         try:
             if deferred:
-                soon = backend.now() + self.settings.poll_interval
+                now = backend.now()
                 for name in deferred:
                     first = backend.peek(name, TaskResultStatus.DEFERRED, limit=1)
-                    if first and first[0].run_after is not None and first[0].run_after <= soon:
-                        left[TaskResultStatus.RUNNING] += 1
-                        break
+                    run_after = first[0].run_after if first else None
+                    if run_after is not None and run_after <= now + self.settings.poll_interval:
+                        seconds = max((run_after - now).total_seconds(), 0.0)
+                        due_in = seconds if due_in is None else min(due_in, seconds)
         except BackendUnavailable as exc:
             self._backing_off(exc, started)
             return None
         self.outage.reached(started)
-        return left
+        return _Left(ready=ready, running=running, due_in=due_in)
 
     def _drain(self) -> int:
         """Wait for the children to finish, up to the shutdown timeout; the exit code.

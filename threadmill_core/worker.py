@@ -58,7 +58,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, assert_never
 
 import attrs
@@ -67,11 +67,11 @@ from threadmill_core import heartbeat, scheduler
 from threadmill_core.acknowledgement import send_outcomes
 from threadmill_core.backend import NOTHING_DEFERRED
 from threadmill_core.broker import Broker
-from threadmill_core.errors import BackendUnavailable
+from threadmill_core.errors import BackendUnavailable, PayloadError
 from threadmill_core.execution import execute
 from threadmill_core.held import HeldTask, HeldTasks, Outcome
 from threadmill_core.maintenance import promote, reap
-from threadmill_core.models import Lease, validate_timedelta
+from threadmill_core.models import Lease, TaskResultStatus, validate_timedelta
 from threadmill_core.outage import RECONNECT_BACKOFF, Outage
 from threadmill_core.retry import ExponentialBackoff
 from threadmill_core.task import Task, registered_tasks, validate_queue
@@ -283,7 +283,9 @@ class Worker:
     def run(self, *, burst: bool = False, max_tasks: int | None = None) -> int:
         """Work until `stop()`; returns how many tasks this call ran to an outcome.
 
-        With `burst`, return once nothing is ready, due or held. With
+        With `burst`, return once nothing is ready or held and no DEFERRED
+        task of `queues` falls due within `poll_interval` (one that does is
+        waited for and run, so a quick retry runs on time). With
         `max_tasks`, stop claiming after that many claims (a supervisor then
         recycles the process). Either way, tasks already running are finished
         and acknowledged before `run` returns, with their heartbeats going on,
@@ -298,6 +300,22 @@ class Worker:
         """
         self._stop.clear()
         processed_before = self.processed
+        looked_at: datetime | None = None  # the backend's time when a burst last waited
+        while True:
+            claimed = self._run_threads(burst=burst, max_tasks=max_tasks)
+            if not burst or self._stop.is_set():
+                break
+            if max_tasks is not None:
+                max_tasks -= claimed
+                if max_tasks <= 0:
+                    break
+            again, looked_at = self._wait_for_due_task(looked_at)
+            if not again:
+                break
+        return self.processed - processed_before
+
+    def _run_threads(self, *, burst: bool, max_tasks: int | None) -> int:
+        """One run of the task threads, to their exit; how many tasks they claimed."""
         run = self._current = _Run(self._settings(burst=burst, max_tasks=max_tasks))
         heartbeats = threading.Thread(
             target=heartbeat.upkeep_until,
@@ -346,7 +364,45 @@ class Worker:
             heartbeats.join()
         if run.error is not None:
             raise run.error
-        return self.processed - processed_before
+        return run.schedule.calls.claimed
+
+    def _wait_for_due_task(self, looked_at: datetime | None) -> tuple[bool, datetime | None]:
+        """A burst found nothing: wait for a DEFERRED task of our queues due within
+        `poll_interval`, if there is one. Returns whether to burst again, and the
+        backend's time when it last waited for a task. The burst ends when nothing
+        is due so soon, on `stop()`, or when the backend's clock has not moved since
+        the last wait (`looked_at`): a fake clock that a test advances by hand.
+
+        A retry deferred for 0.1 s is work about to be ready, not work for
+        another day: the burst waits until it is due and claims again (the
+        claim promotes it), rather than exit and leave it to a mover. One
+        `next_due` call settles the common case (nothing deferred, or not
+        soon); only then are our queues' first DEFERRED tasks looked at.
+        During an outage, the backoff is waited and the burst looks again.
+        """
+        poll = self.poll_interval
+        started = time.monotonic()
+        try:
+            due = self.backend.next_due()
+            if due is not None and due > poll:
+                return False, looked_at  # NOTHING_DEFERRED included
+            now = self.backend.now()
+            firsts = [
+                first.run_after
+                for queue in self.queues
+                for first in self.backend.peek(queue, TaskResultStatus.DEFERRED, limit=1)
+                if first.run_after is not None
+            ]
+        except BackendUnavailable as exc:
+            return not self._stop.wait(self.outage.failed(exc, 1, started)), looked_at
+        except PayloadError:  # poison first in line: its due time is unknown
+            return False, looked_at
+        self.outage.reached(started)
+        if not firsts or min(firsts) - now > poll or (looked_at is not None and now <= looked_at):
+            return False, looked_at
+        wait = max((min(firsts) - now).total_seconds(), 0.0)
+        log.debug("burst: a deferred task falls due in %.3f s; waiting for it", wait)
+        return not self._stop.wait(wait), now
 
     def _maintain(self, poll: float) -> float:
         """Maintenance passes until one gets through (or `stop()`); when the next is due."""

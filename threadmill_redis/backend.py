@@ -126,7 +126,9 @@ class RedisBackend(Backend):
         self._execute = (
             self._connections.execute if self._connections is not None else client.execute_command
         )
-        clients.check_server(client, self.keys)
+        #: Where the client connects, without credentials, for messages.
+        self.where = clients.location(client)
+        clients.check_server(client, self.keys, self.where)
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> RedisBackend:
@@ -177,6 +179,7 @@ class RedisBackend(Backend):
             lambda: scripts.evalsha(self._execute, script, keys, args),
             repeatable=repeatable,
             what=name,
+            where=self.where,
         )
 
     def _script_keys(
@@ -203,7 +206,12 @@ class RedisBackend(Backend):
 
     def now(self) -> datetime:
         here = clients.on_key_node(self.client, self.keys.store("state"))
-        seconds, micros = call(lambda: self.client.time(**here), repeatable=True, what="now")
+        seconds, micros = call(
+            lambda: self.client.time(**here),
+            repeatable=True,
+            what="the clock read (TIME)",
+            where=self.where,
+        )
         return from_ms(int(seconds) * 1000 + int(micros) // 1000)
 
     # --- producing ---------------------------------------------------------------------
@@ -239,11 +247,15 @@ class RedisBackend(Backend):
                     lambda: scripts.evalsha(self._execute, script, keys, args),
                     repeatable=True,
                     what="enqueue",
+                    where=self.where,
                 )
             ]
         else:
             replies = call(
-                lambda: scripts.evalsha_many(self.client, calls), repeatable=True, what="enqueue"
+                lambda: scripts.evalsha_many(self.client, calls),
+                repeatable=True,
+                what="enqueue",
+                where=self.where,
             )
         stored: list[TaskResult] = []
         for chunk, (now, *rows) in zip(chunks, replies, strict=True):
@@ -445,7 +457,10 @@ class RedisBackend(Backend):
                 return False
             block = min(remaining, longest) if longest else remaining
             woken = call(
-                functools.partial(self.client.blpop, keys, block), repeatable=True, what="wait"
+                functools.partial(self.client.blpop, keys, block),
+                repeatable=True,
+                what="wait",
+                where=self.where,
             )
             if woken is not None:
                 return True
@@ -467,7 +482,7 @@ class RedisBackend(Backend):
                     pipe.ltrim(self.keys.notify(queue), 0, self.options.notify_cap - 1)
                 pipe.execute()
 
-        call(push, repeatable=True, what="notify")
+        call(push, repeatable=True, what="notify", where=self.where)
 
     # --- maintenance -------------------------------------------------------------------
 

@@ -53,14 +53,16 @@ UNAVAILABLE: tuple[type[Exception], ...] = (
 )
 
 
-def call(fn: Callable[[], T], *, repeatable: bool, what: str) -> T:
+def call(fn: Callable[[], T], *, repeatable: bool, what: str, where: str | None = None) -> T:
     """Run `fn` (calls on a redis-py client, nothing else); the one place its errors become ours.
 
     An outage (see `UNAVAILABLE`) repeats a `repeatable` call twice, after
     50 and 100 ms, then raises `RedisUnavailable`; a call that is not
     repeatable raises it at once. Refused credentials and every other
     exception raise `RedisBackendError`: they will not go away by waiting.
-    `what` names the call in the message.
+    `what` names the call in the message, `where` the server (a URL without
+    credentials, see `clients.location`), as in "Redis unavailable at
+    redis://10.0.0.5:6379/0 (connection refused) during claim".
     """
     for attempt in range(REPEATS + 1):
         try:
@@ -72,7 +74,8 @@ def call(fn: Callable[[], T], *, repeatable: bool, what: str) -> T:
                 log.debug("%s: Redis unavailable (%s); repeating the call", what, exc)
                 time.sleep(0.05 * 2**attempt)
                 continue
-            raise RedisUnavailable(f"Redis unavailable during {what}: {exc}") from exc
+            at = f" at {where}" if where else ""
+            raise RedisUnavailable(f"Redis unavailable{at} ({_reason(exc)}) during {what}") from exc
         except redis.RedisError as exc:
             raise RedisBackendError(f"Redis failed during {what}: {exc}") from exc
         except Exception as exc:  # the driver broke (see the module docstring)
@@ -80,3 +83,16 @@ def call(fn: Callable[[], T], *, repeatable: bool, what: str) -> T:
                 f"the Redis driver failed during {what}: {type(exc).__name__}: {exc}"
             ) from exc
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _reason(exc: BaseException) -> str:
+    """Why a call found Redis unavailable, briefly: the operating system's words for a
+    socket error beneath the driver's ("connection refused"), else the driver's message."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.strerror:
+            return current.strerror[:1].lower() + current.strerror[1:]
+        current = current.__cause__ or current.__context__
+    return str(exc) or type(exc).__name__

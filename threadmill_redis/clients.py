@@ -17,6 +17,7 @@ a client as it is built.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import ssl
 from collections.abc import Iterator
@@ -58,8 +59,12 @@ def client_from_url(url: str, query: str) -> Client:
     no_retries = Retry(NoBackoff(), 0)
     try:
         if parts.scheme in CLUSTER_SCHEMES:
-            return redis.RedisCluster.from_url(driver_url, retry=no_retries)
-        return redis.Redis.from_url(driver_url, retry=no_retries)
+            return redis.RedisCluster.from_url(
+                driver_url, retry=no_retries, **_no_maintenance_notifications(redis.RedisCluster)
+            )
+        return redis.Redis.from_url(
+            driver_url, retry=no_retries, **_no_maintenance_notifications(redis.Redis)
+        )
     except redis.AuthenticationError as exc:  # a ConnectionError, but not an outage
         raise InvalidOption(f"Redis refused the credentials in {url!r}: {exc}") from exc
     except UNAVAILABLE as exc:
@@ -71,6 +76,44 @@ def client_from_url(url: str, query: str) -> Client:
         raise InvalidOption(f"Redis refused the connection for {url!r}: {exc}") from exc
     except (ValueError, TypeError) as exc:
         raise InvalidOption(f"invalid Redis URL {url!r}: {exc}") from exc
+
+
+def _no_maintenance_notifications(kind: type[Client]) -> dict[str, Any]:
+    """The keyword that tells a client of `kind` not to ask for maintenance notifications.
+
+    redis-py 7 and later ask every new connection's server for them
+    (``CLIENT MAINT_NOTIFICATIONS``, a Redis Enterprise feature), and log a
+    failure per connection at DEBUG on servers that lack it. Their answer is
+    a relaxed timeout or a reconnect that the driver does on its own, while
+    this backend decides what is repeated (`threadmill_redis.boundary`):
+    so we do not ask. Versions before 7 have no such option, and do not ask;
+    their clients get nothing here.
+    """
+    try:
+        from redis.maint_notifications import MaintNotificationsConfig
+    except ImportError:  # redis-py < 7
+        return {}
+    if "maint_notifications_config" not in inspect.signature(kind.__init__).parameters:
+        return {}  # a cluster client of redis-py 7.0 and 7.1
+    return {"maint_notifications_config": MaintNotificationsConfig(enabled=False)}
+
+
+def location(client: Client) -> str:
+    """Where `client` connects, as a URL without credentials: for messages and logs."""
+    if isinstance(client, redis.RedisCluster):
+        node = client.get_default_node()  # type: ignore[no-untyped-call]  # redis-py leaves it untyped
+        return (
+            f"redis+cluster://{node.host}:{node.port}" if node is not None else "redis+cluster://"
+        )
+    pool = client.connection_pool
+    kwargs = pool.connection_kwargs
+    db = kwargs.get("db", 0)
+    if kwargs.get("path"):
+        return f"unix://{kwargs['path']}?db={db}"
+    scheme = "rediss" if issubclass(pool.connection_class, redis.SSLConnection) else "redis"
+    host = kwargs.get("host", "localhost")
+    host = f"[{host}]" if ":" in host else host
+    return f"{scheme}://{host}:{kwargs.get('port', 6379)}/{db}"
 
 
 def _refused(exc: BaseException) -> bool:
@@ -126,7 +169,7 @@ def on_key_node(client: Client, key: str) -> dict[str, Any]:
     return {}
 
 
-def check_server(client: Client, keys: Keys) -> None:
+def check_server(client: Client, keys: Keys, where: str | None = None) -> None:
     """Check a backend's `client` once, as it is built, for the namespace of `keys`.
 
     Raises `InvalidOption` for what cannot work; warns unless ``noeviction``.
@@ -139,7 +182,7 @@ def check_server(client: Client, keys: Keys) -> None:
     state = keys.store("state")
     try:
         # One read of a namespace key settles credentials, certificate and key permissions.
-        call(lambda: client.exists(state), repeatable=False, what="connect")
+        call(lambda: client.exists(state), repeatable=False, what="connect", where=where)
     except RedisUnavailable as exc:
         if certificate_refused(exc):
             raise InvalidOption(f"Redis's TLS certificate does not verify: {exc}") from exc
@@ -155,16 +198,17 @@ def check_server(client: Client, keys: Keys) -> None:
             ) from exc
         log.debug("Redis could not be checked now (%s); calls will tell", exc)
         return
-    _warn_about_eviction(client, keys)
+    _warn_about_eviction(client, keys, where)
 
 
-def _warn_about_eviction(client: Client, keys: Keys) -> None:
+def _warn_about_eviction(client: Client, keys: Keys, where: str | None) -> None:
     here = on_key_node(client, keys.store("state"))
     try:
         reply = call(
             lambda: client.config_get("maxmemory-policy", **here),
             repeatable=False,
             what="config",
+            where=where,
         )
     except RedisBackendError as exc:
         # CONFIG may be disabled (managed Redis, an ACL user without it, fakeredis).

@@ -179,3 +179,22 @@ def test_demo_command_runs_as_a_user_would() -> None:
     assert done.returncode == 0, done.stderr
     assert "SUCCESSFUL" in done.stdout
     assert "FAILED" in done.stdout
+
+
+def test_demo_shows_every_call_whole_and_ends_with_what_to_try_next() -> None:
+    """`threadmill demo`'s table cuts no call short (the big integer included), and its last
+    lines say how to go on with a real server."""
+    done = subprocess.run(
+        [sys.executable, "-m", "threadmill_core.cli", "demo"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    [row] = [line for line in done.stdout.splitlines() if line.startswith("crunch_numbers(")]
+    assert row.startswith(f"crunch_numbers([1, 2, 3, {2**70}]) ")
+    assert row.endswith(f"SUCCESSFUL      2  {6 + 2**70}")
+    last = done.stdout.rstrip().splitlines()[-6:]
+    assert last[0].startswith("Next, with a Redis server")
+    assert any(line.strip().startswith("threadmill worker myapp.tasks") for line in last)

@@ -11,7 +11,17 @@ import pytest
 from tests.core import tasks
 from tests.faults.flaky import FlakyBackend
 from tests.faults.runs import wait_until
-from threadmill_core import Broker, FakeClock, TaskResult, TaskResultStatus, Worker, scheduler
+from threadmill_core import (
+    Broker,
+    ExponentialBackoff,
+    FakeClock,
+    TaskContext,
+    TaskResult,
+    TaskResultStatus,
+    Worker,
+    scheduler,
+    task,
+)
 from threadmill_core.ids import new_task_id
 from threadmill_core.maintenance import reap
 
@@ -54,6 +64,28 @@ def test_burst_runs_everything_ready_and_returns(broker: Broker) -> None:
 def test_burst_on_an_empty_queue_returns_at_once(broker: Broker) -> None:
     """With nothing ready, burst mode returns having run nothing."""
     assert worker(broker).run(burst=True) == 0
+
+
+@task(retry=ExponentialBackoff(base_delay=timedelta(milliseconds=100), max_retries=1, jitter=0))
+def fails_once(context: TaskContext) -> int:
+    """Fail the first attempt; the retry comes 0.1 s later."""
+    if context.attempt == 1:
+        raise ConnectionError("first attempt")
+    return context.attempt
+
+
+@pytest.mark.parametrize("maintenance", [True, False], ids=["own-maintenance", "supervised"])
+def test_a_burst_waits_for_a_retry_due_within_the_poll_interval(maintenance: bool) -> None:
+    """A retry due 0.1 s after its failure runs in the same burst, which then returns (the
+    backend's real clock: the wait is what is under test)."""
+    from threadmill_memory import MemoryBackend
+
+    with Broker(MemoryBackend(), url="memory://") as broker:
+        record = fails_once.using(broker=broker).enqueue()
+        ran = worker(broker, poll_interval=1.0, maintenance=maintenance).run(burst=True)
+        final = broker.get_result(record.id)
+    assert ran == 2
+    assert (final.status, final.return_value) == (SUCCESSFUL, 2)
 
 
 def test_flaky_task_retries_with_backoff_until_it_succeeds(
@@ -312,7 +344,7 @@ class CountingBackend:
 
         w.backend = type("Counted", (), {})()  # only what the worker calls, no fallbacks
         for name in ("now", "extend", "extend_many", "wait_for_tasks", "claim_expired",
-                     "promote_due", "get"):  # fmt: skip
+                     "promote_due", "get", "next_due", "peek"):  # fmt: skip
             setattr(w.backend, name, getattr(inner, name))
         w.backend.claim = claim  # type: ignore[attr-defined]  # a stand-in backend, built attribute by attribute
         w.backend.decide_many = decide_many  # type: ignore[attr-defined]  # a stand-in backend, built attribute by attribute

@@ -136,3 +136,37 @@ def test_purge_asks_and_purges_only_when_confirmed(
     ran = threadmill("purge", "reports", "--status", "failed", "--yes")
     assert (ran.returncode, ran.stderr) == (0, "")
     assert "reports" not in broker.counts()
+
+
+def test_purge_json_without_yes_refuses_before_asking(
+    fleet: Fleet, threadmill: Run, broker: Broker
+) -> None:
+    """purge --json is for scripts, which cannot answer a prompt: without --yes it asks
+    nothing, says --yes is needed, exits 2 and purges nothing."""
+    ran = threadmill("purge", "emails", "--status", "successful", "--json", stdin="y\n")
+    assert ran.returncode == 2
+    assert ran.stdout == ""
+    assert ran.stderr == (
+        "threadmill purge: --json asks for no prompt, so it needs --yes to purge "
+        "(nothing was purged)\n"
+    )
+    assert broker.counts()["emails"].successful == 3
+
+
+def test_ls_of_a_queue_that_holds_nothing_at_all_says_so_and_exits_3(
+    fleet: Fleet, threadmill: Run
+) -> None:
+    """A queue with no task in any segment (misspelt, say) is not "no FAILED tasks": exit 3,
+    naming the queues that hold tasks; an empty segment of a real queue is still exit 0."""
+    ran = threadmill("ls", "emials", "--status", "failed")
+    assert ran.returncode == 3
+    assert ran.stdout == ""
+    assert ran.stderr == (
+        "threadmill ls: queue 'emials' holds no tasks at all, in any segment (misspelt, or "
+        "never used?); queues holding tasks: emails, reports\n"
+    )
+    ran = threadmill("ls", "emials", "--status", "failed", "--json")
+    assert ran.returncode == 3
+    assert json.loads(ran.stdout)["tasks"] == []
+    ran = threadmill("ls", "emails", "--status", "failed")
+    assert (ran.returncode, ran.stdout.strip()) == (0, "no FAILED tasks in queue 'emails'")

@@ -61,10 +61,10 @@ from threadmill_core.inspector.text import (
     list_headers,
     list_row,
     rates_note,
-    redact,
     stats_row,
     table,
 )
+from threadmill_core.urls import redact
 
 __all__ = [
     "CANCELLED",

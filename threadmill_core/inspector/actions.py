@@ -42,7 +42,7 @@ class ExitCode(enum.IntEnum):
     #: Bad usage, or the backend could not be used (unknown scheme, unreachable).
     ERROR = 2
     #: Nothing was done: everything was refused, the task is unknown or unreadable,
-    #: or a purge was not confirmed.
+    #: a purge was not confirmed, or `ls` named a queue that holds no task at all.
     NOTHING_DONE = 3
 
 
@@ -50,7 +50,8 @@ EXIT_CODES_HELP = """exit codes:
   0  everything asked was done
   1  partly done: some of it was refused (each refusal is reported)
   2  bad usage, or the backend could not be used
-  3  nothing was done: all refused, an unknown or unreadable task, or a purge not confirmed"""
+  3  nothing was done: all refused, an unknown or unreadable task, a purge not confirmed,
+     or (ls) a queue that holds no task in any segment"""
 
 
 @attrs.frozen(kw_only=True)

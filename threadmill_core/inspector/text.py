@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from urllib.parse import urlsplit, urlunsplit
 
 from threadmill_core.inspector.queries import (
     CANCELLED,
@@ -210,13 +209,3 @@ def format_errors(errors: Sequence[TaskError]) -> list[str]:
 
 def _json_text(value: object) -> str:
     return json.dumps(value, ensure_ascii=False)
-
-
-def redact(url: str) -> str:
-    """`url` with any password replaced by ``***``, for showing on screen."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.netloc.rsplit("@", 1)[1]
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
