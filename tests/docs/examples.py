@@ -177,11 +177,6 @@ def shell_environment(workdir: Path) -> dict[str, str]:
     env = dict(os.environ)
     env.pop("THREADMILL_URL", None)
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    # `threadmill worker myapp.tasks` next to myapp/: the worker imports it from
-    # its working directory (issue 20); the path is set too, for older workers.
-    env["PYTHONPATH"] = os.pathsep.join(
-        part for part in [str(workdir), env.get("PYTHONPATH", "")] if part
-    )
     return env
 
 
