@@ -77,6 +77,7 @@ def _worker(args: argparse.Namespace) -> int:
         burst=args.burst,
         shutdown_timeout=timedelta(seconds=args.shutdown_timeout),
         log_level=args.log_level,
+        fork=not args.spawn,
     )
     return Supervisor(settings).run()
 
