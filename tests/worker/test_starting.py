@@ -104,3 +104,11 @@ def test_a_killed_forked_worker_is_replaced_by_a_spawned_one(
             process.communicate()
     assert process.returncode == 0, output
     assert "worker 0 died (exit code -9); restarting" in output
+
+
+def test_importing_threadmill_core_leaves_asyncio_unloaded() -> None:
+    """``import threadmill_core`` (a producer, a worker of plain functions) loads no asyncio."""
+    check = "import sys, threadmill_core; print(sorted({'asyncio'} & set(sys.modules)))"
+    found = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True)
+    assert found.returncode == 0, found.stderr
+    assert found.stdout.strip() == "[]"
