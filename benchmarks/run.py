@@ -13,6 +13,7 @@ peer, and the issues' floors; it is printed and written to
 from __future__ import annotations
 
 import argparse
+import compileall
 import functools
 import json
 import os
@@ -28,8 +29,8 @@ from typing import Any
 from benchmarks import measure, report
 from benchmarks.peers import REGISTRY, Peer, load
 from benchmarks.peers._common import URL_VARIABLE
-from benchmarks.peers.checkout import CheckoutPeer
-from benchmarks.server import RedisServer, WorkerDied
+from benchmarks.peers.checkout import PACKAGES, CheckoutPeer
+from benchmarks.server import REPO_ROOT, RedisServer, WorkerDied
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
@@ -234,6 +235,22 @@ def rotated(names: Sequence[str], by: int) -> list[str]:
     return [*names[by:], *names[:by]]
 
 
+def compile_sources(baselines: Sequence[Path]) -> None:
+    """Byte-compile the threadmill sources the workers import, as pip does at install.
+
+    The peers are installed packages, their bytecode written by pip. This
+    repository (and a baseline checkout) is imported from its sources,
+    whose bytecode Python writes on first import, unless
+    ``PYTHONDONTWRITEBYTECODE`` is set: then every worker start would
+    compile them again, which is no user's cold start.
+    """
+    folders = [*sorted(REPO_ROOT.glob("threadmill_*/")), REPO_ROOT / "benchmarks"]
+    folders += [checkout / package for checkout in baselines for package in PACKAGES]
+    for folder in folders:
+        if folder.is_dir():
+            compileall.compile_dir(folder, quiet=2)
+
+
 def cold_starts(run: Run, settings: dict[str, Any]) -> None:
     """Time `settings["cold_starts"]` launches of each system's worker, the systems in turn.
 
@@ -421,6 +438,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     name = args.name or ("quick" if args.quick else "latest")
     if args.wait_quiet > 0:
         wait_for_quiet(args.wait_quiet, args.quiet_load)
+    compile_sources(args.baseline)
     log_dir = Path(tempfile.mkdtemp(prefix="threadmill-bench-logs-"))
     started = time.time()
     with RedisServer(args.redis_server) as server:
