@@ -24,15 +24,17 @@ tasks (threadmill_django calls ``django.setup()`` there). A forked worker
 process inherits what it did in the supervisor. See docs/integrations.md.
 
 Starting worker processes: the first ones are forked from the supervisor
-right after it ran the setup and imported the task modules, so a worker
-starts without a second interpreter start-up and import of everything; a
-restarted one (after a death, a recycling, or a burst's second round) is
-spawned, a fresh interpreter that runs the setup and imports the modules
-itself. The rule that makes the fork safe: at that moment the supervisor
-has one thread, no open connection and no lock held, because it has
-connected to nothing yet (it connects right after) and has started no
-thread. So a fork happens only where both hold as far as the supervisor can
-tell: when it runs in the main thread and no other thread is alive (task
+once it has run the setup, imported the task modules and reached the
+backend (so the backend's modules are loaded too, and a bad URL fails
+before any worker starts), so a worker starts without a second interpreter
+start-up and import of everything; a restarted one (after a death, a
+recycling, or a burst's second round) is spawned, a fresh interpreter that
+runs the setup and imports the modules itself. The rule that makes the
+fork safe: at that moment the supervisor has one thread, no open
+connection and no lock held: it closes its connection to the backend
+before the fork (and connects again right after), and has started no
+thread. So a fork happens only where that holds as far as the supervisor
+can tell: when it runs in the main thread and no other thread is alive (task
 modules or a setup that started one), on a platform whose fork is safe for
 Python (not macOS), and unless `WorkerSettings.fork` is false; else the
 first processes are spawned too, and the log says why. What it cannot see
@@ -203,8 +205,9 @@ _FORK_BLOCKED = frozenset({signal.SIGTERM, signal.SIGINT})
 def fork_refusal(settings: WorkerSettings) -> str | None:
     """Why the first worker processes cannot be forked from this process now; None if they can.
 
-    Called after the setup and the imports, before the supervisor connects:
-    the fork is safe when this process has one thread (see the module doc).
+    Called after the setup and the imports, while the supervisor's connection
+    is closed: the fork is safe when this process has one thread (see the
+    module doc).
     """
     if not settings.fork:
         return "fork=False"
