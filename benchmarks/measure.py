@@ -23,6 +23,10 @@ worker behind. How each figure is taken:
 - **depth** (tasks/s): the drain rate over the first `window` tasks of a
   backlog of `depth` tasks, the median of `drains` drains, each from a
   backlog of its own.
+- **cold start** (ms): one ``incr()`` is enqueued with no worker running;
+  then the worker command is launched as a user would (a subprocess), and
+  the figure is the time from just before the launch to the first look at
+  the counter that sees the task done (looks every `POLL_S`).
 """
 
 from __future__ import annotations
@@ -293,6 +297,22 @@ def memory_per_task(bench: Bench, peer: Peer, n: int) -> Figures:
     used_after, scripts_after = bench.memory()
     grown = (used_after - used_before) - (scripts_after - scripts_before)
     return {"memory_bytes_per_task": grown / n}
+
+
+def cold_start(bench: Bench, peer: Peer, label: str) -> Figures:
+    """Milliseconds from launching a one-thread worker to its first task having run.
+
+    The task is enqueued before the worker starts, so the figure is the
+    worker's start-up (interpreter, imports, connecting, first claim) plus
+    one task, as a user waits for it after typing the command.
+    """
+    bench.flush()
+    with producing(peer):
+        peer.enqueue(1)
+    begin = time.perf_counter()
+    with bench.worker(peer, 1, label) as worker:
+        samples = bench.wait_count(1, worker, timeout=0.0)
+    return {"cold_start_ms": (samples[-1][0] - begin) * 1000}
 
 
 def depth_rate(

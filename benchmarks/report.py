@@ -33,6 +33,7 @@ METRICS: list[tuple[str, str, str]] = [
     ("idle_cmds_per_s", "idle cmds/s", "lower"),
     ("idle_requests_per_s", "idle requests/s", "lower"),
     ("memory_bytes_per_task", "Redis B/task", "lower"),
+    ("cold_start_ms", "cold start ms", "lower"),
 ]
 
 
@@ -175,6 +176,12 @@ def floors(medians: dict[str, dict[str, Any]], settings: dict[str, Any]) -> list
         "idle worker: ≤ 2 server commands/s per thread",
         "not measured" if idle is None else f"{idle:.2f} commands/s{sent} with 1 thread",
         "≤ 2.00/s", None if idle is None else idle <= 2.0))  # fmt: skip
+    cold, dramatiq = tm.get("cold_start_ms"), peers.get("dramatiq", {}).get("cold_start_ms")
+    out.append(_floor(
+        "cold start: first task no later than Dramatiq's (issue 20)",
+        "not measured" if cold is None or dramatiq is None
+        else f"{cold:,.0f} ms vs dramatiq {dramatiq:,.0f} ms",
+        "≤ dramatiq", None if cold is None or dramatiq is None else cold <= dramatiq))  # fmt: skip
     shallow, deep, ratio = tm.get("depth_1000"), tm.get("depth_100000"), tm.get("depth_ratio")
     if ratio is not None and shallow and deep is not None:
         out.append(_floor(
@@ -251,7 +258,7 @@ def build(
 def fmt(key: str, value: float | None) -> str:
     if value is None:
         return "-"
-    if key.startswith(("drain", "depth")) or key == "memory_bytes_per_task":
+    if key.startswith(("drain", "depth", "cold")) or key == "memory_bytes_per_task":
         return f"{value:,.0f}"
     if key.startswith("enqueue"):
         return f"{value:,.1f}" if value < 1000 else f"{value:,.0f}"
@@ -365,7 +372,8 @@ def markdown(result: dict[str, Any]) -> str:
                 row.append(f"{min(ratios):.2f}-{max(ratios):.2f}" if ratios else "-")
             rows.append(row)
         lines += _table(header, rows)
-    lines += ["", "## Floors (issue 7), threadmill in this run", ""]
+    lines += _cold_start_section(result)
+    lines += ["", "## Floors (issues 7 and 20), threadmill in this run", ""]
     rows = []
     for floor in result["floors"]:
         verdict = {True: "PASS", False: "**FAIL**", None: "not measured"}[floor["passed"]]
@@ -429,8 +437,45 @@ def markdown(result: dict[str, Any]) -> str:
         "`INFO commandstats` over the window, our own INFO call left out.",
         "- Memory: `used_memory` after minus before a backlog (no worker), less any change in "
         "the script cache, per task.",
+        "- Cold start: one task enqueued, then the one-thread worker command launched; the time "
+        "from just before the launch to the first look (every 2 ms) that sees the task done.",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _cold_start_section(result: dict[str, Any]) -> list[str]:
+    """Every system's cold starts: how many, median, spread, and threadmill ÷ it."""
+    runs, medians = result["runs"], result["medians"]
+    names = [name for name in result["systems"] if runs.get(name, {}).get("cold_start_ms")]
+    if not names:
+        return []
+    lines = ["", "## Cold start", ""]
+    lines.append(
+        "Milliseconds from launching the worker command (a subprocess, as a user would) to "
+        "the first look at the counter that sees its first task done, the task enqueued "
+        "before the launch; each system's worker is launched once untimed first, then the "
+        "timed launches go round the systems, the order rotated each round. threadmill's "
+        "sources were byte-compiled first, as pip compiles an installed package's."
+    )
+    lines.append("")
+    rows = []
+    tm = medians["threadmill"].get("cold_start_ms")
+    for name in names:
+        present = sorted(v for v in runs[name]["cold_start_ms"] if v is not None)
+        m = medians[name].get("cold_start_ms")
+        spread = f"{present[0]:,.0f}-{present[-1]:,.0f}" if present else "-"
+        quartiles = (
+            "-"
+            if len(present) < 2
+            else "-".join(f"{q:,.0f}" for q in statistics.quantiles(present, n=4)[::2])
+        )
+        ratio = "-" if tm is None or not m or name == "threadmill" else f"{tm / m:.2f}x"
+        rows.append([f"**{name}**" if name == "threadmill" else name, str(len(present)),
+                     fmt("cold_start_ms", m), quartiles, spread, ratio])  # fmt: skip
+    lines += _table(
+        ["system", "launches", "median ms", "quartiles ms", "lowest-highest ms",
+         "threadmill ÷ system"], rows)  # fmt: skip
+    return lines
 
 
 def write(result: dict[str, Any], text: str, directory: Path, name: str) -> list[Path]:

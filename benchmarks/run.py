@@ -3,14 +3,17 @@
 One run starts a redis-server on a free loopback port, then takes every
 measurement of `benchmarks.measure` for every system, round-robin: one
 measurement for all systems (in an order rotated each repeat), then the
-next, and the whole schedule `--repeat` times. The report gives the median
-of the repeats, the ratio of threadmill to each peer, and the issue's
-floors; it is printed and written to ``benchmarks/results/NAME.{md,json,png}``.
+next, and the whole schedule `--repeat` times. The cold starts come first:
+`--cold-starts` rounds, the systems in an order rotated each round. The
+report gives the median of the repeats, the ratio of threadmill to each
+peer, and the issues' floors; it is printed and written to
+``benchmarks/results/NAME.{md,json,png}``.
 """
 
 from __future__ import annotations
 
 import argparse
+import compileall
 import functools
 import json
 import os
@@ -26,8 +29,8 @@ from typing import Any
 from benchmarks import measure, report
 from benchmarks.peers import REGISTRY, Peer, load
 from benchmarks.peers._common import URL_VARIABLE
-from benchmarks.peers.checkout import CheckoutPeer
-from benchmarks.server import RedisServer, WorkerDied
+from benchmarks.peers.checkout import PACKAGES, CheckoutPeer
+from benchmarks.server import REPO_ROOT, RedisServer, WorkerDied
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
@@ -110,9 +113,17 @@ def build_parser() -> argparse.ArgumentParser:
         "threadmill only: a 100k backlog of single enqueues takes a peer 20-100 s per repeat)",
     )
     parser.add_argument(
+        "--cold-starts",
+        type=int,
+        metavar="N",
+        help="launches of each system's worker timed from the command to its first task, "
+        "interleaved across the systems, after one untimed launch each (default 10; 3 with "
+        "--quick; 0 leaves the measurement out)",
+    )
+    parser.add_argument(
         "--skip",
         default="",
-        help="measurements to leave out: drain,threads,latency,memory,depth",
+        help="measurements to leave out: drain,threads,latency,memory,depth,cold",
     )
     parser.add_argument("--redis-server", default="redis-server", help="the server executable")
     parser.add_argument(
@@ -164,6 +175,7 @@ def settings_from(args: argparse.Namespace) -> dict[str, Any]:
         "depth_window": args.depth_window or min(args.depths, default=1_000),
         "depth_drains": pick(args.depth_drains, 3, 1),
         "batches": pick(args.batches, 3, 1),
+        "cold_starts": pick(args.cold_starts, 10, 3),
         "skip": sorted({s.strip() for s in args.skip.split(",") if s.strip()}),
     }
 
@@ -221,6 +233,47 @@ class Run:
 def rotated(names: Sequence[str], by: int) -> list[str]:
     by %= len(names)
     return [*names[by:], *names[:by]]
+
+
+def compile_sources(baselines: Sequence[Path]) -> None:
+    """Byte-compile the threadmill sources the workers import, as pip does at install.
+
+    The peers are installed packages, their bytecode written by pip. This
+    repository (and a baseline checkout) is imported from its sources,
+    whose bytecode Python writes on first import, unless
+    ``PYTHONDONTWRITEBYTECODE`` is set: then every worker start would
+    compile them again, which is no user's cold start.
+    """
+    folders = [*sorted(REPO_ROOT.glob("threadmill_*/")), REPO_ROOT / "benchmarks"]
+    folders += [checkout / package for checkout in baselines for package in PACKAGES]
+    for folder in folders:
+        if folder.is_dir():
+            compileall.compile_dir(folder, quiet=2)
+
+
+def cold_starts(run: Run, settings: dict[str, Any]) -> None:
+    """Time `settings["cold_starts"]` launches of each system's worker, the systems in turn.
+
+    One untimed launch of each first, so every system's files are in the
+    page cache alike (the harness imported each peer module, but not its
+    worker's CLI); then launch i runs the systems in an order rotated by i.
+    """
+    count = settings["cold_starts"]
+    if count < 1 or "cold" in settings["skip"]:
+        return
+    names = list(run.peers)
+    print(f"cold starts: one untimed launch of each system, then {count} timed")
+    for name in names:
+        try:
+            measure.cold_start(run.bench, run.peers[name], "cold-warmup")
+        except Exception as exc:
+            print(f"  {name:<11} cold start (untimed)   FAILED: {exc}", flush=True)
+    for index in range(count):
+        for name in rotated(names, index):
+            run.attempt(name, "cold start", index,
+                        functools.partial(measure.cold_start, run.bench, run.peers[name],
+                                          f"cold{index + 1}"),
+                        {"cold_start_ms": "cold_start_ms"})  # fmt: skip
 
 
 def schedule(run: Run, settings: dict[str, Any], depth_names: Sequence[str]) -> None:
@@ -385,6 +438,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     name = args.name or ("quick" if args.quick else "latest")
     if args.wait_quiet > 0:
         wait_for_quiet(args.wait_quiet, args.quiet_load)
+    compile_sources(args.baseline)
     log_dir = Path(tempfile.mkdtemp(prefix="threadmill-bench-logs-"))
     started = time.time()
     with RedisServer(args.redis_server) as server:
@@ -416,6 +470,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     flush=True,
                 )
             run = Run(peers, bench)
+            cold_starts(run, settings)
             schedule(run, settings, depth_names)
         finally:
             bench.close()

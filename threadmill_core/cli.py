@@ -80,6 +80,7 @@ def _worker(args: argparse.Namespace) -> int:
         # As Celery, RQ and Dramatiq workers do: `threadmill worker myapp.tasks`,
         # run next to myapp/, imports it.
         import_path=(os.getcwd(),),
+        fork=not args.spawn,
     )
     return Supervisor(settings).run()
 

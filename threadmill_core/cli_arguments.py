@@ -177,6 +177,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="add 0..J to --max-tasks per process, so they do not all restart at once",
     )
     worker.add_argument(
+        "--spawn",
+        action="store_true",
+        help="start every worker process as a fresh interpreter (a slower start) instead of "
+        "forking the first ones from the supervisor once it imported the modules: for task "
+        "modules that open a connection when imported, which forked processes would share",
+    )
+    worker.add_argument(
         "--burst",
         action="store_true",
         help="exit once nothing is ready or running in the queues, and no deferred task "

@@ -9,7 +9,6 @@ nothing is imported on the record's say-so.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 import traceback
@@ -116,6 +115,8 @@ def call(task: Task[Any, Any], lease: Lease, context: TaskContext) -> Decision:
     args = [context, *record.args] if task.takes_context else list(record.args)
     try:
         if task.is_async:
+            import asyncio  # only here: a worker of plain functions never loads asyncio
+
             value = asyncio.run(task.func(*args, **record.kwargs))
         else:
             value = task.func(*args, **record.kwargs)

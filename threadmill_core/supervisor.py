@@ -20,11 +20,33 @@ which the supervisor then exits with too. One that has not exited
 Process setup: `WorkerSettings.import_path` goes first on `sys.path`
 (``threadmill worker`` gives the directory it runs in), then
 `WorkerSettings.setup`, if given, is called, both first thing in the
-supervisor and in every worker process, before the task modules are
+supervisor and in every spawned worker process, before the task modules are
 imported: setup is how a framework integration prepares a process for its
-tasks (threadmill_django calls ``django.setup()`` there). See
-docs/integrations.md. The supervisor then logs what it runs (see
-`threadmill_core.startup`).
+tasks (threadmill_django calls ``django.setup()`` there). A forked worker
+process inherits what they did in the supervisor. See docs/integrations.md.
+The supervisor then logs what it runs (see `threadmill_core.startup`).
+
+Starting worker processes: the first ones are forked from the supervisor
+once it has run the setup, imported the task modules and reached the
+backend (so the backend's modules are loaded too, and a bad URL fails
+before any worker starts), so a worker starts without a second interpreter
+start-up and import of everything; a restarted one (after a death, a
+recycling, or a burst's second round) is spawned, a fresh interpreter that
+runs the setup and imports the modules itself. The rule that makes the
+fork safe: at that moment the supervisor has one thread, no open
+connection and no lock held: it closes its connection to the backend
+before the fork (and connects again right after), and has started no
+thread. So a fork happens only where that holds as far as the supervisor
+can tell: when it runs in the main thread and no other thread is alive (task
+modules or a setup that started one), on a platform whose fork is safe for
+Python (not macOS), and unless `WorkerSettings.fork` is false; else the
+first processes are spawned too, and the log says why. What it cannot see
+is a connection that the setup or a task module opened at import time:
+every forked worker would share it. Open connections lazily (Django and
+redis-py do) or set ``fork=False`` (``threadmill worker --spawn``). SIGTERM
+and SIGINT are blocked across each fork, so a signal meant for the
+supervisor never runs its handler in the child, nor the reverse; the child
+sets its own before unblocking them.
 
 Outages: when the backend is unavailable (`BackendUnavailable`), nothing
 exits or restarts. Each worker process backs off and reconnects on its own
@@ -48,7 +70,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
-from multiprocessing.context import SpawnProcess
+from multiprocessing.process import BaseProcess
 from types import FrameType
 from typing import NamedTuple
 
@@ -106,12 +128,15 @@ class WorkerSettings:
     log_level: str = "INFO"
     #: Spaces out attempts to reach an unavailable backend (see `Worker`).
     reconnect_backoff: ExponentialBackoff = RECONNECT_BACKOFF
-    #: Called with no arguments first thing in the supervisor and in each worker
-    #: process (a restarted one too), before `modules` are imported; see `prepare_process`.
+    #: Called with no arguments first thing in the supervisor and in each spawned worker
+    #: process (a restarted one), before `modules` are imported; see `prepare_process`.
     setup: Callable[[], object] | None = None
     #: Directories put first on `sys.path` in the supervisor and in each worker
     #: process, before anything is imported (``threadmill worker``: the current one).
     import_path: tuple[str, ...] = ()
+    #: Fork the first worker processes from the supervisor (the fast start), where
+    #: that is safe; False spawns every one (see the module doc).
+    fork: bool = True
 
     def __attrs_post_init__(self) -> None:
         for module in self.modules:
@@ -194,11 +219,53 @@ def connect_when_reachable(
         return broker
 
 
+#: The signals blocked across a fork (see `Supervisor._fork`).
+_FORK_BLOCKED = frozenset({signal.SIGTERM, signal.SIGINT})
+
+
+def fork_refusal(settings: WorkerSettings) -> str | None:
+    """Why the first worker processes cannot be forked from this process now; None if they can.
+
+    Called after the setup and the imports, while the supervisor's connection
+    is closed: the fork is safe when this process has one thread (see the
+    module doc).
+    """
+    if not settings.fork:
+        return "fork=False"
+    if sys.platform == "darwin" or "fork" not in multiprocessing.get_all_start_methods():
+        return f"fork is not safe on {sys.platform}"
+    if threading.current_thread() is not threading.main_thread():
+        return "the supervisor does not run in the main thread"
+    others = [t.name for t in threading.enumerate() if t is not threading.current_thread()]
+    if others:
+        return f"threads are running ({', '.join(sorted(others))})"
+    return None
+
+
+def _forked_child_main(settings: WorkerSettings, index: int) -> None:
+    """A worker process forked from the supervisor, which had loaded the tasks already."""
+    # The supervisor's handlers came with the fork; SIGTERM and SIGINT are
+    # still blocked (see `Supervisor._fork`), so none of them has run here.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _FORK_BLOCKED)
+    _serve(settings, index)
+
+
 def _child_main(settings: WorkerSettings, index: int) -> None:
-    """A worker process: load the tasks, then work until told to stop."""
+    """A spawned worker process: load the tasks, then work until told to stop."""
     logging.basicConfig(level=settings.log_level, format=LOG_FORMAT, stream=sys.stderr)
     try:
         prepare_process(settings)
+    except Exception as exc:
+        _cannot_start(f"worker {index} cannot start", exc)
+        sys.exit(EXIT_CONFIG_ERROR)
+    _serve(settings, index)
+
+
+def _serve(settings: WorkerSettings, index: int) -> None:
+    """A worker process with its tasks loaded: connect, then work until told to stop."""
+    try:
         outage = Outage(logging.getLogger("threadmill.worker"), settings.reconnect_backoff)
         broker = connect_when_reachable(settings.broker_url, outage, time.sleep)
     except Exception as exc:
@@ -251,8 +318,7 @@ class Supervisor:
 
     def __init__(self, settings: WorkerSettings) -> None:
         self.settings = settings
-        self._context = multiprocessing.get_context("spawn")
-        self._children: dict[int, SpawnProcess] = {}
+        self._children: dict[int, BaseProcess] = {}
         self._signals = 0
         self._wake = threading.Event()
         self.restarts = 0
@@ -264,8 +330,41 @@ class Supervisor:
 
     # --- processes -----------------------------------------------------------------------
 
+    def _start_first(self) -> None:
+        """Start the first worker processes: forked where `fork_refusal` allows, else spawned."""
+        refusal = fork_refusal(self.settings)
+        if refusal is not None and self.settings.fork:
+            log.info("worker processes are spawned, not forked (a slower start): %s", refusal)
+        for index in range(self.settings.processes):
+            if refusal is None:
+                self._fork(index)
+            else:
+                self._start(index)
+
+    def _fork(self, index: int) -> None:
+        """Fork worker process `index` from this one; only where `fork_refusal` said None.
+
+        SIGTERM and SIGINT stay blocked from just before the fork until the
+        child has replaced the handlers it inherited (`_forked_child_main`)
+        and, here, until the fork returned: one arriving meanwhile waits, and
+        then reaches the handler of the process it was sent to.
+        """
+        process = multiprocessing.get_context("fork").Process(
+            target=_forked_child_main,
+            args=(self.settings, index),
+            name=f"threadmill-worker-{index}",
+            daemon=False,
+        )
+        signal.pthread_sigmask(signal.SIG_BLOCK, _FORK_BLOCKED)
+        try:
+            process.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, _FORK_BLOCKED)
+        self._children[index] = process
+
     def _start(self, index: int) -> None:
-        process = self._context.Process(
+        """Spawn worker process `index`: a fresh interpreter that prepares itself."""
+        process = multiprocessing.get_context("spawn").Process(
             target=_child_main,
             args=(self.settings, index),
             name=f"threadmill-worker-{index}",
@@ -313,8 +412,9 @@ class Supervisor:
             signal.signal(signal.SIGTERM, self._on_signal)
             signal.signal(signal.SIGINT, self._on_signal)
         try:
-            # The modules load here too, before any child is spawned: a typo
-            # fails fast, and the reaper knows the tasks' retry policies.
+            # The modules load here too, before any worker process starts: a typo
+            # fails fast, and the reaper knows the tasks' retry policies. So does
+            # the backend (a bad URL fails fast too), and its modules.
             defined = prepare_process(settings)
             log_start(
                 url=settings.broker_url,
@@ -324,18 +424,28 @@ class Supervisor:
                 prefetch=settings.prefetch,
                 defined=defined,
             )
-            broker = connect_when_reachable(
-                settings.broker_url, self.outage, lambda delay: self._wake.wait(delay)
-            )
+            broker = self._connect()
         except Exception as exc:
             _cannot_start("cannot start", exc)
             return EXIT_CONFIG_ERROR
-        if broker is None:  # stopped while waiting for the backend
+        if broker is None or self._signals:  # stopped while starting: start no worker
+            if broker is not None:
+                broker.close()
             return 0 if self._signals <= 1 else 1
+        # Closed while the first workers start, so that a forked one shares no connection.
+        broker.close()
+        self._start_first()
+        try:
+            broker = self._connect()
+        except Exception as exc:
+            _cannot_start("cannot connect again", exc)
+            self._stop_children(signal.SIGTERM)
+            self._drain()
+            return EXIT_CONFIG_ERROR
+        if broker is None:
+            return self._drain()
         backend = broker.backend
         warn_unregistered_waiting(backend, settings.queues, registered_tasks())
-        for index in range(settings.processes):
-            self._start(index)
         # The children and the signals are looked after every poll interval (that
         # costs the backend nothing); the backend is called when maintenance is due.
         tick = settings.poll_interval.total_seconds()
@@ -368,6 +478,12 @@ class Supervisor:
                 self._wake.wait(min(tick, max(next_pass - time.monotonic(), 0.0)))
         finally:
             backend.close()
+
+    def _connect(self) -> Broker | None:
+        """The supervisor's broker, once the backend is reachable; None if stopped meanwhile."""
+        return connect_when_reachable(
+            self.settings.broker_url, self.outage, lambda delay: self._wake.wait(delay)
+        )
 
     def _maintain(self, backend: Backend) -> float:
         """One maintenance pass, as far as one is due; returns seconds until the next.

@@ -8,11 +8,13 @@ installed app's ``tasks`` module (found as the admin finds ``admin``
 modules) plus those ``OPTIONS["task_modules"]`` and ``--tasks-module``
 name; nothing is imported on a record's say-so.
 
-Worker processes are spawned, so each configures Django anew:
-`prepare_process` is the supervisor's process setup (see
-`threadmill_core.supervisor.WorkerSettings.setup`), run in the supervisor
-and in every worker process before the task modules are imported. It
-needs ``DJANGO_SETTINGS_MODULE`` (manage.py sets it).
+The first worker processes are forked from the supervisor once Django is
+set up and the tasks imported (so they inherit both); a restarted one is
+spawned and configures Django anew: `prepare_process` is the supervisor's
+process setup (see `threadmill_core.supervisor.WorkerSettings.setup`), run
+in the supervisor and in every spawned worker process before the task
+modules are imported. It needs ``DJANGO_SETTINGS_MODULE`` (manage.py sets
+it).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ MAPPED = frozenset(
     {
         "modules", "broker", "queues", "processes", "threads", "prefetch", "lease_ttl",
         "poll_interval", "max_tasks", "max_tasks_jitter", "burst", "shutdown_timeout",
-        "log_level",
+        "log_level", "spawn",
     }
 )  # fmt: skip
 
@@ -60,7 +62,8 @@ def prepare_process(alias: str) -> None:
     """Set up Django in this process, which works for backend `alias`.
 
     The supervisor's process setup: run first in the supervisor (where
-    Django is set up already) and in each spawned worker process.
+    Django is set up already; the first worker processes are forked from
+    it) and in each spawned worker process.
     """
     if not apps.ready:
         if not os.environ.get("DJANGO_SETTINGS_MODULE"):
@@ -128,5 +131,6 @@ def worker_settings(options: BackendOptions, args: argparse.Namespace) -> Worker
         burst=args.burst,
         shutdown_timeout=timedelta(seconds=args.shutdown_timeout),
         log_level=args.log_level,
+        fork=not args.spawn,
         setup=functools.partial(prepare_process, options.alias),
     )

@@ -461,6 +461,27 @@ def test_a_graceful_stop_gives_back_the_prefetch_without_counting_attempts(
         )
 
 
+def test_a_stop_before_run_is_kept_and_run_claims_nothing(broker: Broker) -> None:
+    """stop() before run (a signal while a worker process starts): run returns at once and
+    claims nothing; the stop is spent, so the next run works."""
+    [record] = broker.enqueue_many(tasks.echo, [((1,), {})])
+    w = worker(broker, threads=1, maintenance=False)
+    w.stop()
+    ran: list[int] = []
+    runner = threading.Thread(target=lambda: ran.append(w.run()))
+    runner.start()
+    runner.join(timeout=10)
+    if runner.is_alive():  # the stop was forgotten: end the run the test started
+        w.stop()
+        runner.join(timeout=30)
+        pytest.fail("run() forgot a stop() made before it")
+    assert ran == [0]
+    assert broker.get_result(record.id).status is READY
+    assert not w.stopping
+    assert w.run(burst=True) == 1
+    assert broker.get_result(record.id).status is SUCCESSFUL
+
+
 def test_stop_now_gives_back_the_prefetch_and_abandons_the_running_task(
     broker: Broker, clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
