@@ -300,24 +300,23 @@ class Worker:
 
         A `stop()` that came before `run` (a signal while a worker process
         was starting) is not forgotten: `run` then claims nothing and returns
-        at once. The stop is cleared as `run` returns, so a later `run` works.
+        at once. The stop is cleared as `run` returns, so a later `run` works;
+        one that raised (an error of the worker's own) stays stopped.
         """
         processed_before = self.processed
         looked_at: datetime | None = None  # the backend's time when a burst last waited
-        try:
-            while True:
-                claimed = self._run_threads(burst=burst, max_tasks=max_tasks)
-                if not burst or self._stop.is_set():
+        while True:
+            claimed = self._run_threads(burst=burst, max_tasks=max_tasks)
+            if not burst or self._stop.is_set():
+                break
+            if max_tasks is not None:
+                max_tasks -= claimed
+                if max_tasks <= 0:
                     break
-                if max_tasks is not None:
-                    max_tasks -= claimed
-                    if max_tasks <= 0:
-                        break
-                again, looked_at = self._wait_for_due_task(looked_at)
-                if not again:
-                    break
-        finally:
-            self._stop.clear()
+            again, looked_at = self._wait_for_due_task(looked_at)
+            if not again:
+                break
+        self._stop.clear()
         return self.processed - processed_before
 
     def _run_threads(self, *, burst: bool, max_tasks: int | None) -> int:
