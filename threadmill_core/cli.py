@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from threadmill_core.cli_arguments import build_parser
+from threadmill_core.cli_arguments import build_parser, worker_settings
 from threadmill_core.errors import ThreadmillError
 from threadmill_core.models import TaskResultStatus
 
@@ -56,32 +56,16 @@ def _backends(args: argparse.Namespace) -> int:
 
 
 def _worker(args: argparse.Namespace) -> int:
-    from threadmill_core.supervisor import LOG_FORMAT, Supervisor, WorkerSettings
+    from threadmill_core.supervisor import LOG_FORMAT, Supervisor
 
     logging.basicConfig(level=args.log_level, format=LOG_FORMAT)
     url = args.broker or os.environ.get("THREADMILL_URL")
     if not url:
         print("threadmill worker: give --broker URL or set THREADMILL_URL", file=sys.stderr)
         return 2
-    settings = WorkerSettings(
-        broker_url=url,
-        modules=tuple(args.modules),
-        queues=tuple(q.strip() for q in args.queues.split(",") if q.strip()),
-        processes=args.processes,
-        threads=args.threads,
-        prefetch=args.prefetch,
-        lease_ttl=timedelta(seconds=args.lease_ttl),
-        poll_interval=timedelta(seconds=args.poll_interval),
-        max_tasks=args.max_tasks,
-        max_tasks_jitter=args.max_tasks_jitter,
-        burst=args.burst,
-        shutdown_timeout=timedelta(seconds=args.shutdown_timeout),
-        log_level=args.log_level,
-        # As Celery, RQ and Dramatiq workers do: `threadmill worker myapp.tasks`,
-        # run next to myapp/, imports it.
-        import_path=(os.getcwd(),),
-        fork=not args.spawn,
-    )
+    # As Celery, RQ and Dramatiq workers do: `threadmill worker myapp.tasks`,
+    # run next to myapp/, imports it.
+    settings = worker_settings(args, url, import_path=(os.getcwd(),))
     return Supervisor(settings).run()
 
 

@@ -10,8 +10,13 @@ from __future__ import annotations
 
 import argparse
 import os
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
 
 from threadmill_core.models import TaskResultStatus
+
+if TYPE_CHECKING:
+    from threadmill_core.supervisor import WorkerSettings
 
 
 def _status(text: str) -> TaskResultStatus:
@@ -214,6 +219,33 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_inspecting_commands(commands)
     return parser
+
+
+def worker_settings(args: argparse.Namespace, broker_url: str, **more: Any) -> WorkerSettings:
+    """The supervisor's settings from parsed ``threadmill worker`` options; `more` adds fields.
+
+    One reading of the options for ``threadmill worker`` and for the
+    integrations that run it under their own command (threadmill_django).
+    """
+    from threadmill_core.supervisor import WorkerSettings  # the worker command alone needs it
+
+    return WorkerSettings(
+        broker_url=broker_url,
+        modules=tuple(args.modules),
+        queues=tuple(q.strip() for q in args.queues.split(",") if q.strip()),
+        processes=args.processes,
+        threads=args.threads,
+        prefetch=args.prefetch,
+        lease_ttl=timedelta(seconds=args.lease_ttl),
+        poll_interval=timedelta(seconds=args.poll_interval),
+        max_tasks=args.max_tasks,
+        max_tasks_jitter=args.max_tasks_jitter,
+        burst=args.burst,
+        shutdown_timeout=timedelta(seconds=args.shutdown_timeout),
+        log_level=args.log_level,
+        fork=not args.spawn,
+        **more,
+    )
 
 
 def _add_inspecting_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -23,13 +23,13 @@ import argparse
 import functools
 import os
 from collections.abc import Sequence
-from datetime import timedelta
 
 import django
 from django.apps import apps
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import module_has_submodule
 
+from threadmill_core import cli_arguments
 from threadmill_core.cli_arguments import build_parser
 from threadmill_core.supervisor import WorkerSettings
 from threadmill_django import runner
@@ -117,20 +117,6 @@ def worker_settings(options: BackendOptions, args: argparse.Namespace) -> Worker
     What ``threadmill worker`` makes of them, plus the process setup that
     brings Django up in every process; the broker URL is the alias's.
     """
-    return WorkerSettings(
-        broker_url=options.broker_url,
-        modules=tuple(args.modules),
-        queues=tuple(q.strip() for q in args.queues.split(",") if q.strip()),
-        processes=args.processes,
-        threads=args.threads,
-        prefetch=args.prefetch,
-        lease_ttl=timedelta(seconds=args.lease_ttl),
-        poll_interval=timedelta(seconds=args.poll_interval),
-        max_tasks=args.max_tasks,
-        max_tasks_jitter=args.max_tasks_jitter,
-        burst=args.burst,
-        shutdown_timeout=timedelta(seconds=args.shutdown_timeout),
-        log_level=args.log_level,
-        fork=not args.spawn,
-        setup=functools.partial(prepare_process, options.alias),
+    return cli_arguments.worker_settings(
+        args, options.broker_url, setup=functools.partial(prepare_process, options.alias)
     )
