@@ -590,8 +590,8 @@ class PostgresBackend(Backend):
                 self.sql.claim_expired, params, what="claim_expired", repeatable=True
             )
             claimed = [row[1:] for row in got if row[1] is not None]
-            # Every lease looked at was given back or claimed; a full scan may have left more.
-            return claimed, got[0][0] == scan and len(claimed) < want
+            # More may be left when the pass stopped at a bound: its scan, or its `want`-th claim.
+            return claimed, got[0][0] == scan or len(claimed) == want
 
         return self._filled(limit, take)
 
