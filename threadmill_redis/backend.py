@@ -21,10 +21,11 @@ act again; a reaper claim whose reply was lost lapses after its claim TTL
 and is taken up again. Clients the backend builds itself do not retry
 inside redis-py, so this policy is the only one.
 
-Connections. Every command goes through the client's own connection pool,
-by redis-py's public API: one EVALSHA per call (`scripts.evalsha`), and a
-pipeline for the calls of a long `enqueue` (`scripts.evalsha_many`).
-Blocking waits (`wait_for_tasks`) borrow a pooled connection of their own.
+Connections. Script calls go on a connection of the calling thread's own
+(`threadmill_redis.connections`), one EVALSHA per call (`scripts.evalsha`);
+the calls of a long `enqueue` go one after another on it, each sent while
+the server runs the one before (`scripts.evalsha_each`). Other commands, and
+blocking waits (`wait_for_tasks`), go through the client's connection pool.
 
 Redis Cluster. A `redis.RedisCluster` client works as well as a
 `redis.Redis`: every key of the namespace shares one hash tag, so every
@@ -231,36 +232,38 @@ class RedisBackend(Backend):
     def _store(self, pending: Sequence[arguments.Pending]) -> list[TaskResult]:
         """Store checked tasks with ``enqueue.lua``, in calls of at most ``enqueue_batch`` tasks.
 
-        One call is one EVALSHA; several go in one pipeline, one round trip,
-        each call atomic on its own. A repeat after a dropped connection
-        sends them all again, which stores nothing twice (idempotent on id).
+        One call is one EVALSHA. The calls of a longer batch go one after
+        another, each encoded while the server stores the one before and
+        answered while it stores the next (`scripts.evalsha_each`); each is
+        atomic on its own. A repeat after a dropped connection sends them all
+        again, which stores nothing twice (idempotent on id).
         """
         if not pending:
             return []
         size = self.options.enqueue_batch
         chunks = [pending[start : start + size] for start in range(0, len(pending), size)]
-        calls = [self._enqueue_call(chunk) for chunk in chunks]
-        if len(calls) == 1:
-            [script, keys, args] = calls[0]
-            replies = [
-                call(
-                    lambda: scripts.evalsha(self._execute, script, keys, args),
-                    repeatable=True,
-                    what="enqueue",
-                    where=self.where,
-                )
-            ]
-        else:
-            replies = call(
-                lambda: scripts.evalsha_many(self.client, calls),
+        if len(chunks) == 1:
+            script, keys, args = self._enqueue_call(pending)
+            now, *rows = call(
+                lambda: scripts.evalsha(self._execute, script, keys, args),
                 repeatable=True,
                 what="enqueue",
                 where=self.where,
             )
-        stored: list[TaskResult] = []
-        for chunk, (now, *rows) in zip(chunks, replies, strict=True):
-            stored += enqueued(rows, chunk, now)
-        return stored
+            return enqueued(rows, pending, now)
+
+        def store_all() -> list[TaskResult]:
+            stored: list[list[TaskResult]] = [[] for _ in chunks]
+
+            def answer(index: int, reply: Any) -> None:
+                now, *rows = reply
+                stored[index] = enqueued(rows, chunks[index], now)
+
+            calls = (self._enqueue_call(chunk) for chunk in chunks)
+            scripts.evalsha_each(self._connections, self._execute, calls, answer)
+            return [record for chunk in stored for record in chunk]
+
+        return call(store_all, repeatable=True, what="enqueue", where=self.where)
 
     def _enqueue_call(self, pending: Sequence[arguments.Pending]) -> scripts.Call:
         """The ``enqueue.lua`` call of `pending`: its keys (a notify list per queue) and ARGV."""

@@ -13,7 +13,9 @@ The connection is redis-py's own: made like the pool's connections
 (`ConnectionPool.connection_class` with `connection_kwargs`, the pool's
 public settings, so TLS, credentials, timeouts and the test suite's fault
 injecting connection classes all apply), and used only through redis-py's
-connection interface: `send_command`, `read_response` and `disconnect`.
+connection interface: `send_command`, `read_response`, `can_read` and
+`disconnect`. The calls of a long batch go one after another on the same
+connection, each sent while the server runs the one before (`execute_each`).
 Packing, parsing, connecting and reconnecting stay redis-py's. A call that
 fails other than by an error reply leaves the connection in an unknown
 state, so it is disconnected, and the next call reconnects. Errors are the
@@ -28,6 +30,7 @@ from __future__ import annotations
 import os
 import threading
 import weakref
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import redis
@@ -62,6 +65,36 @@ class ThreadConnections:
             connection.disconnect()
             raise
 
+    def execute_each(
+        self, commands: Iterable[Sequence[Any]], answer: Callable[[int, Any], None]
+    ) -> None:
+        """Send `commands` in order, each as soon as the iterable makes it; `answer` each reply.
+
+        A reply is read once the next command is sent, so the server runs one
+        command while the caller makes the next and reads the one before: at
+        most two are in flight. `answer(index, reply)` gets the replies in
+        order; an error reply is given as the driver's exception, not raised
+        (the whole reply was read, so the connection is in step). A command
+        that never got an answer was sent or not: the caller repeats only
+        what may be repeated (see `threadmill_redis.boundary`).
+        """
+        connection = self._connection()
+        _ready(connection)
+        sent = answered = 0
+        try:
+            for args in commands:
+                connection.send_command(*args)
+                sent += 1
+                if sent - answered > 1:
+                    answer(answered, _reply(connection))
+                    answered += 1
+            while answered < sent:
+                answer(answered, _reply(connection))
+                answered += 1
+        except BaseException:
+            connection.disconnect()  # replies may be unread: the connection is out of step
+            raise
+
     def _connection(self) -> Any:
         local = self._local
         pid = os.getpid()
@@ -80,6 +113,14 @@ class ThreadConnections:
             made = list(self._made)
         for connection in made:
             connection.disconnect()
+
+
+def _reply(connection: Any) -> Any:
+    """The next reply on `connection`; an error reply as the driver's exception, returned."""
+    try:
+        return connection.read_response()
+    except redis.ResponseError as exc:
+        return exc
 
 
 def _ready(connection: Any) -> None:

@@ -8,10 +8,10 @@ same list. A script pulls shared functions in with a line
 Each library file is inlined where it is first included (library files
 include what they use, so definitions come before use) and skipped after
 that; a cycle is an error naming the chain. Scripts run with EVALSHA
-through redis-py's public API (`evalsha` alone, `evalsha_many` in a
-pipeline); on NOSCRIPT (a first call, a restarted or flushed server) the
-source is loaded and the call repeated, which is safe because NOSCRIPT
-means the script never ran. The caller runs these inside
+through redis-py's public API (`evalsha` for one, `evalsha_each` for the
+calls of a long batch); on NOSCRIPT (a first call, a restarted or flushed
+server) the source is loaded and the call repeated, which is safe because
+NOSCRIPT means the script never ran. The caller runs these inside
 `threadmill_redis.boundary.call`, which translates the driver's errors.
 
 The header of each script names its keys as ``--   KEYS[i]  name``; callers
@@ -24,14 +24,14 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from importlib import resources
 from typing import Any
 
 import attrs
 import redis
 
-from threadmill_redis.clients import Client
+from threadmill_redis.connections import ThreadConnections
 from threadmill_redis.errors import ScriptIncludeError
 
 INCLUDE = re.compile(r'^--@include\s+"([^"]+)"\s*$')
@@ -125,36 +125,47 @@ def evalsha(
         return execute("EVALSHA", script.sha, len(keys), *keys, *args)
 
 
-def evalsha_many(client: Client, calls: Sequence[Call]) -> list[Any]:
-    """Run several independent script calls in one round trip: one pipeline, no transaction.
+def evalsha_each(
+    connections: ThreadConnections | None,
+    execute: Callable[..., Any],
+    calls: Iterable[Call],
+    answer: Callable[[int, Any], None],
+) -> None:
+    """Run independent script calls one after another, each atomic on its own; `answer` each reply.
 
-    Each call is atomic on its own; the results come back in order. Calls
-    the server answered NOSCRIPT never ran: their scripts are loaded and
-    they are sent again, in a second pipeline. Any other error reply raises
-    (the driver's exception), after every reply was read. A cluster client
-    does not pipeline scripts, so there the calls run one by one.
+    `calls` may make each call as it is asked for the next. On a single
+    server (`connections`), each call is sent while the server runs the one
+    before (`ThreadConnections.execute_each`); calls the server answered
+    NOSCRIPT never ran, so their scripts are loaded and they are sent again,
+    after the others, and answered then. Any other error reply raises, once
+    every reply was read. On a cluster (`connections` None) the calls go
+    one by one through `execute`, a client's ``execute_command``.
     """
-    if isinstance(client, redis.RedisCluster):
-        return [evalsha(client.execute_command, script, keys, args) for script, keys, args in calls]
-    results: list[Any] = [None] * len(calls)
-    pending = list(range(len(calls)))
-    for attempt in range(2):
-        pipe = client.pipeline(transaction=False)
-        for index in pending:
-            script, keys, args = calls[index]
-            pipe.evalsha(script.sha, len(keys), *keys, *args)
-        replies = pipe.execute(raise_on_error=False)
-        missing: list[int] = []
-        for index, reply in zip(pending, replies, strict=True):
-            if isinstance(reply, redis.exceptions.NoScriptError) and attempt == 0:
-                missing.append(index)
-            elif isinstance(reply, Exception):
-                raise reply
-            else:
-                results[index] = reply
-        if not missing:
-            break
-        for script in {calls[index][0] for index in missing}:
-            client.script_load(script.source)
-        pending = missing
-    return results
+    if connections is None:
+        for index, (script, keys, args) in enumerate(calls):
+            answer(index, evalsha(execute, script, keys, args))
+        return
+    made: list[Call] = []
+    missing: list[int] = []
+    error: Exception | None = None
+
+    def commands() -> Iterator[tuple[Any, ...]]:
+        for script, keys, args in calls:
+            made.append((script, keys, args))
+            yield ("EVALSHA", script.sha, len(keys), *keys, *args)
+
+    def received(index: int, reply: Any) -> None:
+        nonlocal error
+        if isinstance(reply, redis.exceptions.NoScriptError):
+            missing.append(index)
+        elif isinstance(reply, Exception):
+            error = error or reply
+        elif error is None:
+            answer(index, reply)
+
+    connections.execute_each(commands(), received)
+    if error is not None:
+        raise error
+    for index in missing:
+        script, keys, args = made[index]
+        answer(index, evalsha(connections.execute, script, keys, args))

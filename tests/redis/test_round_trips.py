@@ -6,9 +6,11 @@ import threading
 import time
 from collections.abc import Iterator
 from datetime import timedelta
+from typing import Any
 
 import attrs
 import pytest
+import redis
 
 from tests.conftest import RedisServer
 from tests.core import tasks as core_tasks
@@ -127,17 +129,35 @@ def test_a_reaper_pass_gives_back_any_number_of_unstarted_claims_in_two_round_tr
     assert spent == [2, 2]  # the script, then waking the queues it filled
 
 
-def test_an_enqueue_is_one_round_trip_and_answers_what_get_reads(
+class Overlapping(redis.Connection):
+    """Records, in order, each command sent and each reply read."""
+
+    events: list[str] = []  # noqa: RUF012 - shared on purpose: the pool makes the instances
+
+    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        type(self).events.append("send")
+        super().send_packed_command(command, check_health)
+
+    def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        type(self).events.append("read")
+        return super().read_response(*args, **kwargs)
+
+
+def test_an_enqueue_waits_for_one_reply_and_answers_what_get_reads(
     redis_server: RedisServer,
 ) -> None:
-    """One enqueue, of one task or of several batches, is one round trip; each answer equals get."""
-    client = instrumented_client(redis_server, CountingConnection)
+    """One task is one round trip; the calls of a long batch are pipelined; each answer equals get.
+
+    Each call of a long batch is sent before the reply to the one before is
+    read, so the client waits for one reply at a time while the server works.
+    """
+    client = instrumented_client(redis_server, Overlapping)
     backend = RedisBackend(client, namespace="round-trips-enqueue", enqueue_batch=3)
     try:
         warm_up(backend)
-        with Trips() as trips:
-            [one] = backend.enqueue(tasks(1))
-        assert trips.count == 1
+        Overlapping.events.clear()
+        [one] = backend.enqueue(tasks(1))
+        assert Overlapping.events == ["send", "read"]
         assert one == backend.get(one.id)
         assert one.status is TaskResultStatus.READY
         assert one.enqueued_at is not None
@@ -150,9 +170,9 @@ def test_an_enqueue_is_one_round_trip_and_answers_what_get_reads(
             *tasks(1, run_after=now + timedelta(hours=1, microseconds=1500)),  # stored in ms
         ]
         sent = [*fresh, tasks(1)[0], fresh[0], attrs.evolve(one, args=["changed"])]
-        with Trips() as trips:
-            got = backend.enqueue(sent)  # three batches of three
-        assert trips.count == 1
+        Overlapping.events.clear()
+        got = backend.enqueue(sent)  # three batches of three
+        assert Overlapping.events == ["send", "send", "read", "send", "read", "read"]
         assert got == [backend.get(record.id) for record in sent]
         assert [record.status for record in got[:5]] == [
             TaskResultStatus.READY,

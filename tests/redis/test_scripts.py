@@ -10,6 +10,7 @@ import pytest
 import redis
 
 from threadmill_redis import scripts
+from threadmill_redis.connections import ThreadConnections
 from threadmill_redis.errors import ScriptIncludeError
 from threadmill_redis.replies import Status
 
@@ -116,4 +117,12 @@ def test_a_flushed_script_cache_is_reloaded_transparently(real_client: redis.Red
     real_client.script_flush()
     assert scripts.evalsha(real_client.execute_command, script, keys, [1000]) == []
     real_client.script_flush()
-    assert scripts.evalsha_many(real_client, [(script, keys, [1000])] * 2) == [[], []]
+    answers: dict[int, object] = {}
+    connections = ThreadConnections(real_client)
+    try:
+        scripts.evalsha_each(
+            connections, connections.execute, [(script, keys, [1000])] * 3, answers.__setitem__
+        )
+    finally:
+        connections.close()
+    assert answers == {0: [], 1: [], 2: []}
