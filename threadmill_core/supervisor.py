@@ -15,7 +15,10 @@ it gives its prefetch back in one call, sends the outcomes waiting for their
 batch, logs each running task it abandons and what becomes of it (its lease
 expires, and its retry policy decides), and exits with `EXIT_ABANDONED`,
 which the supervisor then exits with too. One that has not exited
-`FORCED_STOP_GRACE` later is killed.
+`FORCED_STOP_GRACE` later is killed. The supervisor tells its worker
+processes with SIGTERM (stop) and `STOP_NOW_SIGNAL` (stop now); a worker
+process takes any number of SIGTERMs as one request, so a SIGTERM sent to
+the whole process group (as systemd does) is one graceful stop.
 
 Process setup: `WorkerSettings.import_path` goes first on `sys.path`
 (``threadmill worker`` gives the directory it runs in), then
@@ -219,8 +222,18 @@ def connect_when_reachable(
         return broker
 
 
+#: What the supervisor sends a worker process to stop it at once (a second signal, or
+#: the shutdown timeout): it gives its prefetch back and abandons its running tasks
+#: (`Worker.stop_now`). A SIGTERM asks for a graceful stop, however many arrive: a
+#: SIGTERM to the whole process group (systemd's default) reaches each worker
+#: process twice, directly and from the supervisor, and is one request.
+STOP_NOW_SIGNAL = signal.SIGUSR1
+
+#: The signals a worker process takes in its signal thread (see `_watch_signals`).
+_WORKER_SIGNALS = frozenset({signal.SIGTERM, STOP_NOW_SIGNAL})
+
 #: The signals blocked across a fork (see `Supervisor._fork`).
-_FORK_BLOCKED = frozenset({signal.SIGTERM, signal.SIGINT})
+_FORK_BLOCKED = frozenset({signal.SIGTERM, signal.SIGINT, STOP_NOW_SIGNAL})
 
 
 def fork_refusal(settings: WorkerSettings) -> str | None:
@@ -244,11 +257,13 @@ def fork_refusal(settings: WorkerSettings) -> str | None:
 
 def _forked_child_main(settings: WorkerSettings, index: int) -> None:
     """A worker process forked from the supervisor, which had loaded the tasks already."""
-    # The supervisor's handlers came with the fork; SIGTERM and SIGINT are
-    # still blocked (see `Supervisor._fork`), so none of them has run here.
+    # The supervisor's handlers came with the fork; its signals are still
+    # blocked (see `Supervisor._fork`), so none of them has run here. SIGTERM
+    # and STOP_NOW_SIGNAL stay blocked: one that came meanwhile waits for
+    # `_watch_signals`.
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, _FORK_BLOCKED)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _FORK_BLOCKED - _WORKER_SIGNALS)
     _serve(settings, index)
 
 
@@ -265,6 +280,11 @@ def _child_main(settings: WorkerSettings, index: int) -> None:
 
 def _serve(settings: WorkerSettings, index: int) -> None:
     """A worker process with its tasks loaded: connect, then work until told to stop."""
+    # Blocked in this thread and so in every thread it starts; `_watch_signals` takes them.
+    signal.pthread_sigmask(signal.SIG_BLOCK, _WORKER_SIGNALS)
+    # Ctrl-C reaches the whole process group; the supervisor turns it into a
+    # SIGTERM for us, so taking SIGINT too would count one Ctrl-C twice.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         outage = Outage(logging.getLogger("threadmill.worker"), settings.reconnect_backoff)
         broker = connect_when_reachable(settings.broker_url, outage, time.sleep)
@@ -285,23 +305,38 @@ def _serve(settings: WorkerSettings, index: int) -> None:
         reconnect_backoff=settings.reconnect_backoff,
     )
 
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        if worker.stopping:  # a second signal: stop now
-            abandoned = worker.stop_now()
-            logging.shutdown()  # flush the lines that say what became of each task
-            os._exit(EXIT_ABANDONED if abandoned else 0)
-        log.info("worker %s stopping: finishing running tasks", worker.worker_id)
-        worker.stop()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    # Ctrl-C reaches the whole process group; the supervisor turns it into a
-    # SIGTERM for us, so taking SIGINT too would count one Ctrl-C twice.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _watch_signals(worker)
     max_tasks = None
     if settings.max_tasks is not None:
         max_tasks = settings.max_tasks + random.randint(0, settings.max_tasks_jitter)
     worker.run(burst=settings.burst, max_tasks=max_tasks)
     broker.close()
+
+
+def _watch_signals(worker: Worker) -> None:
+    """Take SIGTERM (stop, finishing the running tasks) and `STOP_NOW_SIGNAL` (stop now).
+
+    A thread of its own waits for them (`signal.sigwait`, the signals
+    blocked in every other thread), rather than a handler: a handler runs in
+    the main thread between two of its bytecodes, maybe while that thread
+    holds a lock that `Worker.stop` takes, and a second signal would run a
+    second handler inside the first. A signal that came before this (while
+    the process connected) is taken now; `Worker.run` keeps a stop made
+    before it.
+    """
+
+    def watch() -> None:
+        while True:
+            signum = signal.sigwait(_WORKER_SIGNALS)
+            if signum == STOP_NOW_SIGNAL:
+                abandoned = worker.stop_now()
+                logging.shutdown()  # flush the lines that say what became of each task
+                os._exit(EXIT_ABANDONED if abandoned else 0)
+            if not worker.stopping:  # another SIGTERM is the same request
+                log.info("worker %s stopping: finishing running tasks", worker.worker_id)
+                worker.stop()
+
+    threading.Thread(target=watch, name="threadmill-signals", daemon=True).start()
 
 
 class _Left(NamedTuple):
@@ -396,7 +431,7 @@ class Supervisor:
                 "second signal: stopping now; prefetched tasks go back to READY, running ones "
                 "are abandoned (their leases expire and their retry policies decide)"
             )
-            self._stop_children(signal.SIGTERM)  # each child's second: Worker.stop_now
+            self._stop_children(STOP_NOW_SIGNAL)
         self._wake.set()
 
     def request_stop(self) -> None:
@@ -592,7 +627,7 @@ class Supervisor:
         """Wait for the children to finish, up to the shutdown timeout; the exit code.
 
         Children still running then (or all of them at a second signal) are
-        stopped by force: a second SIGTERM, which makes each give its
+        stopped by force: `STOP_NOW_SIGNAL`, which makes each give its
         prefetch back and abandon its running tasks (`Worker.stop_now`). One
         still alive `FORCED_STOP_GRACE` after that is killed. `EXIT_ABANDONED`
         when a running task was abandoned (a child says so with that code, or
@@ -611,7 +646,7 @@ class Supervisor:
                     "stopping them now; their running tasks are abandoned (their leases expire "
                     "and their retry policies decide)", len(alive), self.settings.shutdown_timeout,
                 )  # fmt: skip
-                self._stop_children(signal.SIGTERM)
+                self._stop_children(STOP_NOW_SIGNAL)
                 forced_at = now
             if forced_at is not None and now >= forced_at + FORCED_STOP_GRACE.total_seconds():
                 log.warning(

@@ -145,3 +145,39 @@ def test_a_sigterm_while_the_supervisor_starts_starts_no_worker_and_exits_at_onc
     assert process.returncode == 0, output
     assert "SIGTERM" in output
     assert "stopping: finishing running tasks" not in output, output  # no worker was there
+
+
+def test_a_sigterm_to_the_process_group_is_one_graceful_stop(
+    broker: Broker, broker_url: str
+) -> None:
+    """SIGTERM to the whole process group while a task runs reaches each worker process
+    twice (directly, and from the supervisor): still one graceful stop. The task finishes
+    and is acknowledged, once, and the exit code is 0, not EXIT_ABANDONED."""
+    from tests.core import tasks as core_tasks
+
+    process = subprocess.Popen(
+        worker_cli(broker_url, "tests.core.tasks", "--processes", "2",
+                   "--shutdown-timeout", "60"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        broker.wait(broker.enqueue(core_tasks.echo, 1).id, timeout=60)  # the workers are up
+        record = broker.enqueue(core_tasks.nap, 1.5)
+        deadline = time.monotonic() + 30
+        while broker.get_result(record.id).status is not TaskResultStatus.RUNNING:
+            assert time.monotonic() < deadline, "the task never started"
+            time.sleep(0.01)
+        time.sleep(0.2)  # let it run, so the stop comes while it does
+        os.killpg(process.pid, signal.SIGTERM)
+        output, _ = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+    assert process.returncode == 0, output
+    final = broker.get_result(record.id)
+    assert (final.status, final.attempts, final.errors) == (TaskResultStatus.SUCCESSFUL, 1, ())
+    assert "abandoned" not in output, output
