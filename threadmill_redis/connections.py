@@ -40,7 +40,7 @@ class ThreadConnections:
     """Connections to `client`'s server, one per thread (and process), made on first use."""
 
     def __init__(self, client: redis.Redis) -> None:
-        self._pool = client.connection_pool
+        self._client = client
         self._local = threading.local()
         self._lock = threading.Lock()
         #: Every connection made, so `close` reaches those of other threads; a
@@ -100,7 +100,7 @@ class ThreadConnections:
         pid = os.getpid()
         connection = getattr(local, "connection", None)
         if connection is None or local.pid != pid:  # a forked child never uses the parent's
-            pool = self._pool
+            pool = self._client.connection_pool  # its public settings: class and kwargs
             connection = pool.connection_class(**pool.connection_kwargs)
             local.connection, local.pid = connection, pid
             with self._lock:

@@ -76,6 +76,17 @@ def start_cli(broker_url: str, *options: str) -> subprocess.Popen[str]:
     )  # fmt: skip
 
 
+def run_burst(broker_url: str) -> None:
+    """A later `threadmill worker --burst`, to the end: the reaper charges the abandoned task."""
+    again = start_cli(broker_url, "--burst")
+    try:
+        output, _ = again.communicate(timeout=120)
+    finally:
+        if again.poll() is None:
+            again.kill()
+    assert again.returncode == 0, output
+
+
 def enqueue(broker: Broker, log_url: str, tag: str) -> tuple[TaskResult, list[TaskResult]]:
     """The blocking task, then eight quick ones behind it in READY."""
     first = fault_tasks.hold.using(broker=broker).enqueue(log_url, tag, 0)
@@ -186,13 +197,7 @@ def test_a_second_sigterm_gives_the_prefetch_back_at_once_and_abandons_the_runni
     [line] = [line for line in output.splitlines() if "abandoned" in line and first.id in line]
     assert "its retry policy decides" in line
 
-    again = start_cli(broker_url, "--burst")
-    try:
-        output, _ = again.communicate(timeout=120)
-    finally:
-        if again.poll() is None:
-            again.kill()
-    assert again.returncode == 0, output
+    run_burst(broker_url)
     assert_exact_outcome(broker, first, rest, read_events(namespace), pid)
 
 
@@ -224,13 +229,7 @@ def test_the_shutdown_timeout_abandons_the_running_task_and_exits_non_zero(
     [line] = [line for line in output.splitlines() if "abandoned" in line and first.id in line]
     assert "its retry policy decides" in line
 
-    again = start_cli(broker_url, "--burst")
-    try:
-        output, _ = again.communicate(timeout=120)
-    finally:
-        if again.poll() is None:
-            again.kill()
-    assert again.returncode == 0, output
+    run_burst(broker_url)
     assert_exact_outcome(broker, first, rest, read_events(namespace), pid)
 
 
