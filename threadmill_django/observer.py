@@ -5,7 +5,10 @@ ends when its lease holder's decision is stored: a worker's acknowledgement
 (batched with others), or the reaper's verdict on an expired lease (in the
 supervisor process). This plugin hears threadmill's
 ``threadmill_task_finished`` hook for both, and sends the signal with the
-stored result, so a receiver that reads the result back sees it final.
+stored result, so a receiver that reads the result back sees it final. As
+with Django's own backends, that is the very object ``task_started`` was
+sent with, updated, when the task ends in the process that started it; a
+new one otherwise (the reaper's verdict).
 
 An attempt that fails and will be retried has not finished: it sends no
 ``task_finished`` (its error is in the next attempt's ``errors``). Only
@@ -19,8 +22,8 @@ from django.tasks.signals import task_finished
 
 from threadmill_core.hookspecs import hookimpl
 from threadmill_core.models import TaskResult
-from threadmill_django.results import django_result
-from threadmill_django.runner import runner_for, serving_alias
+from threadmill_django.results import django_result, update_result
+from threadmill_django.runner import runner_for, sender, serving_alias, started_result
 
 #: The name this module is registered under with threadmill's plugin manager.
 NAME = "threadmill_django"
@@ -32,8 +35,12 @@ def threadmill_task_finished(record: TaskResult) -> None:
     if runner is None:
         return
     try:
-        task = runner.task_for(record, serving_alias(runner.task.backend))
-        result = django_result(record, task, task.backend)
-        task_finished.send(sender=type(task.get_backend()), task_result=result)
+        result = started_result(record.id)
+        if result is None:  # the reaper's verdict, or a task another process started
+            task = runner.task_for(record, serving_alias(runner.task.backend))
+            result = django_result(record, task, task.backend)
+        else:
+            update_result(result, record)
+        task_finished.send(sender=sender(result.backend), task_result=result)
     finally:
         close_old_connections()  # a receiver may have used the ORM from this thread

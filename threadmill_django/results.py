@@ -23,7 +23,7 @@ local times, as Django gives everywhere in that mode.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.tasks import TaskResult as DjangoTaskResult
@@ -84,24 +84,59 @@ def django_result(
     stored.
     """
     status = record.status if status is None else status
-    django_errors = [django_error(e) for e in (record.errors if errors is None else errors)]
-    if status is TaskResultStatus.CANCELLED:
-        django_errors.append(CANCELLED_ERROR)
+    changing = _changing_fields(record, status, errors)
     result: AnyResult = DjangoTaskResult(
         task=task,
         id=record.id,
-        status=STATUSES[status],
-        enqueued_at=local(record.enqueued_at),
-        started_at=local(record.started_at),
-        finished_at=local(record.finished_at),
-        last_attempted_at=local(record.last_attempted_at),
         args=record.args,
         kwargs=record.kwargs,
         backend=alias,
-        errors=django_errors,
-        worker_ids=list(record.worker_ids),
+        **changing,
     )
+    _set_return_value(result, record, status)
+    return result
+
+
+def update_result(result: AnyResult, record: TaskResult) -> None:
+    """Bring `result`, made for an earlier state of `record`'s task, up to `record`, in place.
+
+    What Django's own backends do with the result they sent ``task_started``
+    with before they send ``task_finished``: the same object, its status,
+    times, errors, workers and return value now the stored ones. Its task,
+    id, arguments and backend stay: they are the same for every state.
+    """
+    for name, value in _changing_fields(record, record.status, None).items():
+        # The result is a frozen dataclass; Django's backends update theirs the same way.
+        object.__setattr__(result, name, value)
+    _set_return_value(result, record, record.status)
+
+
+def _changing_fields(
+    record: TaskResult,
+    status: TaskResultStatus,
+    errors: tuple[TaskError, ...] | None,
+) -> dict[str, Any]:
+    """The fields of Django's result that change as a task goes from state to state."""
+    django_errors = [django_error(e) for e in (record.errors if errors is None else errors)]
+    if status is TaskResultStatus.CANCELLED:
+        django_errors.append(CANCELLED_ERROR)
+    times = {
+        "enqueued_at": record.enqueued_at,
+        "started_at": record.started_at,
+        "finished_at": record.finished_at,
+        "last_attempted_at": record.last_attempted_at,
+    }
+    if not settings.USE_TZ:
+        times = {name: local(moment) for name, moment in times.items()}
+    return {
+        "status": STATUSES[status],
+        **times,
+        "errors": django_errors,
+        "worker_ids": list(record.worker_ids),
+    }
+
+
+def _set_return_value(result: AnyResult, record: TaskResult, status: TaskResultStatus) -> None:
     if status is TaskResultStatus.SUCCESSFUL:
         # The field Django's own backends set: it is not an argument of the class.
         object.__setattr__(result, "_return_value", record.return_value)
-    return result

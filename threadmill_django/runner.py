@@ -26,7 +26,9 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import attrs
+from django.core.signals import setting_changed
 from django.db import close_old_connections, reset_queries
+from django.tasks import task_backends
 from django.tasks.signals import task_started
 from django.utils.json import normalize_json
 
@@ -39,15 +41,22 @@ from threadmill_django.results import django_result, local
 from threadmill_django.task import TaskContext
 
 if TYPE_CHECKING:
-    from threadmill_django._typing import AnyTask
+    from threadmill_django._typing import AnyResult, AnyTask
 
 #: A task's fields that each call may set; the others make the task what it is.
 PER_CALL = frozenset({"priority", "queue_name", "run_after", "backend"})
 #: How many (queue, priority, run_after, alias) variants of a task a runner keeps made.
 VARIANTS = 256
 
+#: How many started tasks' Django results `started_result` keeps (a bound on what it holds).
+STARTED = 1024
+
 #: The alias this process works for: set by the worker's process setup.
 _serving: dict[str, str] = {}
+#: The backend class of each alias, the sender of its signals (forgotten when TASKS changes).
+_senders: dict[str, type[Any]] = {}
+#: The Django result each task started here was announced with, by task id, until it ends.
+_started: dict[str, AnyResult] = {}
 
 
 def serve(alias: str) -> None:
@@ -58,6 +67,35 @@ def serve(alias: str) -> None:
 def serving_alias(default: str) -> str:
     """The alias this process works for, or `default` (in-process workers, tests)."""
     return _serving.get("alias", default)
+
+
+def sender(alias: str) -> type[Any]:
+    """The class of backend `alias`: what Django's backends send their signals as."""
+    found = _senders.get(alias)
+    if found is None:
+        found = _senders[alias] = type(task_backends[alias])
+    return found
+
+
+def started_result(task_id: str) -> AnyResult | None:
+    """The Django result ``task_started`` was sent with for `task_id` here, if any; forgets it.
+
+    Django's own backends send ``task_finished`` with the same object they
+    sent ``task_started`` with, updated; so does this backend when the task
+    ends in the process that ran it. An attempt that will be retried, or
+    whose lease was lost, leaves its result here until its task starts
+    again or `STARTED` others have started since.
+    """
+    return _started.pop(task_id, None)
+
+
+def _on_setting_changed(*, setting: str, **_kwargs: Any) -> None:
+    if setting == "TASKS":
+        _senders.clear()
+        _started.clear()
+
+
+setting_changed.connect(_on_setting_changed, dispatch_uid="threadmill_django.runner")
 
 
 def task_path(task: AnyTask) -> str:
@@ -107,7 +145,10 @@ class AnyTaskRunner:
             record = context.record
             task = self.task_for(record, serving_alias(self.task.backend))
             result = django_result(record, task, task.backend)
-            task_started.send(sender=type(task.get_backend()), task_result=result)
+            if len(_started) >= STARTED:
+                _started.clear()
+            _started[record.id] = result
+            task_started.send(sender=sender(task.backend), task_result=result)
             if task.takes_context:
                 value = task.call(TaskContext(task_result=result, core=context), *args, **kwargs)
             else:

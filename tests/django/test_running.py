@@ -216,6 +216,43 @@ def test_task_finished_comes_after_the_outcome_is_stored(bench: Bench) -> None:
     assert read == [Status.SUCCESSFUL]
 
 
+def test_task_finished_is_sent_with_the_result_task_started_was(bench: Bench) -> None:
+    """As Django's own backends do: one result per attempt, brought up to its stored end."""
+    from django.tasks.signals import task_finished, task_started
+
+    started: list[Any] = []
+    finished: list[Any] = []
+
+    def on_started(sender: Any, task_result: Any, **_: Any) -> None:
+        started.append(task_result)
+
+    def on_finished(sender: Any, task_result: Any, **_: Any) -> None:
+        finished.append(task_result)
+
+    task_started.connect(on_started)
+    task_finished.connect(on_finished)
+    try:
+        ok = tasks.add.enqueue(1, 2)
+        retried = tasks.flaky.enqueue(succeed_on=2)
+        bench.work()
+        bench.clock.advance(timedelta(seconds=10))
+        bench.work()
+    finally:
+        task_started.disconnect(on_started)
+        task_finished.disconnect(on_finished)
+    assert [r.id for r in started] == [ok.id, retried.id, retried.id]
+    assert [r.id for r in finished] == [ok.id, retried.id]
+    assert finished[0] is started[0]
+    assert finished[1] is started[2]  # the attempt that succeeded, not the first one
+    for result in finished:
+        stored = tasks.add.get_backend().get_result(result.id)
+        assert (result.status, result.return_value) == (Status.SUCCESSFUL, stored.return_value)
+        assert (result.started_at, result.finished_at) == (stored.started_at, stored.finished_at)
+        assert result.worker_ids == stored.worker_ids
+        assert [e.traceback for e in result.errors] == [e.traceback for e in stored.errors]
+    assert (len(finished[1].errors), finished[1].attempts) == (1, 2)
+
+
 @pytest.mark.parametrize(
     ("task", "args", "kind", "last_line"),
     [
