@@ -63,7 +63,7 @@ CALLGRIND = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
 COLLECTED = re.compile(rb"Collected : (\d+)")
 
 
-def _instrument(pid: int, on: bool) -> None:
+def instrument(pid: int, on: bool) -> None:
     subprocess.run(
         ["callgrind_control", "-i", "on" if on else "off", str(pid)],
         check=True,
@@ -71,7 +71,7 @@ def _instrument(pid: int, on: bool) -> None:
     )
 
 
-def _collected(output: bytes) -> int:
+def collected(output: bytes) -> int:
     found = COLLECTED.findall(output)
     if not found:
         raise RuntimeError(f"callgrind reported no count: {output[-500:]!r}")
@@ -144,11 +144,11 @@ def _operation(name: str, url: str, n: int) -> Callable[[], object]:
 def _child(name: str, url: str, n: int, instrument: int) -> None:
     """Run `name` `n` times, with callgrind counting in process `instrument` meanwhile."""
     counted = _operation(name, url, n)
-    _instrument(instrument, True)
+    instrument(instrument, True)
     try:
         counted()
     finally:
-        _instrument(instrument, False)
+        instrument(instrument, False)
 
 
 # --- the parent: who is counted, and how ----------------------------------------------
@@ -175,7 +175,7 @@ def _run_child(name: str, url: str, n: int, instrument: str, wrapper: Sequence[s
 
 def _client(name: str, url: str, n: int) -> int:
     """Instructions of the client process running `name` `n` times."""
-    return _collected(_run_child(name, url, n, "self", [*CALLGRIND, "--instr-atstart=no"]))
+    return collected(_run_child(name, url, n, "self", [*CALLGRIND, "--instr-atstart=no"]))
 
 
 def _server(name: str, n: int) -> int:
@@ -188,7 +188,7 @@ def _server(name: str, n: int) -> int:
         with server:
             assert server.process is not None  # valgrind runs redis-server in this process
             _run_child(name, server.url, n, str(server.process.pid))
-        return _collected(log.read_bytes())
+        return collected(log.read_bytes())
 
 
 def main(argv: Sequence[str] | None = None) -> int:
