@@ -95,6 +95,7 @@ from threadmill_core.startup import (
     warn_unregistered_waiting,
 )
 from threadmill_core.task import registered_tasks
+from threadmill_core.wakeup import Wakeup
 from threadmill_core.worker import Worker, default_worker_id
 
 log = logging.getLogger("threadmill.supervisor")
@@ -355,7 +356,8 @@ class Supervisor:
         self.settings = settings
         self._children: dict[int, BaseProcess] = {}
         self._signals = 0
-        self._wake = threading.Event()
+        # Set by the signal handler: a threading.Event could deadlock it (see wakeup.py).
+        self._wake = Wakeup()
         self.restarts = 0
         #: The maintenance loop's outages (each worker process has its own).
         self.outage = Outage(log, settings.reconnect_backoff)
