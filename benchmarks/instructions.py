@@ -25,7 +25,14 @@ hashes and sorted sets in a compact (slower to search) encoding:
 - ``claim``: per task of `claim` calls of 64 tasks;
 - ``decide_many``: per task of `decide_many` calls of 64 successes;
 - ``drain`` (client only): per task of a one-thread, prefetch-64 `Worker`
-  draining ``incr`` tasks, the benchmark's own task (one redis-py INCR);
+  draining ``incr`` tasks, the benchmark's own task (one redis-py INCR),
+  with the worker's two timers (`scheduler.ACK_DELAY`, `scheduler.MARK_DELAY`)
+  off in that process: callgrind slows it some fiftyfold, so a 10 ms delay
+  would send an acknowledgement every few tasks (the child made 287
+  script calls with the timers on, 73 with them off; more on a busier
+  machine), and the count would measure valgrind's speed. Off, the calls
+  are those of a run at full speed: one claim and one acknowledgement per
+  65 tasks;
 - ``incr`` (client only): that INCR alone, to subtract from ``drain``.
 """
 
@@ -136,6 +143,10 @@ def _operation(name: str, url: str, n: int) -> Callable[[], object]:
         leases = claim(n)
         return lambda: decide(leases)
     if name == "drain":
+        from threadmill_core import scheduler
+
+        # This process only measures: see the module docstring.
+        scheduler.ACK_DELAY = scheduler.MARK_DELAY = float("inf")
         worker = Worker(broker, threads=1, prefetch=BATCH, maintenance=False)
         return lambda: worker.run(burst=True)
     raise ValueError(f"unknown operation {name!r}")
