@@ -48,9 +48,13 @@ import tempfile
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from benchmarks.peers import _common as common
 from benchmarks.server import REPO_ROOT, RedisServer
+
+if TYPE_CHECKING:
+    from threadmill_core import Broker, Worker
 
 #: How many times each operation runs (tasks, for the per-task operations).
 COUNTS = {
@@ -93,7 +97,7 @@ def _operation(name: str, url: str, n: int) -> Callable[[], object]:
     import attrs
 
     from benchmarks.peers.threadmill_peer import broker_url, incr
-    from threadmill_core import Lease, Worker, connect
+    from threadmill_core import Lease, connect
     from threadmill_core.models import Decision, TaskResultStatus
 
     os.environ[common.URL_VARIABLE] = url
@@ -143,13 +147,22 @@ def _operation(name: str, url: str, n: int) -> Callable[[], object]:
         leases = claim(n)
         return lambda: decide(leases)
     if name == "drain":
-        from threadmill_core import scheduler
-
-        # This process only measures: see the module docstring.
-        scheduler.ACK_DELAY = scheduler.MARK_DELAY = float("inf")
-        worker = Worker(broker, threads=1, prefetch=BATCH, maintenance=False)
+        worker = counted_drain_worker(broker)
         return lambda: worker.run(burst=True)
     raise ValueError(f"unknown operation {name!r}")
+
+
+def counted_drain_worker(broker: Broker) -> Worker:
+    """A one-thread, prefetch-64 worker for a drain under callgrind, its timers off.
+
+    It sets the worker's two timers (`scheduler.ACK_DELAY`,
+    `scheduler.MARK_DELAY`) to never in this process, which only measures:
+    see the module docstring.
+    """
+    from threadmill_core import Worker, scheduler
+
+    scheduler.ACK_DELAY = scheduler.MARK_DELAY = float("inf")
+    return Worker(broker, threads=1, prefetch=BATCH, maintenance=False)
 
 
 def _child(name: str, url: str, n: int, instrument: int) -> None:

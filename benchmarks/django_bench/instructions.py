@@ -7,8 +7,9 @@ This counts instead, with callgrind as `benchmarks.instructions` does, the
 client instructions per task of the same drain both ways: ``incr`` tasks
 (one redis-py INCR each) enqueued through threadmill's API or through
 Django's (``benchmarks.django_bench.tasks.incr``), then drained by an
-in-process `Worker` with one thread and the benchmark's prefetch,
-instrumentation on only while it runs. Each way is counted ``--runs``
+in-process `Worker` with one thread and the benchmark's prefetch, its
+timers off and instrumentation on only while it runs (see
+`benchmarks.instructions.counted_drain_worker`). Each way is counted ``--runs``
 times and the median is printed (a threaded drain's count moves by a few
 percent from run to run), with the ratio of the two.
 
@@ -26,9 +27,8 @@ import subprocess
 import sys
 from collections.abc import Sequence
 
-from benchmarks.instructions import CALLGRIND, collected, instrument
+from benchmarks.instructions import CALLGRIND, collected, counted_drain_worker, instrument
 from benchmarks.peers import _common as common
-from benchmarks.peers.threadmill_peer import PREFETCH
 from benchmarks.server import REPO_ROOT, RedisServer
 
 WAYS = ("threadmill", "threadmill_django")
@@ -36,7 +36,7 @@ WAYS = ("threadmill", "threadmill_django")
 
 def _child(way: str, url: str, n: int) -> None:
     """Enqueue `n` tasks `way`, then drain them with instrumentation on."""
-    from threadmill_core import Worker, connect
+    from threadmill_core import connect
 
     os.environ[common.URL_VARIABLE] = url  # where incr's counter is
     if way == "threadmill":
@@ -60,7 +60,7 @@ def _child(way: str, url: str, n: int) -> None:
         for _ in range(n):
             tasks.incr.enqueue()
         broker = task_backends["default"].broker  # type: ignore[attr-defined]  # threadmill_django's
-    worker = Worker(broker, threads=1, prefetch=PREFETCH, maintenance=False)
+    worker = counted_drain_worker(broker)
     instrument(os.getpid(), True)
     try:
         ran = worker.run(burst=True)
