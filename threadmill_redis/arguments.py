@@ -30,30 +30,24 @@ def enqueue_runs(pending: Sequence[Pending], notify_index: Mapping[str, int]) ->
     the scripts keep the rest beside it. What tasks share is read once per
     record or template, not per task: the calls of one batch share theirs.
     """
-    args: list[Any] = []
-    pairs: list[str | bytes] = []
-    head: tuple[str, int, int | None] | None = None  # what the current run's tasks share
+    runs: list[tuple[tuple[str, int, int | None], list[str | bytes]]] = []
     base: TaskResult | None = None
     fields: dict[str, Any] = {}
-
-    def end_run() -> None:
-        if pairs:
-            assert head is not None  # set with the run's first task
-            queue, priority, run_after = head
-            args.extend((len(pairs) // 2, queue, priority, "" if run_after is None else run_after))
-            args.append(notify_index[queue])
-            args.extend(pairs)
-            pairs.clear()
-
+    pairs: list[str | bytes] = []
     for item_base, (task_id, call_args, call_kwargs) in pending:
         if item_base is not base:
             base, fields = item_base, codec.enqueued_fields(item_base)
             run_after = None if base.run_after is None else to_ms(base.run_after)
-            if (base.queue, base.priority, run_after) != head:
-                end_run()
-                head = (base.queue, base.priority, run_after)
+            head = (base.queue, base.priority, run_after)
+            if not runs or runs[-1][0] != head:
+                runs.append((head, []))
+            pairs = runs[-1][1]
         pairs += (task_id, codec.encode_call(fields, task_id, call_args, call_kwargs))
-    end_run()
+    args: list[Any] = []
+    for (queue, priority, run_after), pairs in runs:
+        args += (len(pairs) // 2, queue, priority, "" if run_after is None else run_after)
+        args.append(notify_index[queue])
+        args += pairs
     return args
 
 
