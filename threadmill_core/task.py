@@ -24,8 +24,9 @@ positional arguments, an unknown or repeated keyword, a missing required
 argument) is refused at enqueue with `InvalidCall`, naming the task and the
 mismatch, and nothing is stored: it could never run. The signature is read
 once, when the task is made (`Task.signature`, without the context
-parameter). Unknown options, to ``@task``, `Task.using` or `register_task`,
-raise `InvalidOption` listing the valid ones.
+parameter), and each shape of call is bound to it once (`Task.call_check`,
+see `threadmill_core.calls`). Unknown options, to ``@task``, `Task.using`
+or `register_task`, raise `InvalidOption` listing the valid ones.
 
 Framework integrations (threadmill_django, and any later Flask or FastAPI
 one) define tasks without ``@task``: `register_task` registers any callable
