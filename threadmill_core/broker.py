@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 import functools
-import inspect
 import os
 import threading
 import time
@@ -19,8 +18,9 @@ from typing import Any, Protocol
 import attrs
 
 from threadmill_core.backend import Backend
+from threadmill_core.calls import CallCheck
 from threadmill_core.clock import from_ms, to_ms
-from threadmill_core.errors import InvalidCall, TaskNotFound, WaitTimeout
+from threadmill_core.errors import TaskNotFound, WaitTimeout
 from threadmill_core.ids import new_task_id, new_task_ids
 from threadmill_core.models import QueueCounts, TaskResult, TaskResultStatus, validate_run_after
 from threadmill_core.plugins import backend_for_url, notify, notify_each
@@ -33,11 +33,12 @@ class Enqueueable(Protocol):
 
     `template` is the record every stored call starts from (task path,
     queue, priority, retry policy), `run_after` the task's own delay or time,
-    `signature` what each call's arguments must bind to (None: unchecked).
+    `call_check` what refuses a call that does not fit the task's signature
+    (None: unchecked).
     """
 
     @property
-    def signature(self) -> inspect.Signature | None: ...
+    def call_check(self) -> CallCheck | None: ...
 
     @property
     def template(self) -> TaskResult: ...
@@ -72,7 +73,9 @@ class Broker:
         way nothing is stored.
         """
         shared = self._shared(task)
-        _check_call(task.signature, shared.task_path, args, kwargs)
+        check = task.call_check
+        if check is not None:
+            check.check(shared.task_path, args, kwargs)
         # `kwargs` is this call's own dict already; the args are copied into a list.
         [stored] = self.backend.enqueue_calls(shared, [(new_task_id(), [*args], kwargs)])
         notify("threadmill_task_enqueued", record=stored)
@@ -92,10 +95,10 @@ class Broker:
         """
         shared = self._shared(task)
         calls = list(calls)
-        signature = task.signature
-        if signature is not None:
+        check = task.call_check
+        if check is not None:
             for index, (args, kwargs) in enumerate(calls):
-                _check_call(signature, shared.task_path, args, kwargs, index)
+                check.check(shared.task_path, args, kwargs, index)
         stored = self.backend.enqueue_calls(
             shared,
             [
@@ -187,24 +190,6 @@ class Broker:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-
-def _check_call(
-    signature: inspect.Signature | None,
-    task_path: str,
-    args: Sequence[Any],
-    kwargs: Mapping[str, Any],
-    index: int | None = None,
-) -> None:
-    """`InvalidCall` unless ``(args, kwargs)`` bind to `signature` (None: anything goes)."""
-    if signature is None:
-        return
-    try:
-        signature.bind(*args, **kwargs)
-    except TypeError as exc:
-        # The parameters are what the caller needs; the return annotation is noise here.
-        parameters = signature.replace(return_annotation=inspect.Signature.empty)
-        raise InvalidCall(task_path, str(parameters), str(exc), index) from None
 
 
 def connect(url: str, **options: Any) -> Broker:

@@ -204,10 +204,10 @@ def encode_enqueued(record: TaskResult) -> bytes:
 
 
 def enqueued_fields(template: TaskResult) -> dict[str, Any]:
-    """What `encode_enqueued` writes of `template`, unstructured by the converter (`encode_call`).
+    """What `encode_enqueued` writes of `template`, unstructured by the converter: a new dict.
 
-    Made once for many calls of one task (`Backend.enqueue_calls`): only
-    each call's id and arguments differ. The caller must not change it.
+    Made once for many calls of one task (`Backend.enqueue_calls`), whose
+    payloads differ only in their id and arguments (`encode_call`).
     """
     return _unstructure_enqueued(template)
 
@@ -217,12 +217,13 @@ def encode_call(
 ) -> bytes:
     """The `encode_enqueued` payload of one call: `fields` with the call's id and arguments.
 
-    `fields` comes from `enqueued_fields`; the payload is the bytes
-    `encode_enqueued` writes for the record the call makes (`call_record`).
+    `fields` comes from `enqueued_fields` and is the caller's to reuse: its
+    id and arguments are set to this call's (the keys keep the converter's
+    order). The payload is the bytes `encode_enqueued` writes for the record
+    the call makes (`call_record`).
     """
-    payload = dict(fields)  # the keys in the converter's order, which these keep
-    payload["id"], payload["args"], payload["kwargs"] = task_id, args, kwargs
-    return _encoder.encode(payload).encode()
+    fields["id"], fields["args"], fields["kwargs"] = task_id, args, kwargs
+    return _encoder.encode(fields).encode()
 
 
 #: The keys of an `encode_enqueued` payload.

@@ -24,8 +24,9 @@ positional arguments, an unknown or repeated keyword, a missing required
 argument) is refused at enqueue with `InvalidCall`, naming the task and the
 mismatch, and nothing is stored: it could never run. The signature is read
 once, when the task is made (`Task.signature`, without the context
-parameter). Unknown options, to ``@task``, `Task.using` or `register_task`,
-raise `InvalidOption` listing the valid ones.
+parameter), and each shape of call is bound to it once (`Task.call_check`,
+see `threadmill_core.calls`). Unknown options, to ``@task``, `Task.using`
+or `register_task`, raise `InvalidOption` listing the valid ones.
 
 Framework integrations (threadmill_django, and any later Flask or FastAPI
 one) define tasks without ``@task``: `register_task` registers any callable
@@ -47,6 +48,7 @@ from typing import Any, Generic, Never, ParamSpec, TypeVar, overload
 import attrs
 
 from threadmill_core.broker import Broker, default_broker
+from threadmill_core.calls import CallCheck
 from threadmill_core.errors import InvalidOption, InvalidTaskDefinition
 from threadmill_core.models import (
     RetryPolicySpec,
@@ -272,6 +274,8 @@ class Task(Generic[P, R]):
     #: What each call's arguments must bind to at enqueue (`call_signature`: no
     #: context parameter); None: calls are not checked. Read once, kept by `using`.
     signature: inspect.Signature | None = attrs.field(repr=False)
+    #: Checks each call against `signature` at enqueue (None: not checked).
+    call_check: CallCheck | None = attrs.field(init=False, repr=False)
     #: Whether `func` is a coroutine function, asked once (a worker asks per task).
     is_async: bool = attrs.field(init=False, repr=False)
     #: What every stored call of this task starts from (made, so checked, once):
@@ -281,6 +285,10 @@ class Task(Generic[P, R]):
     @signature.default
     def _signature(self) -> inspect.Signature | None:
         return call_signature(self.func, self.takes_context)
+
+    @call_check.default
+    def _call_check(self) -> CallCheck | None:
+        return None if self.signature is None else CallCheck(self.signature)
 
     @is_async.default
     def _is_async(self) -> bool:

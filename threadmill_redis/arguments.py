@@ -7,7 +7,6 @@ checks), so a refused call never gets here; these only encode.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -28,23 +27,25 @@ def enqueue_runs(pending: Sequence[Pending], notify_index: Mapping[str, int]) ->
     by what they share and the KEYS index of their queue's notify list
     (`notify_index`), then each task's id and payload. A checked task always
     encodes; the payload holds what never changes (`codec.encode_enqueued`),
-    the scripts keep the rest beside it.
+    the scripts keep the rest beside it. What tasks share is read once per
+    record or template, not per task: the calls of one batch share theirs.
     """
+    runs: list[tuple[tuple[str, int, int | None], list[str | bytes]]] = []
+    base: TaskResult | None = None
+    fields: dict[str, Any] = {}
+    pairs: list[str | bytes] = []
+    for item_base, (task_id, call_args, call_kwargs) in pending:
+        if item_base is not base:
+            base, fields = item_base, codec.enqueued_fields(item_base)
+            run_after = None if base.run_after is None else to_ms(base.run_after)
+            head = (base.queue, base.priority, run_after)
+            if not runs or runs[-1][0] != head:
+                runs.append((head, []))
+            pairs = runs[-1][1]
+        pairs += (task_id, codec.encode_call(fields, task_id, call_args, call_kwargs))
     args: list[Any] = []
-    fields_of: tuple[TaskResult | None, dict[str, Any]] = (None, {})
-
-    def shared(item: Pending) -> tuple[str, int, int | None]:
-        base = item[0]
-        run_after = None if base.run_after is None else to_ms(base.run_after)
-        return base.queue, base.priority, run_after
-
-    for (queue, priority, run_after), run in itertools.groupby(pending, key=shared):
-        pairs: list[str | bytes] = []
-        for base, (task_id, call_args, call_kwargs) in run:
-            if fields_of[0] is not base:  # the calls of one batch share their template
-                fields_of = (base, codec.enqueued_fields(base))
-            pairs += (task_id, codec.encode_call(fields_of[1], task_id, call_args, call_kwargs))
-        args += [len(pairs) // 2, queue, priority, "" if run_after is None else run_after]
+    for (queue, priority, run_after), pairs in runs:
+        args += (len(pairs) // 2, queue, priority, "" if run_after is None else run_after)
         args.append(notify_index[queue])
         args += pairs
     return args

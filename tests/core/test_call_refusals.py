@@ -174,3 +174,23 @@ def test_an_unknown_option_is_refused_listing_the_valid_ones(
     a bare TypeError."""
     with pytest.raises(InvalidOption, match=f"unknown .*option\\(s\\) prio; valid: {valid}$"):
         make()
+
+
+def test_a_call_is_refused_after_calls_of_other_shapes_fitted(broker: Broker) -> None:
+    """Calls that fit are remembered by shape only: each misfit is refused however many calls
+    of other shapes, or of its own, came before, in one batch or one by one."""
+    add = tasks.add.using(broker=broker)
+    add.enqueue(1, 2)
+    add.enqueue(a=1, b=2)
+    add.enqueue(1, b=2)
+    for _ in range(2):
+        with pytest.raises(InvalidCall, match="multiple values for argument 'a'"):
+            add.enqueue(1, a=2)
+        with pytest.raises(InvalidCall, match="too many positional arguments"):
+            add.enqueue(1, 2, 3)
+        with pytest.raises(InvalidCall, match="missing a required argument: 'a'"):
+            add.enqueue(b=2)
+    with pytest.raises(InvalidCall, match="call 3 of the batch") as refused:
+        broker.enqueue_many(tasks.add, [((1, 2), {}), ((3, 4), {}), ((5,), {"b": 6}), ((7,), {})])
+    assert "missing a required argument: 'b'" in refused.value.reason
+    assert sum(counts.ready for counts in broker.counts().values()) == 3
