@@ -13,6 +13,7 @@ import os
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from threadmill_core.exit_codes import EXIT_CODES_HELP
 from threadmill_core.models import TaskResultStatus
 
 if TYPE_CHECKING:
@@ -249,8 +250,6 @@ def worker_settings(args: argparse.Namespace, broker_url: str, **more: Any) -> W
 
 
 def _add_inspecting_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from threadmill_core.inspector import EXIT_CODES_HELP
-
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--broker", "-b", metavar="URL", help="backend URL (default: $THREADMILL_URL)"

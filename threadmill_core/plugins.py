@@ -46,8 +46,10 @@ class InstalledBackend:
     source: str
 
 
-#: Where each entry-point plugin came from ("dist version"), by plugin name.
-_SOURCES: dict[str, str] = {}
+#: The distribution each entry-point plugin came from (None: not known), by plugin name.
+#: Its name and version are read only when asked for (`plugin_source`): that parses the
+#: distribution's metadata file, which `connect` never needs.
+_DISTRIBUTIONS: dict[str, importlib.metadata.Distribution | None] = {}
 
 #: Entry points that failed to load, with the reason, for `threadmill backends`.
 BROKEN_PLUGINS: dict[str, str] = {}
@@ -66,37 +68,54 @@ def plugin_manager() -> pluggy.PluginManager:
     for entry in importlib.metadata.entry_points(group=hookspecs.PROJECT):
         if pm.get_plugin(entry.name) is not None or pm.is_blocked(entry.name):
             continue
-        dist = f"{entry.dist.name} {entry.dist.version}" if entry.dist else "unknown"
         try:
             plugin = entry.load()
         except Exception as exc:
+            dist = _describe(entry.dist)
             BROKEN_PLUGINS[entry.name] = f"{dist}: {type(exc).__name__}: {exc}"
             log.warning("threadmill plugin %r (%s) failed to load: %s", entry.name, dist, exc)
             continue
         pm.register(plugin, name=entry.name)
-        _SOURCES[entry.name] = dist
+        _DISTRIBUTIONS[entry.name] = entry.dist
     return pm
+
+
+def _describe(dist: importlib.metadata.Distribution | None) -> str:
+    return f"{dist.name} {dist.version}" if dist is not None else "unknown"
+
+
+def plugin_source(name: str) -> str:
+    """Where plugin `name` comes from: its distribution and version, as ``threadmill 0.1.0``
+    (``unknown`` if its entry point names none), or ``registered in-process``."""
+    if name not in _DISTRIBUTIONS:
+        return "registered in-process"
+    return _describe(_DISTRIBUTIONS[name])
 
 
 def installed_backends() -> list[InstalledBackend]:
     """Every scheme some plugin serves; raises `BackendConflict` if two claim one."""
-    pm = plugin_manager()
-    found: dict[str, InstalledBackend] = {}
-    for impl in pm.hook.threadmill_backend_schemes.get_hookimpls():
-        source = _SOURCES.get(impl.plugin_name, "registered in-process")
+    found = [
+        InstalledBackend(entry.scheme, entry.description, plugin, plugin_source(plugin))
+        for entry, plugin in _served_schemes().values()
+    ]
+    return sorted(found, key=lambda b: b.scheme)
+
+
+def _served_schemes() -> dict[str, tuple[hookspecs.BackendScheme, str]]:
+    """Each scheme some plugin serves, with that plugin's name; `BackendConflict` if two do."""
+    found: dict[str, tuple[hookspecs.BackendScheme, str]] = {}
+    for impl in plugin_manager().hook.threadmill_backend_schemes.get_hookimpls():
         schemes: list[hookspecs.BackendScheme] = impl.function() or []  # type: ignore[assignment]  # pluggy types results as object
         for entry in schemes:
             if entry.scheme in found:
-                first = found[entry.scheme]
+                first = found[entry.scheme][1]
                 raise BackendConflict(
                     entry.scheme,
-                    f"{first.plugin} ({first.source})",
-                    f"{impl.plugin_name} ({source})",
+                    f"{first} ({plugin_source(first)})",
+                    f"{impl.plugin_name} ({plugin_source(impl.plugin_name)})",
                 )
-            found[entry.scheme] = InstalledBackend(
-                entry.scheme, entry.description, impl.plugin_name, source
-            )
-    return sorted(found.values(), key=lambda b: b.scheme)
+            found[entry.scheme] = (entry, impl.plugin_name)
+    return found
 
 
 def backend_for_url(url: str, options: Mapping[str, Any]) -> Backend:
@@ -104,7 +123,7 @@ def backend_for_url(url: str, options: Mapping[str, Any]) -> Backend:
     if not isinstance(url, str) or "://" not in url:
         raise InvalidOption(f"a backend URL looks like 'memory://' or 'redis://host'; got {url!r}")
     scheme = urlsplit(url).scheme.lower()
-    installed = {b.scheme for b in installed_backends()}
+    installed = set(_served_schemes())
     if scheme not in installed:
         extra = KNOWN_EXTRAS.get(scheme)
         hint = f"install it with: pip install 'threadmill[{extra}]'" if extra else None

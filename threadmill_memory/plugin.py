@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlsplit
 
 from threadmill_core.backend import Backend
@@ -25,7 +25,9 @@ from threadmill_core.clock import Clock
 from threadmill_core.errors import InvalidOption
 from threadmill_core.hookspecs import BackendScheme, hookimpl
 from threadmill_core.models import validate_timedelta
-from threadmill_memory.backend import MemoryBackend
+
+if TYPE_CHECKING:
+    from threadmill_memory.backend import MemoryBackend
 
 SCHEME = "memory"
 #: Options the URL's query may carry, and options `connect` may pass as keywords.
@@ -67,6 +69,9 @@ def backend_from_url(url: str, options: Mapping[str, Any]) -> MemoryBackend:
         if name in given:
             raise _invalid(f"option {name!r} is given both in the URL and as a keyword")
         given[name] = value
+
+    # Here, not at the top: every connect loads this plugin, whatever the URL's scheme.
+    from threadmill_memory.backend import MemoryBackend
 
     clock = given.get("clock")
     if clock is not None and not isinstance(clock, Clock):

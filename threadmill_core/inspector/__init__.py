@@ -13,10 +13,9 @@ Every function takes a `Broker` and works on any backend. Rates come from
 show as unknown ("-" in tables, null in JSON), never as zero.
 """
 
+from threadmill_core.exit_codes import EXIT_CODES_HELP, ExitCode
 from threadmill_core.inspector.actions import (
-    EXIT_CODES_HELP,
     PAGE_SIZE,
-    ExitCode,
     Outcome,
     Report,
     cancel,
