@@ -346,7 +346,9 @@ class Worker:
             next_maintenance = self._maintain(0) if self.maintenance else float("inf")
             for runner in runners:
                 runner.start()
-            while any(runner.is_alive() for runner in runners):
+            # `finished`, not the threads' is_alive(): it is set a moment before the last one
+            # exits, and waiting on it then would return at once, in a busy loop.
+            while not run.finished.is_set():
                 if time.monotonic() >= next_maintenance and not self._stop.is_set():
                     next_maintenance = self._maintain(poll)
                     with self._lock:  # promoted tasks may be ready: look again
