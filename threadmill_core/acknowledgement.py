@@ -55,6 +55,8 @@ def send_outcomes(backend: Backend, outcomes: Sequence[Outcome], held: HeldTasks
                 finished.append(record)
         # Once per batch, not per task: whether some plugin listens is asked once.
         notify_each("threadmill_task_finished", "record", finished)
+        if finished:
+            notify("threadmill_tasks_finished", records=finished)
     held.forget_all([item.held for item in outcomes])
     return taken
 

@@ -26,7 +26,7 @@ never changes the task's outcome.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -87,6 +87,17 @@ def threadmill_task_retried(record: TaskResult, delay: timedelta) -> None:
 @hookspec
 def threadmill_task_finished(record: TaskResult) -> None:
     """A task reached SUCCESSFUL or FAILED through its lease holder (worker or reaper)."""
+
+
+@hookspec
+def threadmill_tasks_finished(records: Sequence[TaskResult]) -> None:
+    """Tasks that reached SUCCESSFUL or FAILED together, in the order they were decided.
+
+    Called once per batch (one worker acknowledgement, one reaper pass),
+    after `threadmill_task_finished` was called for each of its records:
+    for an observer that handles a batch at once (one network call, one
+    clean-up) rather than a record at a time. Never called with no records.
+    """
 
 
 @hookspec

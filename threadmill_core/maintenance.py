@@ -53,6 +53,7 @@ def reap(
         decisions.append(decide(lease, error))
     stored = backend.decide_many(decisions)
     decided = 0
+    finished = []
     for decision, result in zip(decisions, stored, strict=True):
         if result is None:
             log.info(
@@ -66,12 +67,15 @@ def reap(
                 result.id, result.task_path, result.attempts,
             )  # fmt: skip
             notify("threadmill_task_finished", record=result)
+            finished.append(result)
         else:
             log.warning(
                 "reaper: task %s (%s) lease expired on attempt %d; retry in %.3f s",
                 result.id, result.task_path, result.attempts, decision.retry_delay.total_seconds(),
             )  # fmt: skip
             notify("threadmill_task_retried", record=result, delay=decision.retry_delay)
+    if finished:
+        notify("threadmill_tasks_finished", records=finished)
     return decided
 
 

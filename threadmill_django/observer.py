@@ -4,11 +4,14 @@ Django's own backends send ``task_finished`` when a task ends. Here a task
 ends when its lease holder's decision is stored: a worker's acknowledgement
 (batched with others), or the reaper's verdict on an expired lease (in the
 supervisor process). This plugin hears threadmill's
-``threadmill_task_finished`` hook for both, and sends the signal with the
-stored result, so a receiver that reads the result back sees it final. As
-with Django's own backends, that is the very object ``task_started`` was
-sent with, updated, when the task ends in the process that started it; a
-new one otherwise (the reaper's verdict).
+``threadmill_tasks_finished`` hook for both, and sends the signal for each
+task of the batch with the stored result, so a receiver that reads the
+result back sees it final; old database connections are closed once after
+the batch, not once a task. As with Django's own backends, the result is
+the very object ``task_started`` was sent with, updated, when the task
+ends in the process that started it; a new one otherwise (the reaper's
+verdict). A receiver that raises is logged, and the batch's other tasks
+are still announced.
 
 An attempt that fails and will be retried has not finished: it sends no
 ``task_finished`` (its error is in the next attempt's ``errors``). Only
@@ -16,6 +19,9 @@ tasks this process registered as Django tasks are announced.
 """
 
 from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
 
 from django.db import close_old_connections
 from django.tasks.signals import task_finished
@@ -28,19 +34,30 @@ from threadmill_django.runner import runner_for, sender, serving_alias, started_
 #: The name this module is registered under with threadmill's plugin manager.
 NAME = "threadmill_django"
 
+log = logging.getLogger("threadmill.django")
+
 
 @hookimpl
-def threadmill_task_finished(record: TaskResult) -> None:
+def threadmill_tasks_finished(records: Sequence[TaskResult]) -> None:
+    try:
+        for record in records:
+            try:
+                _announce(record)
+            except Exception:
+                # As threadmill does for a failing hook: logged, and the others still sent.
+                log.exception("a task_finished receiver failed for task %s", record.id)
+    finally:
+        close_old_connections()  # a receiver may have used the ORM from this thread
+
+
+def _announce(record: TaskResult) -> None:
     runner = runner_for(record.task_path)
     if runner is None:
         return
-    try:
-        result = started_result(record.id)
-        if result is None:  # the reaper's verdict, or a task another process started
-            task = runner.task_for(record, serving_alias(runner.task.backend))
-            result = django_result(record, task, task.backend)
-        else:
-            update_result(result, record)
-        task_finished.send(sender=sender(result.backend), task_result=result)
-    finally:
-        close_old_connections()  # a receiver may have used the ORM from this thread
+    result = started_result(record.id)
+    if result is None:  # the reaper's verdict, or a task another process started
+        task = runner.task_for(record, serving_alias(runner.task.backend))
+        result = django_result(record, task, task.backend)
+    else:
+        update_result(result, record)
+    task_finished.send(sender=sender(result.backend), task_result=result)

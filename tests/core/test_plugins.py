@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import timedelta
 from io import StringIO
 
@@ -23,12 +23,15 @@ from threadmill_core import (
     hookimpl,
 )
 from threadmill_core.cli import main
+from threadmill_core.maintenance import reap
 from threadmill_core.plugins import installed_backends, plugin_manager
 
 
 class Recorder:
     def __init__(self) -> None:
         self.events: list[tuple[str, str]] = []
+        #: The ids of each `threadmill_tasks_finished` call, in order.
+        self.batches: list[list[str]] = []
 
     @hookimpl
     def threadmill_task_enqueued(self, record: TaskResult) -> None:
@@ -45,6 +48,12 @@ class Recorder:
     @hookimpl
     def threadmill_task_finished(self, record: TaskResult) -> None:
         self.events.append(("finished", record.id))
+
+    @hookimpl
+    def threadmill_tasks_finished(self, records: Sequence[TaskResult]) -> None:
+        # After the per-record hook for each of them: all are among the events already.
+        assert all(("finished", r.id) in self.events for r in records)
+        self.batches.append([r.id for r in records])
 
 
 @pytest.fixture
@@ -116,6 +125,33 @@ def test_every_task_a_batch_finishes_is_announced_once(broker: Broker, recorder:
     assert ("retried", retried.id) in recorder.events
     statuses = {task_id: broker.get_result(task_id).status for task_id in finished}
     assert statuses[failed.id] is statuses[unknown.id] is TaskResultStatus.FAILED
+
+
+def test_a_batch_that_finishes_tasks_is_announced_once_in_order(
+    broker: Broker, recorder: Recorder
+) -> None:
+    """One acknowledgement, one threadmill_tasks_finished call: the records in decided order."""
+    done = [tasks.echo.using(broker=broker).enqueue(n) for n in range(5)]
+    tasks.flaky.using(broker=broker).enqueue(fail_times=1)  # retried: not finished, not in it
+    Worker(broker, prefetch=10).run(burst=True)
+    finished = [task_id for event, task_id in recorder.events if event == "finished"]
+    assert recorder.batches == [finished]
+    assert sorted(finished) == sorted(r.id for r in done)
+
+
+def test_a_reaper_pass_announces_the_tasks_it_failed_as_one_batch(
+    broker: Broker, clock: FakeClock, recorder: Recorder
+) -> None:
+    """Expired leases with no retry left finish FAILED together; one with retries does not."""
+    given_up = [tasks.echo.using(broker=broker).enqueue(n) for n in range(3)]
+    retried = tasks.flaky.using(broker=broker).enqueue(fail_times=1)
+    leases = broker.backend.claim(["default"], worker="gone", lease_ttl=timedelta(seconds=5),
+                                  limit=10)  # fmt: skip
+    assert broker.backend.mark_started(leases) == [True] * 4  # they ran: attempts to charge
+    clock.advance(timedelta(seconds=6))
+    assert reap(broker.backend) == 4
+    assert [sorted(batch) for batch in recorder.batches] == [sorted(r.id for r in given_up)]
+    assert ("retried", retried.id) in recorder.events
 
 
 def test_a_failing_observer_does_not_change_the_outcome(broker: Broker) -> None:

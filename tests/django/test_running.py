@@ -253,6 +253,29 @@ def test_task_finished_is_sent_with_the_result_task_started_was(bench: Bench) ->
     assert (len(finished[1].errors), finished[1].attempts) == (1, 2)
 
 
+def test_a_failing_task_finished_receiver_is_logged_and_the_others_still_hear(
+    bench: Bench, signals_seen: Signals, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One acknowledgement's batch: a receiver raising for one task stops neither it nor the rest."""
+    from django.tasks.signals import task_finished
+
+    first, second = tasks.add.enqueue(1, 2), tasks.add.enqueue(3, 4)
+
+    def receiver(sender: Any, task_result: Any, **_: Any) -> None:
+        if task_result.id == first.id:
+            raise RuntimeError("receiver bug")
+
+    task_finished.connect(receiver)
+    try:
+        assert bench.work() == 2
+    finally:
+        task_finished.disconnect(receiver)
+    heard = [e[1] for e in signals_seen.of("task_finished")]
+    assert sorted(heard) == sorted([first.id, second.id])
+    assert [tasks.add.get_result(r.id).return_value for r in (first, second)] == [3, 7]
+    assert any(first.id in r.getMessage() and r.exc_info for r in caplog.records)
+
+
 @pytest.mark.parametrize(
     ("task", "args", "kind", "last_line"),
     [
