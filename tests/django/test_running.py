@@ -256,7 +256,7 @@ def test_task_finished_is_sent_with_the_result_task_started_was(bench: Bench) ->
 def test_a_failing_task_finished_receiver_is_logged_and_the_others_still_hear(
     bench: Bench, signals_seen: Signals, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """One acknowledgement's batch: a receiver raising for one task stops neither it nor the rest."""
+    """A receiver raising for one task of a batch stops neither that task nor the others."""
     from django.tasks.signals import task_finished
 
     first, second = tasks.add.enqueue(1, 2), tasks.add.enqueue(3, 4)
