@@ -7,6 +7,12 @@ processes do not all restart at once), and runs the maintenance loop (reaper
 and mover) itself. Several supervisors on one backend are safe: reaper
 claims are fenced like worker claims.
 
+This module is the supervisor's side. What runs inside a worker process is
+`threadmill_core.worker_process`; what both sides use (`WorkerSettings`,
+`prepare_process`, `connect_when_reachable`, the exit codes and
+`STOP_NOW_SIGNAL`) is `threadmill_core.worker_settings`, and is importable
+from here too.
+
 Signals: the first SIGTERM or SIGINT stops claiming everywhere, gives the
 prefetched tasks back at once, lets running tasks finish within
 `shutdown_timeout`, and exits 0. A worker process still running tasks then,
@@ -20,14 +26,12 @@ processes with SIGTERM (stop) and `STOP_NOW_SIGNAL` (stop now); a worker
 process takes any number of SIGTERMs as one request, so a SIGTERM sent to
 the whole process group (as systemd does) is one graceful stop.
 
-Process setup: `WorkerSettings.import_path` goes first on `sys.path`
-(``threadmill worker`` gives the directory it runs in), then
-`WorkerSettings.setup`, if given, is called, both first thing in the
-supervisor and in every spawned worker process, before the task modules are
-imported: setup is how a framework integration prepares a process for its
-tasks (threadmill_django calls ``django.setup()`` there). A forked worker
-process inherits what they did in the supervisor. See docs/integrations.md.
-The supervisor then logs what it runs (see `threadmill_core.startup`).
+Process setup: the supervisor prepares itself first thing, as a spawned
+worker process does (`prepare_process`: `WorkerSettings.import_path`, then
+`WorkerSettings.setup`, then the task modules; see
+`threadmill_core.worker_settings`). A forked worker process inherits what
+that did in the supervisor. The supervisor then logs what it runs (see
+`threadmill_core.startup`).
 
 Starting worker processes: the first ones are forked from the supervisor
 once it has run the setup, imported the task modules and reached the
@@ -65,176 +69,55 @@ import contextlib
 import logging
 import multiprocessing
 import os
-import pickle
-import random
 import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
 from datetime import timedelta
 from multiprocessing.process import BaseProcess
 from types import FrameType
 from typing import NamedTuple
 
-import attrs
-
 from threadmill_core.backend import Backend
-from threadmill_core.broker import Broker, connect
-from threadmill_core.errors import BackendUnavailable, InvalidOption
+from threadmill_core.broker import Broker
+from threadmill_core.errors import BackendUnavailable
 from threadmill_core.maintenance import promote, reap
 from threadmill_core.models import TaskResultStatus
-from threadmill_core.outage import RECONNECT_BACKOFF, Outage
-from threadmill_core.retry import ExponentialBackoff
-from threadmill_core.startup import (
-    TaskModuleError,
-    check_module_name,
-    import_task_modules,
-    log_start,
-    put_on_import_path,
-    warn_unregistered_waiting,
-)
+from threadmill_core.outage import Outage
+from threadmill_core.startup import log_start, warn_unregistered_waiting
 from threadmill_core.task import registered_tasks
 from threadmill_core.wakeup import Wakeup
-from threadmill_core.worker import Worker, default_worker_id
+from threadmill_core.worker_process import forked_main, spawned_main
+from threadmill_core.worker_settings import (
+    EXIT_ABANDONED,
+    EXIT_CONFIG_ERROR,
+    FORK_BLOCKED,
+    LOG_FORMAT,
+    STOP_NOW_SIGNAL,
+    WorkerSettings,
+    cannot_start,
+    connect_when_reachable,
+    prepare_process,
+)
+
+__all__ = [
+    "EXIT_ABANDONED",
+    "EXIT_CONFIG_ERROR",
+    "FORCED_STOP_GRACE",
+    "LOG_FORMAT",
+    "STOP_NOW_SIGNAL",
+    "Supervisor",
+    "WorkerSettings",
+    "connect_when_reachable",
+    "fork_refusal",
+    "prepare_process",
+]
 
 log = logging.getLogger("threadmill.supervisor")
 
-#: A child exits with this when it cannot import its modules or reach its
-#: broker: restarting it would only fail again, so the supervisor stops.
-EXIT_CONFIG_ERROR = 3
-#: A worker process stopped by force (a second signal, the shutdown timeout)
-#: abandoned running tasks, or had to be killed; the supervisor exits with it too.
-EXIT_ABANDONED = 4
 #: How long a worker process stopped by force may take to give its prefetch
 #: back and exit (two calls to the backend, each made once) before it is killed.
 FORCED_STOP_GRACE = timedelta(seconds=10)
-LOG_FORMAT = "%(asctime)s %(levelname)-7s %(processName)s %(name)s: %(message)s"
-
-
-@attrs.frozen(kw_only=True)
-class WorkerSettings:
-    """Everything a worker process needs; picklable, since children are spawned."""
-
-    broker_url: str
-    modules: tuple[str, ...]
-    queues: tuple[str, ...] = ("default",)
-    processes: int = 1
-    threads: int = 4
-    #: Tasks claimed ahead of the free threads (see `Worker`); None: as many as `threads`.
-    prefetch: int | None = None
-    lease_ttl: timedelta = timedelta(seconds=30)
-    poll_interval: timedelta = timedelta(seconds=1)
-    max_tasks: int | None = None
-    max_tasks_jitter: int = 0
-    burst: bool = False
-    shutdown_timeout: timedelta = timedelta(seconds=30)
-    log_level: str = "INFO"
-    #: Spaces out attempts to reach an unavailable backend (see `Worker`).
-    reconnect_backoff: ExponentialBackoff = RECONNECT_BACKOFF
-    #: Called with no arguments first thing in the supervisor and in each spawned worker
-    #: process (a restarted one), before `modules` are imported; see `prepare_process`.
-    setup: Callable[[], object] | None = None
-    #: Directories put first on `sys.path` in the supervisor and in each worker
-    #: process, before anything is imported (``threadmill worker``: the current one).
-    import_path: tuple[str, ...] = ()
-    #: Fork the first worker processes from the supervisor (the fast start), where
-    #: that is safe; False spawns every one (see the module doc).
-    fork: bool = True
-
-    def __attrs_post_init__(self) -> None:
-        for module in self.modules:
-            check_module_name(module)
-        if self.broker_url.split("://", 1)[0] == "memory":
-            raise InvalidOption(
-                "memory:// lives inside one process, so worker processes cannot share it; "
-                "use a shared backend (redis://...), or run threadmill_core.Worker in-process"
-            )
-        for name, value in (("processes", self.processes), ("threads", self.threads)):
-            if value < 1:
-                raise InvalidOption(f"{name} must be 1 or more, got {value}")
-        if self.prefetch is not None and self.prefetch < 0:
-            raise InvalidOption(f"prefetch must be 0 or more, got {self.prefetch}")
-        if self.max_tasks is not None and self.max_tasks < 1:
-            raise InvalidOption(f"max_tasks must be 1 or more, got {self.max_tasks}")
-        if self.max_tasks_jitter < 0:
-            raise InvalidOption(f"max_tasks_jitter must be 0 or more, got {self.max_tasks_jitter}")
-        if self.setup is not None:
-            _check_setup(self.setup)
-
-
-def _check_setup(setup: object) -> None:
-    """Refuse a setup that is not callable, or that a spawned process could not receive."""
-    if not callable(setup):
-        raise InvalidOption(f"setup must be a callable taking no arguments, got {setup!r}")
-    try:
-        pickle.dumps(setup)
-    except Exception as exc:
-        raise InvalidOption(
-            f"setup {setup!r} cannot be sent to a spawned worker process ({exc}); use a "
-            "module-level function, or functools.partial of one with picklable arguments"
-        ) from exc
-
-
-def prepare_process(settings: WorkerSettings) -> dict[str, list[str]]:
-    """Put `settings.import_path` on `sys.path`, run `settings.setup`, then import
-    `settings.modules`: how every process starts. Returns the paths of the
-    tasks each module defines (see `threadmill_core.startup.import_task_modules`).
-
-    The supervisor and each worker process call this before anything else,
-    so a setup that configures a framework (and may register tasks) runs
-    before the modules whose imports need it. An exception from either is a
-    configuration error: the process does not start. A module that does
-    not import raises `threadmill_core.startup.TaskModuleError`.
-    """
-    put_on_import_path(settings.import_path)
-    if settings.setup is not None:
-        settings.setup()
-    return import_task_modules(settings.modules)
-
-
-def _cannot_start(what: str, exc: Exception) -> None:
-    """Log why a process cannot start in one line; the traceback too at DEBUG."""
-    reason = str(exc) if isinstance(exc, TaskModuleError) else f"{type(exc).__name__}: {exc}"
-    log.error("%s: %s", what, reason, exc_info=log.isEnabledFor(logging.DEBUG))
-
-
-def connect_when_reachable(
-    url: str, outage: Outage, pause: Callable[[float], object]
-) -> Broker | None:
-    """`connect(url)`, tried again after `pause(backoff)` while the backend is unavailable.
-
-    Backends that reach their server when built (a cluster client learns
-    the topology) raise `BackendUnavailable` during an outage; that is no
-    reason for a worker to exit. `pause` returns true to give up (a stop
-    was requested), and then the answer is None. Other errors propagate.
-    """
-    failures = 0
-    while True:
-        started = time.monotonic()
-        try:
-            broker = connect(url)
-        except BackendUnavailable as exc:
-            failures += 1
-            if pause(outage.failed(exc, failures, started)):
-                return None
-            continue
-        outage.reached(started)
-        return broker
-
-
-#: What the supervisor sends a worker process to stop it at once (a second signal, or
-#: the shutdown timeout): it gives its prefetch back and abandons its running tasks
-#: (`Worker.stop_now`). A SIGTERM asks for a graceful stop, however many arrive: a
-#: SIGTERM to the whole process group (systemd's default) reaches each worker
-#: process twice, directly and from the supervisor, and is one request.
-STOP_NOW_SIGNAL = signal.SIGUSR1
-
-#: The signals a worker process takes in its signal thread (see `_watch_signals`).
-_WORKER_SIGNALS = frozenset({signal.SIGTERM, STOP_NOW_SIGNAL})
-
-#: The signals blocked across a fork (see `Supervisor._fork`).
-_FORK_BLOCKED = frozenset({signal.SIGTERM, signal.SIGINT, STOP_NOW_SIGNAL})
 
 
 def fork_refusal(settings: WorkerSettings) -> str | None:
@@ -254,90 +137,6 @@ def fork_refusal(settings: WorkerSettings) -> str | None:
     if others:
         return f"threads are running ({', '.join(sorted(others))})"
     return None
-
-
-def _forked_child_main(settings: WorkerSettings, index: int) -> None:
-    """A worker process forked from the supervisor, which had loaded the tasks already."""
-    # The supervisor's handlers came with the fork; its signals are still
-    # blocked (see `Supervisor._fork`), so none of them has run here. SIGTERM
-    # and STOP_NOW_SIGNAL stay blocked: one that came meanwhile waits for
-    # `_watch_signals`.
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, _FORK_BLOCKED - _WORKER_SIGNALS)
-    _serve(settings, index)
-
-
-def _child_main(settings: WorkerSettings, index: int) -> None:
-    """A spawned worker process: load the tasks, then work until told to stop."""
-    logging.basicConfig(level=settings.log_level, format=LOG_FORMAT, stream=sys.stderr)
-    try:
-        prepare_process(settings)
-    except Exception as exc:
-        _cannot_start(f"worker {index} cannot start", exc)
-        sys.exit(EXIT_CONFIG_ERROR)
-    _serve(settings, index)
-
-
-def _serve(settings: WorkerSettings, index: int) -> None:
-    """A worker process with its tasks loaded: connect, then work until told to stop."""
-    # Blocked in this thread and so in every thread it starts; `_watch_signals` takes them.
-    signal.pthread_sigmask(signal.SIG_BLOCK, _WORKER_SIGNALS)
-    # Ctrl-C reaches the whole process group; the supervisor turns it into a
-    # SIGTERM for us, so taking SIGINT too would count one Ctrl-C twice.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        outage = Outage(logging.getLogger("threadmill.worker"), settings.reconnect_backoff)
-        broker = connect_when_reachable(settings.broker_url, outage, time.sleep)
-    except Exception as exc:
-        _cannot_start(f"worker {index} cannot start", exc)
-        sys.exit(EXIT_CONFIG_ERROR)
-    if broker is None:  # never: time.sleep does not ask to give up
-        return
-    worker = Worker(
-        broker,
-        queues=settings.queues,
-        threads=settings.threads,
-        prefetch=settings.prefetch,
-        lease_ttl=settings.lease_ttl,
-        poll_interval=settings.poll_interval,
-        maintenance=False,
-        worker_id=default_worker_id(),
-        reconnect_backoff=settings.reconnect_backoff,
-    )
-
-    _watch_signals(worker)
-    max_tasks = None
-    if settings.max_tasks is not None:
-        max_tasks = settings.max_tasks + random.randint(0, settings.max_tasks_jitter)
-    worker.run(burst=settings.burst, max_tasks=max_tasks)
-    broker.close()
-
-
-def _watch_signals(worker: Worker) -> None:
-    """Take SIGTERM (stop, finishing the running tasks) and `STOP_NOW_SIGNAL` (stop now).
-
-    A thread of its own waits for them (`signal.sigwait`, the signals
-    blocked in every other thread), rather than a handler: a handler runs in
-    the main thread between two of its bytecodes, maybe while that thread
-    holds a lock that `Worker.stop` takes, and a second signal would run a
-    second handler inside the first. A signal that came before this (while
-    the process connected) is taken now; `Worker.run` keeps a stop made
-    before it.
-    """
-
-    def watch() -> None:
-        while True:
-            signum = signal.sigwait(_WORKER_SIGNALS)
-            if signum == STOP_NOW_SIGNAL:
-                abandoned = worker.stop_now()
-                logging.shutdown()  # flush the lines that say what became of each task
-                os._exit(EXIT_ABANDONED if abandoned else 0)
-            if not worker.stopping:  # another SIGTERM is the same request
-                log.info("worker %s stopping: finishing running tasks", worker.worker_id)
-                worker.stop()
-
-    threading.Thread(target=watch, name="threadmill-signals", daemon=True).start()
 
 
 class _Left(NamedTuple):
@@ -382,27 +181,28 @@ class Supervisor:
         """Fork worker process `index` from this one; only where `fork_refusal` said None.
 
         SIGTERM and SIGINT stay blocked from just before the fork until the
-        child has replaced the handlers it inherited (`_forked_child_main`)
-        and, here, until the fork returned: one arriving meanwhile waits, and
-        then reaches the handler of the process it was sent to.
+        child has replaced the handlers it inherited
+        (`threadmill_core.worker_process.forked_main`) and, here, until the
+        fork returned: one arriving meanwhile waits, and then reaches the
+        handler of the process it was sent to.
         """
         process = multiprocessing.get_context("fork").Process(
-            target=_forked_child_main,
+            target=forked_main,
             args=(self.settings, index),
             name=f"threadmill-worker-{index}",
             daemon=False,
         )
-        signal.pthread_sigmask(signal.SIG_BLOCK, _FORK_BLOCKED)
+        signal.pthread_sigmask(signal.SIG_BLOCK, FORK_BLOCKED)
         try:
             process.start()
         finally:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, _FORK_BLOCKED)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, FORK_BLOCKED)
         self._children[index] = process
 
     def _start(self, index: int) -> None:
         """Spawn worker process `index`: a fresh interpreter that prepares itself."""
         process = multiprocessing.get_context("spawn").Process(
-            target=_child_main,
+            target=spawned_main,
             args=(self.settings, index),
             name=f"threadmill-worker-{index}",
             daemon=False,
@@ -463,7 +263,7 @@ class Supervisor:
             )
             broker = self._connect()
         except Exception as exc:
-            _cannot_start("cannot start", exc)
+            cannot_start("cannot start", exc)
             return EXIT_CONFIG_ERROR
         if broker is None or self._signals:  # stopped while starting: start no worker
             if broker is not None:
@@ -475,7 +275,7 @@ class Supervisor:
         try:
             broker = self._connect()
         except Exception as exc:
-            _cannot_start("cannot connect again", exc)
+            cannot_start("cannot connect again", exc)
             self._stop_children(signal.SIGTERM)
             self._drain()
             return EXIT_CONFIG_ERROR

@@ -322,7 +322,7 @@ def test_connecting_waits_for_an_unavailable_backend(monkeypatch: pytest.MonkeyP
             raise DOWN
         return broker
 
-    monkeypatch.setattr("threadmill_core.supervisor.connect", connect)
+    monkeypatch.setattr("threadmill_core.worker_settings.connect", connect)
     pauses: list[float] = []
     outage = Outage(logging.getLogger("threadmill.test"), NO_WAIT)
     assert connect_when_reachable("x://", outage, pauses.append) is broker

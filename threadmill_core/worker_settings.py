@@ -1,0 +1,179 @@
+"""What the supervisor and its worker processes share: settings, process start, exit codes, signals.
+
+`WorkerSettings` is everything a worker process needs; it is picklable,
+since a spawned worker process receives it from the supervisor.
+
+Process setup: `WorkerSettings.import_path` goes first on `sys.path`
+(``threadmill worker`` gives the directory it runs in), then
+`WorkerSettings.setup`, if given, is called, both first thing in the
+supervisor and in every spawned worker process, before the task modules are
+imported (`prepare_process`): setup is how a framework integration prepares
+a process for its tasks (threadmill_django calls ``django.setup()`` there).
+A forked worker process inherits what they did in the supervisor. See
+docs/integrations.md. Each process then connects with
+`connect_when_reachable`, which waits out an outage instead of failing.
+
+How the two talk: the supervisor sends a worker process SIGTERM to stop it
+(finishing its running tasks) and `STOP_NOW_SIGNAL` to stop it at once,
+and blocks `FORK_BLOCKED` across a fork; a worker process exits with
+`EXIT_CONFIG_ERROR` when it cannot start (the supervisor stops instead of
+restarting it) and with `EXIT_ABANDONED` when it abandoned running tasks.
+
+The supervisor's side is `threadmill_core.supervisor`, the worker
+process's `threadmill_core.worker_process`; this module imports neither.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import signal
+import time
+from collections.abc import Callable
+from datetime import timedelta
+
+import attrs
+
+from threadmill_core.broker import Broker, connect
+from threadmill_core.errors import BackendUnavailable, InvalidOption
+from threadmill_core.outage import RECONNECT_BACKOFF, Outage
+from threadmill_core.retry import ExponentialBackoff
+from threadmill_core.startup import (
+    TaskModuleError,
+    check_module_name,
+    import_task_modules,
+    put_on_import_path,
+)
+
+# The supervisor's logger, in its worker processes too: a process that cannot start says so there.
+log = logging.getLogger("threadmill.supervisor")
+
+#: A child exits with this when it cannot import its modules or reach its
+#: broker: restarting it would only fail again, so the supervisor stops.
+EXIT_CONFIG_ERROR = 3
+#: A worker process stopped by force (a second signal, the shutdown timeout)
+#: abandoned running tasks, or had to be killed; the supervisor exits with it too.
+EXIT_ABANDONED = 4
+#: The log line of the supervisor and its worker processes.
+LOG_FORMAT = "%(asctime)s %(levelname)-7s %(processName)s %(name)s: %(message)s"
+
+#: What the supervisor sends a worker process to stop it at once (a second signal, or
+#: the shutdown timeout): it gives its prefetch back and abandons its running tasks
+#: (`Worker.stop_now`). A SIGTERM asks for a graceful stop, however many arrive: a
+#: SIGTERM to the whole process group (systemd's default) reaches each worker
+#: process twice, directly and from the supervisor, and is one request.
+STOP_NOW_SIGNAL = signal.SIGUSR1
+
+#: The signals blocked across a fork (see `threadmill_core.supervisor.Supervisor._fork`).
+FORK_BLOCKED = frozenset({signal.SIGTERM, signal.SIGINT, STOP_NOW_SIGNAL})
+
+
+@attrs.frozen(kw_only=True)
+class WorkerSettings:
+    """Everything a worker process needs; picklable, since children are spawned."""
+
+    broker_url: str
+    modules: tuple[str, ...]
+    queues: tuple[str, ...] = ("default",)
+    processes: int = 1
+    threads: int = 4
+    #: Tasks claimed ahead of the free threads (see `Worker`); None: as many as `threads`.
+    prefetch: int | None = None
+    lease_ttl: timedelta = timedelta(seconds=30)
+    poll_interval: timedelta = timedelta(seconds=1)
+    max_tasks: int | None = None
+    max_tasks_jitter: int = 0
+    burst: bool = False
+    shutdown_timeout: timedelta = timedelta(seconds=30)
+    log_level: str = "INFO"
+    #: Spaces out attempts to reach an unavailable backend (see `Worker`).
+    reconnect_backoff: ExponentialBackoff = RECONNECT_BACKOFF
+    #: Called with no arguments first thing in the supervisor and in each spawned worker
+    #: process (a restarted one), before `modules` are imported; see `prepare_process`.
+    setup: Callable[[], object] | None = None
+    #: Directories put first on `sys.path` in the supervisor and in each worker
+    #: process, before anything is imported (``threadmill worker``: the current one).
+    import_path: tuple[str, ...] = ()
+    #: Fork the first worker processes from the supervisor (the fast start), where
+    #: that is safe; False spawns every one (see `threadmill_core.supervisor`).
+    fork: bool = True
+
+    def __attrs_post_init__(self) -> None:
+        for module in self.modules:
+            check_module_name(module)
+        if self.broker_url.split("://", 1)[0] == "memory":
+            raise InvalidOption(
+                "memory:// lives inside one process, so worker processes cannot share it; "
+                "use a shared backend (redis://...), or run threadmill_core.Worker in-process"
+            )
+        for name, value in (("processes", self.processes), ("threads", self.threads)):
+            if value < 1:
+                raise InvalidOption(f"{name} must be 1 or more, got {value}")
+        if self.prefetch is not None and self.prefetch < 0:
+            raise InvalidOption(f"prefetch must be 0 or more, got {self.prefetch}")
+        if self.max_tasks is not None and self.max_tasks < 1:
+            raise InvalidOption(f"max_tasks must be 1 or more, got {self.max_tasks}")
+        if self.max_tasks_jitter < 0:
+            raise InvalidOption(f"max_tasks_jitter must be 0 or more, got {self.max_tasks_jitter}")
+        if self.setup is not None:
+            _check_setup(self.setup)
+
+
+def _check_setup(setup: object) -> None:
+    """Refuse a setup that is not callable, or that a spawned process could not receive."""
+    if not callable(setup):
+        raise InvalidOption(f"setup must be a callable taking no arguments, got {setup!r}")
+    try:
+        pickle.dumps(setup)
+    except Exception as exc:
+        raise InvalidOption(
+            f"setup {setup!r} cannot be sent to a spawned worker process ({exc}); use a "
+            "module-level function, or functools.partial of one with picklable arguments"
+        ) from exc
+
+
+def prepare_process(settings: WorkerSettings) -> dict[str, list[str]]:
+    """Put `settings.import_path` on `sys.path`, run `settings.setup`, then import
+    `settings.modules`: how every process starts. Returns the paths of the
+    tasks each module defines (see `threadmill_core.startup.import_task_modules`).
+
+    The supervisor and each worker process call this before anything else,
+    so a setup that configures a framework (and may register tasks) runs
+    before the modules whose imports need it. An exception from either is a
+    configuration error: the process does not start. A module that does
+    not import raises `threadmill_core.startup.TaskModuleError`.
+    """
+    put_on_import_path(settings.import_path)
+    if settings.setup is not None:
+        settings.setup()
+    return import_task_modules(settings.modules)
+
+
+def cannot_start(what: str, exc: Exception) -> None:
+    """Log why a process cannot start in one line; the traceback too at DEBUG."""
+    reason = str(exc) if isinstance(exc, TaskModuleError) else f"{type(exc).__name__}: {exc}"
+    log.error("%s: %s", what, reason, exc_info=log.isEnabledFor(logging.DEBUG))
+
+
+def connect_when_reachable(
+    url: str, outage: Outage, pause: Callable[[float], object]
+) -> Broker | None:
+    """`connect(url)`, tried again after `pause(backoff)` while the backend is unavailable.
+
+    Backends that reach their server when built (a cluster client learns
+    the topology) raise `BackendUnavailable` during an outage; that is no
+    reason for a worker to exit. `pause` returns true to give up (a stop
+    was requested), and then the answer is None. Other errors propagate.
+    """
+    failures = 0
+    while True:
+        started = time.monotonic()
+        try:
+            broker = connect(url)
+        except BackendUnavailable as exc:
+            failures += 1
+            if pause(outage.failed(exc, failures, started)):
+                return None
+            continue
+        outage.reached(started)
+        return broker
