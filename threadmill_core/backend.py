@@ -67,12 +67,12 @@ zero or more, purging RUNNING: each raises `ValueError` before anything
 changes (for a batch, before any of it changes). A bare str where a
 sequence of queues is expected is a `TypeError`. A record to enqueue that
 the codec cannot carry, or a SUCCESSFUL return value it cannot carry, is an
-`UnsupportedValue`. The functions at the end of this module make these
+`UnsupportedValue`. The functions of `threadmill_core.checks` make these
 checks (`check_limit`, `check_offset`, `ttl_ms`, `queue_names`,
 `check_purgeable`, `check_window`, `check_records`, `check_calls`,
-`check_decision`); every bundled backend calls them, and third-party
-backends should too, so that every backend refuses the same calls with the
-same words.
+`check_decision`; importable from here too); every bundled backend calls
+them, and third-party backends should too, so that every backend refuses the
+same calls with the same words.
 
 Poison. A stored record that a backend cannot decode (corrupt or foreign
 bytes) is never returned from `claim` or `claim_expired`: the backend
@@ -93,28 +93,56 @@ import abc
 import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, TypeAlias
 
-from threadmill_core.clock import duration_ms
+# The bad-argument rules live in `checks`; they are re-exported here (see `__all__`),
+# where backends imported them before that module existed.
+from threadmill_core.checks import (
+    PURGEABLE_STATUSES,
+    check_calls,
+    check_decision,
+    check_limit,
+    check_offset,
+    check_purgeable,
+    check_records,
+    check_window,
+    queue_names,
+    ttl_ms,
+)
 from threadmill_core.models import (
     Decision,
     Lease,
     QueueCounts,
     QueueRates,
+    TaskCall,
     TaskResult,
     TaskResultStatus,
 )
-from threadmill_core.values import check_call, check_record, check_retry, check_task, check_value
+
+__all__ = [
+    "NOTHING_DEFERRED",
+    "PURGEABLE_STATUSES",
+    "RATE_BUCKET_MAX",
+    "RATE_HISTORY",
+    "UNSTARTED_EXPIRY_LIMIT",
+    "Backend",
+    "TaskCall",
+    "call_record",
+    "check_calls",
+    "check_decision",
+    "check_limit",
+    "check_offset",
+    "check_purgeable",
+    "check_records",
+    "check_window",
+    "queue_names",
+    "ttl_ms",
+]
 
 #: How far back a backend's telemetry reaches (see `Backend.rates`): older
 #: buckets are deleted, so the history of one queue is bounded however busy it is.
 RATE_HISTORY = timedelta(hours=1)
 #: The coarsest time bucket a backend's telemetry may count in.
 RATE_BUCKET_MAX = timedelta(seconds=10)
-
-#: One call of a task, as `Backend.enqueue_calls` takes it: the new task's id, its
-#: positional arguments (a list) and its keyword arguments (a dict).
-TaskCall: TypeAlias = tuple[str, list[Any], dict[str, Any]]
 
 #: What `Backend.next_due` answers when no task is DEFERRED: the largest
 #: timedelta, so ``min(backend.next_due(), ceiling)`` needs no special case.
@@ -126,10 +154,6 @@ NOTHING_DEFERRED = timedelta.max
 #: started one. It bounds how often a task that kills its worker before its start
 #: is recorded can cycle: at most this many free expiries, then its retry policy.
 UNSTARTED_EXPIRY_LIMIT = 3
-
-#: The segments `purge` may drop. RUNNING is not among them: a running task
-#: is held by a worker, and only its lease decides it.
-PURGEABLE_STATUSES = frozenset(TaskResultStatus) - {TaskResultStatus.RUNNING}
 
 
 class Backend(abc.ABC):
@@ -491,87 +515,7 @@ class Backend(abc.ABC):
         self.close()
 
 
-# --- the bad-argument rules (see "Bad arguments" above), for every backend -------------
-
-
-def check_limit(limit: object) -> int:
-    """`limit` if it is an int of at least 1; else `ValueError` (also for `True` and ``"1"``)."""
-    if type(limit) is not int or limit < 1:
-        raise ValueError(f"limit must be an int of at least 1, got {limit!r}")
-    return limit
-
-
-def check_offset(offset: object) -> int:
-    """`offset` if it is an int of zero or more; else `ValueError`."""
-    if type(offset) is not int or offset < 0:
-        raise ValueError(f"offset must be an int of zero or more, got {offset!r}")
-    return offset
-
-
-def ttl_ms(name: str, ttl: object) -> int:
-    """A `lease_ttl` or `claim_ttl` (`name`) in whole milliseconds, rounded up.
-
-    `ValueError` unless it is a positive `timedelta` (a number of seconds is refused too).
-    """
-    if not isinstance(ttl, timedelta) or ttl <= timedelta(0):
-        raise ValueError(f"{name} must be a positive timedelta, got {ttl!r}")
-    return duration_ms(ttl)
-
-
-def queue_names(queues: Sequence[str]) -> list[str]:
-    """`queues` as a list, each name once, in the order given.
-
-    `TypeError` for a bare str, which is a sequence of one-letter names.
-    """
-    if isinstance(queues, str):
-        raise TypeError(
-            f"queues must be a list of queue names (any sequence), not the str {queues!r}"
-        )
-    return list(dict.fromkeys(queues))
-
-
-def check_purgeable(status: TaskResultStatus) -> TaskResultStatus:
-    """`status` as a `TaskResultStatus` that `purge` may drop; `ValueError` for RUNNING."""
-    status = TaskResultStatus(status)
-    if status not in PURGEABLE_STATUSES:
-        raise ValueError("RUNNING cannot be purged: a running task belongs to its lease holder")
-    return status
-
-
-def check_window(window: object) -> timedelta:
-    """A `rates` window: `ValueError` unless it is a positive `timedelta`."""
-    if not isinstance(window, timedelta) or window <= timedelta(0):
-        raise ValueError(f"window must be a positive timedelta, got {window!r}")
-    return window
-
-
-def check_records(records: Sequence[TaskResult]) -> None:
-    """Raise `UnsupportedValue` for the first record `enqueue` must refuse, naming the field.
-
-    Each record's arguments, id, task path and queue (`codec.check_record`)
-    and its retry policy (`codec.check_retry`; once per policy object, since
-    the records of a batch usually share one). A record that passes encodes.
-    """
-    checked: object = None
-    for record in records:
-        check_record(record)
-        if record.retry is not None and record.retry is not checked:
-            check_retry(record.retry)
-            checked = record.retry
-
-
-def check_calls(template: TaskResult, calls: Sequence[TaskCall]) -> None:
-    """Raise `UnsupportedValue` for the first call `enqueue_calls` must refuse, naming the field.
-
-    What `check_records` would raise for the records the calls make, in the
-    same order: each call's id and arguments (`codec.check_call`), and the
-    template's task path, queue and retry policy once, with the first call.
-    """
-    for index, (task_id, args, kwargs) in enumerate(calls):
-        check_call(task_id, args, kwargs)
-        if index == 0:
-            check_task(template.task_path, template.queue)
-            check_retry(template.retry)
+# --- the records `enqueue_calls` stands for ------------------------------------------
 
 
 def call_record(template: TaskResult, call: TaskCall) -> TaskResult:
@@ -589,25 +533,3 @@ def call_record(template: TaskResult, call: TaskCall) -> TaskResult:
         run_after=template.run_after,
         retry=template.retry,
     )
-
-
-def check_decision(decision: Decision) -> None:
-    """Raise for a decision no backend may apply (see "Bad arguments").
-
-    `ValueError` for a mismatched lease, a non-terminal status or a retry
-    delay that is not a `timedelta` of zero or more; `UnsupportedValue` for a
-    return value the codec cannot carry. A batch checks every decision
-    before it applies any.
-    """
-    lease, record = decision.lease, decision.record
-    if record.id != lease.task_id:
-        raise ValueError(f"a decision on task {record.id} made with the lease of {lease.task_id}")
-    if decision.retry_delay is None:
-        if record.status not in (TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED):
-            raise ValueError(
-                f"complete() finalizes as SUCCESSFUL or FAILED, not {record.status.value}"
-            )
-        if record.status is TaskResultStatus.SUCCESSFUL:
-            check_value(record.return_value, "return_value")
-    elif not isinstance(decision.retry_delay, timedelta) or decision.retry_delay < timedelta(0):
-        raise ValueError(f"retry() needs a timedelta of zero or more, got {decision.retry_delay!r}")

@@ -128,6 +128,11 @@ class TaskResult:
         return self.status.is_terminal
 
 
+#: One call of a task, as `Backend.enqueue_calls` takes it: the new task's id, its
+#: positional arguments (a list) and its keyword arguments (a dict).
+TaskCall: TypeAlias = tuple[str, list[Any], dict[str, Any]]
+
+
 @attrs.frozen(kw_only=True)
 class Lease:
     """A claim on a RUNNING task, valid while `token` is the task's current token.

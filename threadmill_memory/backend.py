@@ -44,11 +44,8 @@ from datetime import datetime, timedelta
 
 import attrs
 
-from threadmill_core.backend import (
-    NOTHING_DEFERRED,
-    RATE_HISTORY,
-    UNSTARTED_EXPIRY_LIMIT,
-    Backend,
+from threadmill_core.backend import NOTHING_DEFERRED, RATE_HISTORY, UNSTARTED_EXPIRY_LIMIT, Backend
+from threadmill_core.checks import (
     check_decision,
     check_limit,
     check_offset,

@@ -53,11 +53,8 @@ import attrs
 import psycopg
 
 from threadmill_core import codec
-from threadmill_core.backend import (
-    NOTHING_DEFERRED,
-    RATE_HISTORY,
-    UNSTARTED_EXPIRY_LIMIT,
-    Backend,
+from threadmill_core.backend import NOTHING_DEFERRED, RATE_HISTORY, UNSTARTED_EXPIRY_LIMIT, Backend
+from threadmill_core.checks import (
     check_decision,
     check_limit,
     check_offset,

@@ -17,7 +17,7 @@ from typing import Any
 
 import attrs
 
-from threadmill_core import backend, codec
+from threadmill_core import checks, codec
 from threadmill_core.clock import from_ms, to_ms
 from threadmill_core.errors import PayloadError, TaskQuarantined, UnsupportedValue
 from threadmill_core.models import Lease, TaskError, TaskResult, TaskResultStatus
@@ -53,11 +53,11 @@ def storable(value: object) -> bool:
 def check_records(records: Sequence[TaskResult]) -> None:
     """Raise `UnsupportedValue` for the first record `enqueue` must refuse, naming the field.
 
-    The shared check (`threadmill_core.backend.check_records`) refuses what
+    The shared check (`threadmill_core.checks.check_records`) refuses what
     the codec cannot write; an id or queue holding NUL, which the codec
     carries but ``text`` does not, is refused here too.
     """
-    backend.check_records(records)
+    checks.check_records(records)
     for record in records:
         for name in ("id", "queue"):
             value = getattr(record, name)

@@ -1,7 +1,7 @@
 """What the scripts are sent: core models as the ARGV of ``lua/*.lua``.
 
-The caller has checked its arguments already (`threadmill_core.backend`'s
-checks), so a refused call never gets here; these only encode.
+The caller has checked its arguments already (`threadmill_core.checks`), so
+a refused call never gets here; these only encode.
 `threadmill_redis.replies` is the other direction.
 """
 

@@ -6,7 +6,7 @@ tasks cost one round trip), turns its status codes into core results in
 one boundary where they become `RedisBackendError` / `RedisUnavailable`
 (the core's `BackendUnavailable`, which workers ride out with a backoff).
 Arguments are checked with the core's shared checks before anything is
-sent (`threadmill_core.backend`), so a refused call changes nothing.
+sent (`threadmill_core.checks`), so a refused call changes nothing.
 
 Lost replies. Calls whose repeat is answered as the first time are sent
 again when the connection drops before the reply arrives: `complete`,
@@ -52,6 +52,8 @@ from threadmill_core.backend import (
     UNSTARTED_EXPIRY_LIMIT,
     Backend,
     TaskCall,
+)
+from threadmill_core.checks import (
     check_calls,
     check_decision,
     check_limit,

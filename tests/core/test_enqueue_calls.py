@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from threadmill_core.backend import TaskCall, call_record, check_calls, check_records
+from threadmill_core.backend import TaskCall, call_record
+from threadmill_core.checks import check_calls, check_records
 from threadmill_core.errors import UnsupportedValue
 from threadmill_core.models import RetryPolicySpec, TaskResult, TaskResultStatus
 from threadmill_core.testing import Harness

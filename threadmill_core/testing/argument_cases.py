@@ -5,7 +5,7 @@ more; a bool or a str of digits is neither, though Python compares ``True``
 with 1 and some drivers would send ``"1"`` as it is. `ARGUMENT_CASES` holds
 one case per such call, each a plain function of a fresh `Harness`, as
 `BAD_INPUT_CASES` are; `ConformanceSuite` runs them on every backend.
-`threadmill_core.backend.check_limit` and `check_offset` are the checks
+`threadmill_core.checks.check_limit` and `check_offset` are the checks
 that pass them.
 """
 

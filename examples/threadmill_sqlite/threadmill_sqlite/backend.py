@@ -1,7 +1,8 @@
 """`SQLiteBackend`: the storage interface on one SQLite database file, with no server.
 
 Written only against threadmill's public interface (`threadmill_core.backend`,
-`.models`, `.codec`, `.clock`, `.errors`), as a third-party backend would be.
+`.checks`, `.models`, `.codec`, `.clock`, `.errors`), as a third-party backend
+would be.
 
 Sharing. Any number of threads and processes on one machine may open the
 same file: each thread gets its own connection, the file is in WAL mode, and
@@ -60,11 +61,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from threadmill_core.backend import (
-    NOTHING_DEFERRED,
-    RATE_HISTORY,
-    UNSTARTED_EXPIRY_LIMIT,
-    Backend,
+from threadmill_core.backend import NOTHING_DEFERRED, RATE_HISTORY, UNSTARTED_EXPIRY_LIMIT, Backend
+from threadmill_core.checks import (
     check_decision,
     check_limit,
     check_offset,
