@@ -165,14 +165,14 @@ def counted_drain_worker(broker: Broker) -> Worker:
     return Worker(broker, threads=1, prefetch=BATCH, maintenance=False)
 
 
-def _child(name: str, url: str, n: int, instrument: int) -> None:
-    """Run `name` `n` times, with callgrind counting in process `instrument` meanwhile."""
+def _child(name: str, url: str, n: int, pid: int) -> None:
+    """Run `name` `n` times, with callgrind counting in process `pid` meanwhile."""
     counted = _operation(name, url, n)
-    instrument(instrument, True)
+    instrument(pid, True)
     try:
         counted()
     finally:
-        instrument(instrument, False)
+        instrument(pid, False)
 
 
 # --- the parent: who is counted, and how ----------------------------------------------

@@ -346,8 +346,8 @@ class Worker:
             next_maintenance = self._maintain(0) if self.maintenance else float("inf")
             for runner in runners:
                 runner.start()
-            # `finished`, not the threads' is_alive(): it is set a moment before the last one
-            # exits, and waiting on it then would return at once, in a busy loop.
+            # Until `finished`, not while some thread is_alive(): the last thread sets the
+            # event a moment before it exits, and a wait on a set event returns at once.
             while not run.finished.is_set():
                 if time.monotonic() >= next_maintenance and not self._stop.is_set():
                     next_maintenance = self._maintain(poll)

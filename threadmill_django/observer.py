@@ -9,19 +9,22 @@ task of the batch with the stored result, so a receiver that reads the
 result back sees it final; old database connections are closed once after
 the batch, not once a task. As with Django's own backends, the result is
 the very object ``task_started`` was sent with, updated, when the task
-ends in the process that started it; a new one otherwise (the reaper's
-verdict). A receiver that raises is logged, and the batch's other tasks
-are still announced.
+ends in the process that started it (an in-process worker's own reaper
+included); a new one otherwise (a supervisor's reaper). A receiver that
+raises is logged, and the batch's other tasks are still announced; as with
+Django's ``Signal.send``, the receivers after it miss that task.
 
 An attempt that fails and will be retried has not finished: it sends no
-``task_finished`` (its error is in the next attempt's ``errors``). Only
-tasks this process registered as Django tasks are announced.
+``task_finished`` (its error is in the next attempt's ``errors``), and its
+result is not kept for the next attempt. Only tasks this process
+registered as Django tasks are announced.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from datetime import timedelta
 
 from django.db import close_old_connections
 from django.tasks.signals import task_finished
@@ -50,12 +53,17 @@ def threadmill_tasks_finished(records: Sequence[TaskResult]) -> None:
         close_old_connections()  # a receiver may have used the ORM from this thread
 
 
+@hookimpl
+def threadmill_task_retried(record: TaskResult, delay: timedelta) -> None:
+    started_result(record.id)  # that attempt has ended: its result is not kept for the next
+
+
 def _announce(record: TaskResult) -> None:
     runner = runner_for(record.task_path)
     if runner is None:
         return
     result = started_result(record.id)
-    if result is None:  # the reaper's verdict, or a task another process started
+    if result is None:  # a task another process started (the reaper's verdict, mostly)
         task = runner.task_for(record, serving_alias(runner.task.backend))
         result = django_result(record, task, task.backend)
     else:

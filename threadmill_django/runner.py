@@ -21,6 +21,8 @@ can run them, and only those.
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import dataclasses
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -48,15 +50,15 @@ PER_CALL = frozenset({"priority", "queue_name", "run_after", "backend"})
 #: How many (queue, priority, run_after, alias) variants of a task a runner keeps made.
 VARIANTS = 256
 
-#: How many started tasks' Django results `started_result` keeps (a bound on what it holds).
+#: How many started tasks' Django results `started_result` keeps at most (the latest).
 STARTED = 1024
 
 #: The alias this process works for: set by the worker's process setup.
 _serving: dict[str, str] = {}
 #: The backend class of each alias, the sender of its signals (forgotten when TASKS changes).
 _senders: dict[str, type[Any]] = {}
-#: The Django result each task started here was announced with, by task id, until it ends.
-_started: dict[str, AnyResult] = {}
+#: The Django result each task started here was announced with, by task id, oldest first.
+_started: collections.OrderedDict[str, AnyResult] = collections.OrderedDict()
 
 
 def serve(alias: str) -> None:
@@ -82,11 +84,19 @@ def started_result(task_id: str) -> AnyResult | None:
 
     Django's own backends send ``task_finished`` with the same object they
     sent ``task_started`` with, updated; so does this backend when the task
-    ends in the process that ran it. An attempt that will be retried, or
-    whose lease was lost, leaves its result here until its task starts
-    again or `STARTED` others have started since.
+    ends in the process that started it. A result is forgotten when its
+    attempt finishes or is retried; one whose lease was lost (and that no
+    retry here announced) is forgotten once `STARTED` later ones are kept.
     """
     return _started.pop(task_id, None)
+
+
+def _keep_started(task_id: str, result: AnyResult) -> None:
+    _started.pop(task_id, None)  # a new attempt goes last
+    _started[task_id] = result
+    while len(_started) > STARTED:
+        with contextlib.suppress(KeyError):  # another thread took the oldest first
+            _started.popitem(last=False)
 
 
 def _on_setting_changed(*, setting: str, **_kwargs: Any) -> None:
@@ -145,9 +155,7 @@ class AnyTaskRunner:
             record = context.record
             task = self.task_for(record, serving_alias(self.task.backend))
             result = django_result(record, task, task.backend)
-            if len(_started) >= STARTED:
-                _started.clear()
-            _started[record.id] = result
+            _keep_started(record.id, result)
             task_started.send(sender=sender(task.backend), task_result=result)
             if task.takes_context:
                 value = task.call(TaskContext(task_result=result, core=context), *args, **kwargs)

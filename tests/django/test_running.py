@@ -253,6 +253,16 @@ def test_task_finished_is_sent_with_the_result_task_started_was(bench: Bench) ->
     assert (len(finished[1].errors), finished[1].attempts) == (1, 2)
 
 
+def test_a_retried_attempt_leaves_no_result_behind(bench: Bench) -> None:
+    """Its attempt ended (a retry, not a finish): the result it started with is not kept."""
+    from threadmill_django import runner
+
+    retried = tasks.flaky.enqueue(succeed_on=2)
+    bench.work()
+    assert bench.broker.get_result(retried.id).status.name == "DEFERRED"
+    assert runner.started_result(retried.id) is None
+
+
 def test_a_failing_task_finished_receiver_is_logged_and_the_others_still_hear(
     bench: Bench, signals_seen: Signals, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from threadmill_core.backend import Backend
@@ -38,8 +38,8 @@ from threadmill_core.errors import InvalidOption
 from threadmill_core.hookspecs import BackendScheme, hookimpl
 from threadmill_core.models import validate_timedelta
 
-from threadmill_sqlite._database import SYNCHRONOUS
-from threadmill_sqlite.backend import SQLiteBackend
+if TYPE_CHECKING:
+    from threadmill_sqlite.backend import SQLiteBackend
 
 SCHEME = "sqlite"
 #: Options that take seconds in the URL and a timedelta or seconds as a keyword.
@@ -74,6 +74,10 @@ def backend_from_url(url: str, options: Mapping[str, Any]) -> SQLiteBackend:
     Opening the file can also fail (a missing folder, a file that is not a
     database): that is a `threadmill_sqlite.errors.SQLiteBackendError`.
     """
+    # Here, not at the top: threadmill loads this plugin on every connect, whatever the URL.
+    from threadmill_sqlite._database import SYNCHRONOUS
+    from threadmill_sqlite.backend import SQLiteBackend
+
     try:
         parts = urlsplit(url)
     except ValueError as exc:
