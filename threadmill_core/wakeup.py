@@ -60,13 +60,10 @@ class Wakeup:
             # After a signal handler that did not set the flag, poll() goes on
             # waiting for the time left (PEP 475).
             self._poll.poll(None if left is None else math.ceil(left * 1000))
-            self._drain()
-        self._drain()  # the flag is what counts; a byte left over would wake a later wait
+            # The flag is what counts: a byte an earlier set() left only woke us early.
+            with contextlib.suppress(BlockingIOError):
+                os.read(self._read, 4096)
         return self._flag
-
-    def _drain(self) -> None:
-        with contextlib.suppress(BlockingIOError):
-            os.read(self._read, 4096)
 
 
 def _close(*fds: int) -> None:
