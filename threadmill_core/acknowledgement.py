@@ -86,7 +86,7 @@ def _announce(item: Outcome, decision: Decision, stored: TaskResult) -> bool:
     A retry is announced here (``threadmill_task_retried``); the caller
     announces the finished ones of a batch together.
     """
-    if item.held.context is None:  # quarantined without running
+    if not item.held.started:  # quarantined without running
         return True
     record = decision.record
     if decision.retry_delay is not None:

@@ -79,15 +79,20 @@ def execute(
             return None
         held.lease = lease = renewed
         held.lease_ttl = task.lease_ttl
-    context = TaskContext(record=record, attempt=record.attempts, token=lease.token)
-    held.context = context
+    # Made only for a task that asks for one: the lease's loss is tracked on
+    # `held` (see `HeldTask.mark_lost`), so no one else would read it.
+    context = None
+    if task.takes_context:
+        context = TaskContext(record=record, attempt=record.attempts, token=lease.token)
+        held.context = context
+    held.started = True
     notify("threadmill_task_started", lease=lease)
     if log.isEnabledFor(logging.DEBUG):
         log.debug("task %s (%s) attempt %d started", record.id, record.task_path, record.attempts)
     started = time.monotonic()
     decision = call(task, lease, context)
     held.duration = time.monotonic() - started
-    if context.lease_lost:
+    if held.lost:
         log.warning(
             "task %s (%s) attempt %d finished after its lease was lost; outcome not written",
             record.id, record.task_path, record.attempts,
@@ -99,8 +104,10 @@ def execute(
     return decision
 
 
-def call(task: Task[Any, Any], lease: Lease, context: TaskContext) -> Decision:
+def call(task: Task[Any, Any], lease: Lease, context: TaskContext | None) -> Decision:
     """Call the task with the record's arguments; its success or its exception as a decision.
+
+    `context` is the one the task takes (None for a task that takes none).
 
     An async task runs to completion in an event loop of its own. A return
     value the codec cannot carry fails the attempt like an exception would.

@@ -4,9 +4,10 @@ A worker's heartbeat thread calls `renew_leases` every third of the
 shortest lease TTL it holds (`beat_interval`): one `extend_many` call per
 TTL, for every task held, prefetched ones included. Task code cannot starve
 it (it holds no lock a task can hold). A refused renewal means the lease
-was taken away (a reaper decided the task, or an operator acted): a running
-task's `TaskContext.lease_lost` turns true and its outcome is not written;
-a prefetched task is marked `lost` and never starts.
+was taken away (a reaper decided the task, or an operator acted): the task
+is marked `lost`. A running task's outcome is then not written (and its
+`TaskContext.lease_lost` turns true, if it takes one); a prefetched task
+never starts.
 
 The same thread does the rest of a worker's upkeep between beats
 (`upkeep_until`): it records the starts of tasks that have run a moment
@@ -49,10 +50,10 @@ def renew_leases(backend: Backend, held: HeldTasks, outage: Outage) -> None:
                 continue  # finished meanwhile: a refusal then means it was acknowledged
             if lease is not None:
                 task.lease = lease
-            elif task.context is None:
-                task.lost = True
-            elif not task.acknowledging and not task.context.lease_lost:
-                task.context.mark_lease_lost()
+            elif not task.started:
+                task.mark_lost()  # it will not start
+            elif not task.acknowledging and not task.lost:
+                task.mark_lost()
                 log.warning(
                     "task %s lost its lease (reaped or changed by an operator); "
                     "its outcome will not be written",
@@ -65,11 +66,10 @@ def refused_marks(tasks: list[HeldTask], held: HeldTasks) -> None:
     running lost its lease, and its context says so; any other had its outcome land first."""
     still_held = {id(task) for task in held.all()}
     for task in tasks:
-        context = task.context
-        if id(task) not in still_held or task.acknowledging or context is None:
+        if id(task) not in still_held or task.acknowledging or not task.started:
             continue
-        if not context.lease_lost:
-            context.mark_lease_lost()
+        if not task.lost:
+            task.mark_lost()
             log.warning(
                 "task %s lost its lease before its start was recorded (reaped or changed by an "
                 "operator); its outcome will not be written",

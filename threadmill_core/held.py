@@ -25,21 +25,31 @@ class HeldTask:
     """A lease this worker holds: waiting for a thread, running, or being acknowledged.
 
     The heartbeat replaces `lease` with each renewal (the token stays the
-    same) and sets `lost` or the context's `lease_lost` when one is refused.
+    same) and calls `mark_lost` when one is refused.
     """
 
     lease: Lease
     #: What the heartbeat renews the lease for: the worker's, or the task's own.
     lease_ttl: timedelta
-    #: Set when a thread starts the task; None while it waits in the prefetch.
+    #: Set when a thread starts the task.
+    started: bool = False
+    #: The context the task was called with; None while it waits in the
+    #: prefetch, and for a task that takes no context (none is made for it).
     context: TaskContext | None = None
-    #: A renewal was refused while the task waited: it must not start.
+    #: A renewal was refused: a task waiting must not start, and a running
+    #: task's outcome is not written.
     lost: bool = False
     #: Set once the outcome is being sent: a refused renewal then means the
     #: outcome landed (or will be refused itself), not that the lease is lost.
     acknowledging: bool = False
     #: Seconds the task ran, for the acknowledgement's log line.
     duration: float = 0.0
+
+    def mark_lost(self) -> None:
+        """The lease was taken away: say so here, and in the task's context if it has one."""
+        self.lost = True
+        if self.context is not None:
+            self.context.mark_lease_lost()
 
 
 class Outcome(NamedTuple):

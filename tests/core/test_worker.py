@@ -15,6 +15,7 @@ from threadmill_core import (
     Broker,
     ExponentialBackoff,
     FakeClock,
+    Task,
     TaskContext,
     TaskResult,
     TaskResultStatus,
@@ -262,11 +263,13 @@ def test_expired_lease_without_retry_policy_fails(broker: Broker, clock: FakeClo
     ]
 
 
+@pytest.mark.parametrize("waits", [tasks.wait_for_release, tasks.wait_for_release_without_context])
 def test_lost_lease_is_told_to_the_task_and_its_outcome_not_written(
-    broker: Broker, clock: FakeClock
+    broker: Broker, clock: FakeClock, waits: Task[[], bool], caplog: pytest.LogCaptureFixture
 ) -> None:
-    """When a heartbeat is refused the context says so and the result is not stored."""
-    record = tasks.wait_for_release.using(broker=broker).enqueue()
+    """When a heartbeat is refused the context (if the task takes one) says so and the
+    result is not sent, nor stored."""
+    record = waits.using(broker=broker).enqueue()
     through, counted = watched(broker)
     w = worker(through, lease_ttl=timedelta(seconds=30))
     runner = threading.Thread(target=w.run, kwargs={"burst": True})
@@ -284,6 +287,7 @@ def test_lost_lease_is_told_to_the_task_and_its_outcome_not_written(
     assert final.status is FAILED
     assert final.return_value is None  # the task returned True, but it was not written
     assert final.errors[-1].exception_class_path.endswith("AcknowledgementTimeout")
+    assert "outcome not written" in caplog.text  # not sent to be refused: not sent at all
 
 
 def test_heartbeat_keeps_a_long_task_alive(broker: Broker, clock: FakeClock) -> None:
