@@ -59,13 +59,13 @@ def threadmill_task_retried(record: TaskResult, delay: timedelta) -> None:
 
 
 def _announce(record: TaskResult) -> None:
-    runner = runner_for(record.task_path)
-    if runner is None:
-        return
-    result = started_result(record.id)
-    if result is None:  # a task another process started (the reaper's verdict, mostly)
+    result = started_result(record.id)  # kept only for Django tasks this process runs
+    if result is not None:
+        update_result(result, record)
+    else:  # a task another process started (the reaper's verdict, mostly), or not Django's
+        runner = runner_for(record.task_path)
+        if runner is None:
+            return
         task = runner.task_for(record, serving_alias(runner.task.backend))
         result = django_result(record, task, task.backend)
-    else:
-        update_result(result, record)
     task_finished.send(sender=sender(result.backend), task_result=result)

@@ -46,6 +46,9 @@ STATUSES = {
     TaskResultStatus.CANCELLED: DjangoStatus.FAILED,
 }
 
+#: The fields of Django's result that are times.
+TIMES = ("enqueued_at", "started_at", "finished_at", "last_attempted_at")
+
 CANCELLED_ERROR = DjangoTaskError(
     exception_class_path=f"{TaskCancelled.__module__}.{TaskCancelled.__qualname__}",
     traceback=(
@@ -84,16 +87,17 @@ def django_result(
     stored.
     """
     status = record.status if status is None else status
-    changing = _changing_fields(record, status, errors)
     result: AnyResult = DjangoTaskResult(
         task=task,
         id=record.id,
         args=record.args,
         kwargs=record.kwargs,
         backend=alias,
-        **changing,
+        **_changing_fields(record, status, errors),
     )
-    _set_return_value(result, record, status)
+    if status is TaskResultStatus.SUCCESSFUL:
+        # The field Django's own backends set: it is not an argument of the class.
+        object.__setattr__(result, "_return_value", record.return_value)
     return result
 
 
@@ -105,10 +109,13 @@ def update_result(result: AnyResult, record: TaskResult) -> None:
     times, errors, workers and return value now the stored ones. Its task,
     id, arguments and backend stay: they are the same for every state.
     """
-    for name, value in _changing_fields(record, record.status, None).items():
-        # The result is a frozen dataclass; Django's backends update theirs the same way.
-        object.__setattr__(result, name, value)
-    _set_return_value(result, record, record.status)
+    fields = _changing_fields(record, record.status, None)
+    if record.status is TaskResultStatus.SUCCESSFUL:
+        fields["_return_value"] = record.return_value
+    # The result is a frozen dataclass; Django's backends update theirs the same way.
+    set_field = object.__setattr__
+    for name, value in fields.items():
+        set_field(result, name, value)
 
 
 def _changing_fields(
@@ -120,23 +127,16 @@ def _changing_fields(
     django_errors = [django_error(e) for e in (record.errors if errors is None else errors)]
     if status is TaskResultStatus.CANCELLED:
         django_errors.append(CANCELLED_ERROR)
-    times = {
+    fields: dict[str, Any] = {
+        "status": STATUSES[status],
         "enqueued_at": record.enqueued_at,
         "started_at": record.started_at,
         "finished_at": record.finished_at,
         "last_attempted_at": record.last_attempted_at,
-    }
-    if not settings.USE_TZ:
-        times = {name: local(moment) for name, moment in times.items()}
-    return {
-        "status": STATUSES[status],
-        **times,
         "errors": django_errors,
         "worker_ids": list(record.worker_ids),
     }
-
-
-def _set_return_value(result: AnyResult, record: TaskResult, status: TaskResultStatus) -> None:
-    if status is TaskResultStatus.SUCCESSFUL:
-        # The field Django's own backends set: it is not an argument of the class.
-        object.__setattr__(result, "_return_value", record.return_value)
+    if not settings.USE_TZ:
+        for name in TIMES:
+            fields[name] = local(fields[name])
+    return fields

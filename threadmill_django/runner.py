@@ -7,8 +7,10 @@ which, around each attempt, does what Django's request cycle does for a
 view (old database connections closed before and after, queries reset),
 builds Django's `TaskResult` and `TaskContext` from threadmill's, sends
 ``task_started`` as Django's own backends do, and calls the task as
-Django's `Task.call` does (coroutines under ``async_to_sync``). Its return
-value goes through Django's normalisation, then threadmill's codec.
+Django's `Task.call` does (coroutines under ``async_to_sync``), having
+asked once, not at every call, whether its function is a coroutine
+function. Its return value goes through Django's normalisation, then
+threadmill's codec.
 
 A Django task's retry policy is stored as a `DjangoContextPolicy` naming
 it: the worker (for a raised exception) and the reaper (for an expired
@@ -24,12 +26,16 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+from collections.abc import Callable
 from datetime import timedelta
+from inspect import iscoroutinefunction
 from typing import TYPE_CHECKING, Any
 
 import attrs
+from asgiref.sync import async_to_sync
 from django.core.signals import setting_changed
 from django.db import close_old_connections, reset_queries
+from django.tasks import Task as DjangoTask
 from django.tasks import task_backends
 from django.tasks.signals import task_started
 from django.utils.json import normalize_json
@@ -120,6 +126,21 @@ def _identity(task: AnyTask) -> tuple[Any, ...]:
     )
 
 
+def function_caller(task: AnyTask) -> Callable[..., Any] | None:
+    """What Django's `Task.call` calls for `task`; None if its class overrides ``call``.
+
+    `Task.call` asks at every call whether the function is a coroutine
+    function, and calls a coroutine function under ``async_to_sync``; the
+    answer is the function's, so a runner asks once. A task class with a
+    ``call`` of its own has that called, each time.
+    """
+    if type(task).call is not DjangoTask.call:
+        return None
+    if iscoroutinefunction(task.func):
+        return async_to_sync(task.func)
+    return task.func
+
+
 class AnyTaskRunner:
     """The callable registered for a Django task; a worker calls it with threadmill's context."""
 
@@ -127,6 +148,8 @@ class AnyTaskRunner:
         self.task = task
         self.identity = _identity(task)
         self._variants: dict[tuple[Any, ...], AnyTask] = {}
+        #: What calling the task calls, decided once (see `function_caller`).
+        self._function = function_caller(task)
 
     def __repr__(self) -> str:
         return f"AnyTaskRunner({self.task.module_path})"
@@ -157,13 +180,15 @@ class AnyTaskRunner:
             result = django_result(record, task, task.backend)
             _keep_started(record.id, result)
             task_started.send(sender=sender(task.backend), task_result=result)
+            call = task.call if self._function is None else self._function
             if task.takes_context:
-                value = task.call(TaskContext(task_result=result, core=context), *args, **kwargs)
+                value = call(TaskContext(task_result=result, core=context), *args, **kwargs)
             else:
-                value = task.call(*args, **kwargs)
+                value = call(*args, **kwargs)
             # Whatever the task raises (SystemExit and kin included) is its failure:
             # the core worker records it and goes on, as Django's own backends do.
-            return normalize_json(value)
+            # None, what most tasks return, is JSON as it is.
+            return value if value is None else normalize_json(value)
         finally:
             close_old_connections()
 

@@ -26,16 +26,20 @@ import statistics
 import subprocess
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from benchmarks.instructions import CALLGRIND, collected, counted_drain_worker, instrument
 from benchmarks.peers import _common as common
 from benchmarks.server import REPO_ROOT, RedisServer
 
+if TYPE_CHECKING:
+    from threadmill_core import Worker
+
 WAYS = ("threadmill", "threadmill_django")
 
 
-def _child(way: str, url: str, n: int) -> None:
-    """Enqueue `n` tasks `way`, then drain them with instrumentation on."""
+def prepared_drain(way: str, url: str, n: int) -> Worker:
+    """`n` tasks enqueued `way`, and the worker that will drain them (not yet run)."""
     from threadmill_core import connect
 
     os.environ[common.URL_VARIABLE] = url  # where incr's counter is
@@ -60,7 +64,12 @@ def _child(way: str, url: str, n: int) -> None:
         for _ in range(n):
             tasks.incr.enqueue()
         broker = task_backends["default"].broker  # type: ignore[attr-defined]  # threadmill_django's
-    worker = counted_drain_worker(broker)
+    return counted_drain_worker(broker)
+
+
+def _child(way: str, url: str, n: int) -> None:
+    """Enqueue `n` tasks `way`, then drain them with instrumentation on."""
+    worker = prepared_drain(way, url, n)
     instrument(os.getpid(), True)
     try:
         ran = worker.run(burst=True)
@@ -70,7 +79,7 @@ def _child(way: str, url: str, n: int) -> None:
         raise RuntimeError(f"{way}: the worker ran {ran} of {n} tasks")
 
 
-def _count(way: str, n: int) -> float:
+def count(way: str, n: int) -> float:
     """Client instructions per task of one drain of `n` tasks `way`, on a fresh redis-server."""
     with RedisServer() as server:
         module = "benchmarks.django_bench.instructions"
@@ -92,7 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         way, url, n = args.child
         _child(way, url, int(n))
         return 0
-    counts = {way: [_count(way, args.tasks) for _ in range(args.runs)] for way in WAYS}
+    counts = {way: [count(way, args.tasks) for _ in range(args.runs)] for way in WAYS}
     medians = {way: statistics.median(found) for way, found in counts.items()}
     print("| drain through | client instructions/task (median) | runs |")
     print("| --- | ---: | --- |")

@@ -7,10 +7,12 @@ task API, with a `threadmill_core.Worker` in this process.
 
 from __future__ import annotations
 
+import inspect
 import traceback
 from datetime import timedelta
 from typing import Any
 
+import django.tasks.base
 import pytest
 from django.tasks import TaskContext as DjangoTaskContext
 from django.tasks import TaskResultStatus as Status
@@ -21,7 +23,7 @@ from tests.django.djapp import tasks
 from threadmill_core.errors import AcknowledgementTimeout
 from threadmill_core.maintenance import reap
 from threadmill_core.models import TaskError
-from threadmill_django import TaskBackend, TaskCancelled, TaskContext
+from threadmill_django import Task, TaskBackend, TaskCancelled, TaskContext, runner
 from threadmill_django.results import django_error
 
 
@@ -328,6 +330,49 @@ def test_async_tasks_run(bench: Bench) -> None:
     result = tasks.sleeps_then_returns.enqueue(7)
     bench.work()
     assert tasks.sleeps_then_returns.get_result(result.id).return_value == 7
+
+
+def test_whether_a_task_is_a_coroutine_is_asked_once_not_at_each_call(
+    bench: Bench, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Django's `Task.call` asks at every call; a runner asks when it is made, then calls."""
+    asked: list[Any] = []
+
+    def counting(func: Any) -> bool:
+        asked.append(func)
+        return inspect.iscoroutinefunction(func)
+
+    monkeypatch.setattr(django.tasks.base, "iscoroutinefunction", counting)
+    monkeypatch.setattr(runner, "iscoroutinefunction", counting)
+    plain = [tasks.add.enqueue(1, 2) for _ in range(3)]
+    awaited = [tasks.sleeps_then_returns.enqueue(n) for n in range(3)]
+    assert bench.work() == 6
+    assert asked == []
+    assert [tasks.add.get_result(r.id).return_value for r in plain] == [3, 3, 3]
+    values = [tasks.sleeps_then_returns.get_result(r.id).return_value for r in awaited]
+    assert values == [0, 1, 2]
+
+
+def _doubled(value: int) -> int:
+    return 2 * value
+
+
+class CallingTask(Task):
+    """A task class with a ``call`` of its own."""
+
+    def call(self, *args: Any, **kwargs: Any) -> Any:
+        return {"called by": "CallingTask.call", "value": Task.call(self, *args, **kwargs)}
+
+
+def test_a_task_class_with_a_call_of_its_own_has_it_called(bench: Bench) -> None:
+    """The runner calls the function directly only when the task class keeps Django's call."""
+    doubled = CallingTask(func=_doubled, backend="default")
+    result = doubled.enqueue(4)
+    assert bench.work() == 1
+    assert doubled.get_result(result.id).return_value == {
+        "called by": "CallingTask.call",
+        "value": 8,
+    }
 
 
 def test_a_task_that_takes_context_gets_djangos_with_threadmills_facts(bench: Bench) -> None:
