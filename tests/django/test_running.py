@@ -16,6 +16,7 @@ import django.tasks.base
 import pytest
 from django.tasks import TaskContext as DjangoTaskContext
 from django.tasks import TaskResultStatus as Status
+from django.tasks.base import DEFAULT_TASK_PRIORITY, DEFAULT_TASK_QUEUE_NAME
 from django.utils import timezone
 
 from tests.django.bench import Bench, Signals
@@ -366,7 +367,14 @@ class CallingTask(Task):
 
 def test_a_task_class_with_a_call_of_its_own_has_it_called(bench: Bench) -> None:
     """The runner calls the function directly only when the task class keeps Django's call."""
-    doubled = CallingTask(func=_doubled, backend="default")
+    # Every field given: Django 6.0's Task has no defaults for them.
+    doubled = CallingTask(
+        func=_doubled,
+        backend="default",
+        priority=DEFAULT_TASK_PRIORITY,
+        queue_name=DEFAULT_TASK_QUEUE_NAME,
+        run_after=None,
+    )
     result = doubled.enqueue(4)
     assert bench.work() == 1
     assert doubled.get_result(result.id).return_value == {
