@@ -269,6 +269,8 @@ class Supervisor:
             if broker is not None:
                 broker.close()
             return 0 if self._signals <= 1 else 1
+        # Looked at before any worker starts, which could claim these tasks first.
+        warn_unregistered_waiting(broker.backend, settings.queues, registered_tasks())
         # Closed while the first workers start, so that a forked one shares no connection.
         broker.close()
         self._start_first()
@@ -282,7 +284,6 @@ class Supervisor:
         if broker is None:
             return self._drain()
         backend = broker.backend
-        warn_unregistered_waiting(backend, settings.queues, registered_tasks())
         # The children and the signals are looked after every poll interval (that
         # costs the backend nothing); the backend is called when maintenance is due.
         tick = settings.poll_interval.total_seconds()
