@@ -136,11 +136,19 @@ def finished(broker: Broker, ids: list[str]) -> bool:
 
 
 def test_a_worker_killed_mid_run_loses_no_task(shared_project: Project, broker: Broker) -> None:
-    """SIGKILL to the whole worker mid-run: the next worker's reaper retries what was in flight."""
-    ids = shared_project.place_orders(60, seconds=0.2)
+    """SIGKILL to the whole worker mid-run: the next worker's reaper retries what was in flight.
+
+    Twelve quick orders, then eight that take 3 s: once the quick ones are shipped, every
+    task thread is in a slow one, and a second later each has been running long enough for
+    its start to be recorded (`scheduler.MARK_DELAY`), so the kill finds started tasks to
+    charge. (A task killed before its start is recorded is given back uncharged instead.)
+    """
+    ids = shared_project.place_orders(12, seconds=0.01)
+    ids += shared_project.place_orders(8, first=12, seconds=3.0)
     first = shared_project.worker("--lease-ttl", "1.5")
     wait_until(lambda: shared_project.rows("SELECT count(*) FROM orders_shipment")[0][0] >= 12,
-               "the worker to ship a dozen orders")  # fmt: skip
+               "the worker to ship the quick orders")  # fmt: skip
+    time.sleep(1.0)
     os.killpg(first.pid, signal.SIGKILL)  # the supervisor and its worker processes, at once
     first.wait(timeout=30)
 
@@ -151,7 +159,7 @@ def test_a_worker_killed_mid_run_loses_no_task(shared_project: Project, broker: 
     shipped = {
         order for (order,) in shared_project.rows('SELECT DISTINCT "order" FROM orders_shipment')
     }
-    assert shipped == set(range(60))
+    assert shipped == set(range(20))
     retried = [f for f in finals if any(e.exception_class_path == ACK_TIMEOUT for e in f.errors)]
     assert retried, "no task was in flight when the worker was killed"
     for final in retried:
