@@ -142,7 +142,7 @@ def parse_state(raw: bytes) -> State:
 def parse_finished_at(raw: bytes) -> datetime | None:
     """`parse_state(raw).finished_at`, without parsing the other fields."""
     try:
-        return _TIMES[raw.split(b"|", 9)[8]]
+        return _time(raw.split(b"|", 9)[8])
     except (ValueError, IndexError) as exc:
         raise PayloadError(f"stored task state is not valid: {raw!r}") from exc
 
