@@ -139,6 +139,14 @@ def parse_state(raw: bytes) -> State:
         raise PayloadError(f"stored task state is not valid: {raw!r}") from exc
 
 
+def parse_finished_at(raw: bytes) -> datetime | None:
+    """`parse_state(raw).finished_at`, without parsing the other fields."""
+    try:
+        return _time(raw.split(b"|", 9)[8])
+    except (ValueError, IndexError) as exc:
+        raise PayloadError(f"stored task state is not valid: {raw!r}") from exc
+
+
 def with_state(
     base: TaskResult,
     state: State,
@@ -290,19 +298,39 @@ def decided(reply: Sequence[Any], decision: Decision) -> TaskResult | None:
 
     An OK row (applied now) carries only the new state: the errors and return
     value are the decision's own, and the worker ids are the lease's, so
-    nothing is read back or decoded again. A REPEAT row carries what the first
-    call stored.
+    nothing is read back or decoded again. Of an OK completion only the
+    finished time is read: a completion changes no other field of the state
+    the lease's record holds (see ``lib/mark_finished``), and the status is
+    the decision's. A REPEAT row carries what the first call stored.
     """
     if reply[0] != Status.OK:
         return answer(reply, decision.lease.record)
     record, claimed = decision.record, decision.lease.record
-    completed = decision.retry_delay is None and record.status is TaskResultStatus.SUCCESSFUL
-    return with_state(
-        claimed,
-        parse_state(reply[2]),
+    if decision.retry_delay is not None:
+        state = parse_state(reply[2])
+        errors = tuple(record.errors)
+        return with_state(
+            claimed, state, errors=errors, worker_ids=claimed.worker_ids, return_value=None
+        )
+    status = record.status
+    return TaskResult(
+        id=claimed.id,
+        task_path=claimed.task_path,
+        args=claimed.args,
+        kwargs=claimed.kwargs,
+        queue=claimed.queue,
+        priority=claimed.priority,
+        retry=claimed.retry,
+        status=status,
+        enqueued_at=claimed.enqueued_at,
+        run_after=claimed.run_after,
+        started_at=claimed.started_at,
+        last_attempted_at=claimed.last_attempted_at,
+        finished_at=parse_finished_at(reply[2]),
+        attempts=claimed.attempts,
         errors=tuple(record.errors),
         worker_ids=claimed.worker_ids,
-        return_value=record.return_value if completed else None,
+        return_value=record.return_value if status is TaskResultStatus.SUCCESSFUL else None,
     )
 
 

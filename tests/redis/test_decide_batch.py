@@ -121,6 +121,20 @@ def test_a_mixed_batch_answers_as_the_same_decisions_one_by_one(
     assert batched_after[-1] == {"default": 5}  # a, b, c, g and h
 
 
+def test_an_applied_completion_answers_exactly_the_stored_record(
+    client: redis.Redis, harness_on: Callable[..., Harness]
+) -> None:
+    """What `decide_many` answers for a completion applied now is the stored record, as is."""
+    backend = harness_on(client).backend
+    stored = backend.enqueue(tasks(3, priority=7))
+    leases = backend.claim(["default"], worker="w", lease_ttl=LEASE, limit=3)
+    got = backend.decide_many(
+        [succeeded(leases[0], {"n": 1}), failed(leases[1]), succeeded(leases[2])]
+    )
+    assert got == [backend.get(record.id) for record in stored]
+    assert all(record is not None and record.finished_at is not None for record in got)
+
+
 # --- what a batch costs -------------------------------------------------------------------
 
 
