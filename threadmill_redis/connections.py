@@ -5,9 +5,9 @@ for every command, with its retry, health-check and observability machinery
 around it. For one short command that machinery costs the client several
 times what sending the command and reading its reply cost (the commit that
 added this module has the counts), and the backend's hot calls (a single
-enqueue, a claim, a batch of decisions, a round of heartbeats) are one
-command each. So each thread sends them on a connection of its own, kept
-for the thread's life.
+enqueue, a claim, a batch of decisions, a round of heartbeats, an idle
+worker's blocking wait) are one command each. So each thread sends them on
+a connection of its own, kept for the thread's life.
 
 The connection is redis-py's own: made like the pool's connections
 (`ConnectionPool.connection_class` with `connection_kwargs`, the pool's
