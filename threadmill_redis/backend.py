@@ -38,7 +38,6 @@ from __future__ import annotations
 import functools
 import logging
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -67,6 +66,7 @@ from threadmill_core.checks import (
 )
 from threadmill_core.clock import duration_ms, from_ms
 from threadmill_core.errors import InvalidOption, PayloadError, TaskQuarantined
+from threadmill_core.ids import new_task_id
 from threadmill_core.models import (
     Decision,
     Lease,
@@ -291,8 +291,10 @@ class RedisBackend(Backend):
 
         def take(want: int) -> Sequence[Any]:
             # A receipt per call (not per repeat): a repeat after a lost reply
-            # is answered with the leases the first send granted.
-            receipt = self.keys.claim_receipt(uuid.uuid4().hex)
+            # is answered with the leases the first send granted. Its name is
+            # made as task ids are, from random bytes read ahead, so a woken
+            # worker's claim makes no system call for it (uuid4 would).
+            receipt = self.keys.claim_receipt(new_task_id())
             rows: Sequence[Any] = self._run(
                 "claim", [*head, want, *names], repeatable=True, receipt=receipt
             )
