@@ -24,8 +24,9 @@ inside redis-py, so this policy is the only one.
 Connections. Script calls go on a connection of the calling thread's own
 (`threadmill_redis.connections`), one EVALSHA per call (`scripts.evalsha`);
 the calls of a long `enqueue` go one after another on it, each sent while
-the server runs the one before (`scripts.evalsha_each`). Other commands, and
-blocking waits (`wait_for_tasks`), go through the client's connection pool.
+the server runs the one before (`scripts.evalsha_each`). The idle wait
+(`wait_for_tasks`) blocks on that connection too; other commands go through
+the client's connection pool.
 
 Redis Cluster. A `redis.RedisCluster` client works as well as a
 `redis.Redis`: every key of the namespace shares one hash tag, so every
@@ -37,7 +38,6 @@ from __future__ import annotations
 import functools
 import logging
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -66,6 +66,7 @@ from threadmill_core.checks import (
 )
 from threadmill_core.clock import duration_ms, from_ms
 from threadmill_core.errors import InvalidOption, PayloadError, TaskQuarantined
+from threadmill_core.ids import new_task_id
 from threadmill_core.models import (
     Decision,
     Lease,
@@ -290,8 +291,10 @@ class RedisBackend(Backend):
 
         def take(want: int) -> Sequence[Any]:
             # A receipt per call (not per repeat): a repeat after a lost reply
-            # is answered with the leases the first send granted.
-            receipt = self.keys.claim_receipt(uuid.uuid4().hex)
+            # is answered with the leases the first send granted. Its name is
+            # made as task ids are, from random bytes read ahead, so a woken
+            # worker's claim makes no system call for it (uuid4 would).
+            receipt = self.keys.claim_receipt(new_task_id())
             rows: Sequence[Any] = self._run(
                 "claim", [*head, want, *names], repeatable=True, receipt=receipt
             )
@@ -442,12 +445,14 @@ class RedisBackend(Backend):
     def wait_for_tasks(self, queues: Sequence[str], timeout: timedelta) -> bool:
         """Block on the queues' notify lists (BLPOP) until a task may be ready, or `timeout`.
 
-        Each BLPOP borrows its own pooled connection for the wait. It blocks
-        for less than the client's socket timeout, repeating if need be, so a
-        quiet wait is never mistaken for a dead connection: an idle worker
-        costs one command per `timeout` (or per socket timeout, if shorter).
-        True when a wake-up token was taken, False when `timeout` passed
-        without one.
+        The BLPOP goes on the calling thread's connection (see `connections`),
+        as its claim after a wake-up will: a woken worker is not slowed by
+        the pool's and the client's bookkeeping between the wake-up and the
+        claim. It blocks for less than the client's socket timeout, repeating
+        if need be, so a quiet wait is never mistaken for a dead connection:
+        an idle worker costs one command per `timeout` (or per socket
+        timeout, if shorter). True when a wake-up token was taken, False when
+        `timeout` passed without one.
         """
         keys = [self.keys.notify(queue) for queue in queue_names(queues)]
         if not keys:  # nothing could wake us; returning at once would let a caller spin
@@ -462,7 +467,7 @@ class RedisBackend(Backend):
                 return False
             block = min(remaining, longest) if longest else remaining
             woken = call(
-                functools.partial(self.client.blpop, keys, block),
+                functools.partial(self._execute, "BLPOP", *keys, block),
                 repeatable=True,
                 what="wait",
                 where=self.where,

@@ -5,9 +5,9 @@ for every command, with its retry, health-check and observability machinery
 around it. For one short command that machinery costs the client several
 times what sending the command and reading its reply cost (the commit that
 added this module has the counts), and the backend's hot calls (a single
-enqueue, a claim, a batch of decisions, a round of heartbeats) are one
-command each. So each thread sends them on a connection of its own, kept
-for the thread's life.
+enqueue, a claim, a batch of decisions, a round of heartbeats, an idle
+worker's blocking wait) are one command each. So each thread sends them on
+a connection of its own, kept for the thread's life.
 
 The connection is redis-py's own: made like the pool's connections
 (`ConnectionPool.connection_class` with `connection_kwargs`, the pool's
@@ -41,8 +41,13 @@ class ThreadConnections:
 
     def __init__(self, client: redis.Redis) -> None:
         self._client = client
+        self._start()
+        _EVERY.add(self)
+
+    def _start(self) -> None:
+        """No connection yet: each thread makes its own on first use."""
         self._local = threading.local()
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # anew in a forked child: the parent's may have been held
         #: Every connection made, so `close` reaches those of other threads; a
         #: thread's connection goes with the thread.
         self._made: weakref.WeakSet[Any] = weakref.WeakSet()
@@ -97,12 +102,10 @@ class ThreadConnections:
 
     def _connection(self) -> Any:
         local = self._local
-        pid = os.getpid()
         connection = getattr(local, "connection", None)
-        if connection is None or local.pid != pid:  # a forked child never uses the parent's
+        if connection is None:
             pool = self._client.connection_pool  # its public settings: class and kwargs
-            connection = pool.connection_class(**pool.connection_kwargs)
-            local.connection, local.pid = connection, pid
+            connection = local.connection = pool.connection_class(**pool.connection_kwargs)
             with self._lock:
                 self._made.add(connection)
         return connection
@@ -113,6 +116,24 @@ class ThreadConnections:
             made = list(self._made)
         for connection in made:
             connection.disconnect()
+
+
+#: Every `ThreadConnections`, for `_forget_in_child`.
+_EVERY: weakref.WeakSet[ThreadConnections] = weakref.WeakSet()
+
+
+def _forget_in_child() -> None:
+    """In a forked child: the parent's connections are not the child's to use, nor to close.
+
+    Told by the fork, not by comparing ``os.getpid()`` on every call: that
+    is a system call, and on an idle producer's or worker's path to Redis
+    each one costs as much as the Python around it.
+    """
+    for connections in list(_EVERY):
+        connections._start()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
 
 
 def _reply(connection: Any) -> Any:
