@@ -289,7 +289,8 @@ def test_the_answer_to_a_new_task_copies_every_field_the_caller_gives() -> None:
     record = attrs.evolve(
         record, errors=(TaskError(exception_class_path="x.E", message="m"),), worker_ids=("w",)
     )
-    [answer] = enqueued([0], [(record, (record.id, record.args, record.kwargs))], 1_700_000_000_000)
+    call = (record.id, record.args, record.kwargs)
+    [answer] = enqueued([0], [(record, [call])], 1_700_000_000_000)
     given = [f.name for f in attrs.fields(TaskResult) if f.name not in codec.STATE_FIELDS]
     assert {name: getattr(answer, name) for name in given} == {
         name: getattr(record, name) for name in given
