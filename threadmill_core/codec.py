@@ -115,7 +115,9 @@ converter = _make_converter()
 
 
 #: One encoder for every call: `json.dumps` with options builds a new one each time.
-_encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+#: It does not look for cycles: what it is given was checked (`check_value`), and a
+#: value that holds itself never passes the checks.
+_encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), check_circular=False)
 
 
 def dumps(obj: object) -> bytes:
