@@ -334,6 +334,7 @@ def enqueued(rows: Sequence[Any], groups: Sequence[Group], now_ms: int) -> list[
     results: list[TaskResult] = []
     answers = iter(rows)
     sent = 0
+    ok = Status.OK  # read once: an enum's members are slow to look up, as class attributes
     for base, calls in groups:
         run_after, status = base.run_after, TaskResultStatus.READY
         if run_after is not None:
@@ -344,7 +345,7 @@ def enqueued(rows: Sequence[Any], groups: Sequence[Group], now_ms: int) -> list[
         task_path, queue, priority, retry = base.task_path, base.queue, base.priority, base.retry
         # Each group takes its rows from one iterator of them all; the count is checked below.
         for (task_id, args, kwargs), row in zip(calls, answers, strict=False):
-            if row != Status.OK:
+            if row != ok:
                 results.append(Row.parse(row).record())
                 continue
             results.append(
