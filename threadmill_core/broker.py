@@ -97,8 +97,7 @@ class Broker:
         calls = list(calls)
         check = task.call_check
         if check is not None:
-            for index, (args, kwargs) in enumerate(calls):
-                check.check(shared.task_path, args, kwargs, index)
+            check.check_all(shared.task_path, calls)
         stored = self.backend.enqueue_calls(
             shared,
             [

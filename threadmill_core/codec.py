@@ -16,7 +16,7 @@ Timestamps are encoded as integer milliseconds since the Unix epoch.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -33,6 +33,7 @@ from threadmill_core.models import (
     MAX_PRIORITY,
     MIN_PRIORITY,
     RetryPolicySpec,
+    TaskCall,
     TaskError,
     TaskResult,
 )
@@ -45,6 +46,7 @@ from threadmill_core.values import (
 )
 
 __all__ = [
+    "CALL_FIELDS",
     "STATE_FIELDS",
     "check_arguments",
     "check_call",
@@ -56,12 +58,11 @@ __all__ = [
     "decode_record",
     "decode_value",
     "dumps",
-    "encode_call",
+    "encode_calls",
     "encode_enqueued",
     "encode_errors",
     "encode_record",
     "encode_value",
-    "enqueued_fields",
     "loads",
 ]
 
@@ -114,7 +115,9 @@ converter = _make_converter()
 
 
 #: One encoder for every call: `json.dumps` with options builds a new one each time.
-_encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+#: It does not look for cycles: what it is given was checked (`check_value`), and a
+#: value that holds itself never passes the checks.
+_encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), check_circular=False)
 
 
 def dumps(obj: object) -> bytes:
@@ -189,8 +192,11 @@ STATE_FIELDS = frozenset(
     }
 )
 
-_omitted: dict[str, Any] = {name: override(omit=True) for name in STATE_FIELDS}
-_unstructure_enqueued = make_dict_unstructure_fn(TaskResult, converter, **_omitted)
+#: The fields of an `encode_enqueued` payload that are each call's own; they come last.
+CALL_FIELDS = ("id", "args", "kwargs")
+
+_omitted: dict[str, Any] = {name: override(omit=True) for name in (*STATE_FIELDS, *CALL_FIELDS)}
+_unstructure_shared = make_dict_unstructure_fn(TaskResult, converter, **_omitted)
 
 
 def encode_enqueued(record: TaskResult) -> bytes:
@@ -198,32 +204,38 @@ def encode_enqueued(record: TaskResult) -> bytes:
 
     For a backend that stores those fields beside the payload: the payload
     then never changes after `enqueue`. `decode_record` reads it back with
-    each of them at its default, or as the backend passes them.
+    each of them at its default, or as the backend passes them. The
+    payload's keys are those the calls of a task share, in the record's
+    field order, then the `CALL_FIELDS`.
     """
-    return encode_call(enqueued_fields(record), record.id, record.args, record.kwargs)
+    [payload] = encode_calls(record, [(record.id, record.args, record.kwargs)])
+    return payload
 
 
-def enqueued_fields(template: TaskResult) -> dict[str, Any]:
-    """What `encode_enqueued` writes of `template`, unstructured by the converter: a new dict.
+def encode_calls(template: TaskResult, calls: Sequence[TaskCall]) -> list[bytes]:
+    """The `encode_enqueued` payload of each call's record, in order, byte for byte.
 
-    Made once for many calls of one task (`Backend.enqueue_calls`), whose
-    payloads differ only in their id and arguments (`encode_call`).
+    A call's record is `template` with the call's id and arguments (see
+    `threadmill_core.backend.call_record`). What the calls share (task path,
+    queue, priority, retry policy) is unstructured and encoded once per
+    call of this function, as one JSON object; each call's own fields are
+    encoded as another, and the second object's members are joined to the
+    first's. Nothing encoded is kept after the call returns.
     """
-    return _unstructure_enqueued(template)
-
-
-def encode_call(
-    fields: dict[str, Any], task_id: str, args: list[Any], kwargs: dict[str, Any]
-) -> bytes:
-    """The `encode_enqueued` payload of one call: `fields` with the call's id and arguments.
-
-    `fields` comes from `enqueued_fields` and is the caller's to reuse: its
-    id and arguments are set to this call's (the keys keep the converter's
-    order). The payload is the bytes `encode_enqueued` writes for the record
-    the call makes (`call_record`).
-    """
-    fields["id"], fields["args"], fields["kwargs"] = task_id, args, kwargs
-    return _encoder.encode(fields).encode()
+    fields = _unstructure_shared(template)  # a new dict, ours to fill in
+    if len(calls) == 1:  # one object: one encoding, nothing to join
+        [(task_id, args, kwargs)] = calls
+        fields["id"], fields["args"], fields["kwargs"] = task_id, args, kwargs
+        return [_encoder.encode(fields).encode()]
+    # The shared object without its closing brace, for a call's own members to follow.
+    text = _encoder.encode(fields)
+    head = text[:-1] + "," if fields else "{"
+    own: dict[str, Any] = {}
+    payloads: list[bytes] = []
+    for task_id, args, kwargs in calls:
+        own["id"], own["args"], own["kwargs"] = task_id, args, kwargs
+        payloads.append((head + _encoder.encode(own)[1:]).encode())
+    return payloads
 
 
 #: The keys of an `encode_enqueued` payload.

@@ -15,34 +15,51 @@ from threadmill_core.backend import TaskCall
 from threadmill_core.clock import to_ms
 from threadmill_core.models import TaskResult, TaskResultStatus
 
-#: One task to store: the record (or template) giving what is not the call's own, and the call.
-Pending = tuple[TaskResult, TaskCall]
+#: Tasks to store: the record (or template) giving what is not a call's own, and the calls.
+Group = tuple[TaskResult, Sequence[TaskCall]]
 
 
-def enqueue_runs(pending: Sequence[Pending], notify_index: Mapping[str, int]) -> list[Any]:
-    """``enqueue.lua``'s ARGV after ``notify_cap``: the `pending` tasks in runs, as its header says.
+def chunks(groups: Sequence[Group], size: int) -> list[list[Group]]:
+    """`groups` cut into chunks of at most `size` tasks, in order; a group may be split."""
+    made: list[list[Group]] = []
+    chunk: list[Group] = []
+    room = size
+    for base, calls in groups:
+        start = 0
+        while start < len(calls):
+            part = calls[start : start + room]
+            chunk.append((base, part))
+            start += len(part)
+            room -= len(part)
+            if not room:
+                made.append(chunk)
+                chunk, room = [], size
+    if chunk:
+        made.append(chunk)
+    return made
+
+
+def enqueue_runs(groups: Sequence[Group], notify_index: Mapping[str, int]) -> list[Any]:
+    """``enqueue.lua``'s ARGV after ``notify_cap``: the tasks of `groups` in runs (see its header).
 
     Consecutive tasks that share queue, priority and `run_after` (in whole
     ms; the calls of one `Broker.enqueue_many` all do) make one run, headed
     by what they share and the KEYS index of their queue's notify list
     (`notify_index`), then each task's id and payload. A checked task always
     encodes; the payload holds what never changes (`codec.encode_enqueued`),
-    the scripts keep the rest beside it. What tasks share is read once per
-    record or template, not per task: the calls of one batch share theirs.
+    the scripts keep the rest beside it. A group's payloads are encoded
+    together (`codec.encode_calls`), so what its calls share is read and
+    encoded once.
     """
     runs: list[tuple[tuple[str, int, int | None], list[str | bytes]]] = []
-    base: TaskResult | None = None
-    fields: dict[str, Any] = {}
-    pairs: list[str | bytes] = []
-    for item_base, (task_id, call_args, call_kwargs) in pending:
-        if item_base is not base:
-            base, fields = item_base, codec.enqueued_fields(item_base)
-            run_after = None if base.run_after is None else to_ms(base.run_after)
-            head = (base.queue, base.priority, run_after)
-            if not runs or runs[-1][0] != head:
-                runs.append((head, []))
-            pairs = runs[-1][1]
-        pairs += (task_id, codec.encode_call(fields, task_id, call_args, call_kwargs))
+    for base, calls in groups:
+        run_after = None if base.run_after is None else to_ms(base.run_after)
+        head = (base.queue, base.priority, run_after)
+        if not runs or runs[-1][0] != head:
+            runs.append((head, []))
+        pairs = runs[-1][1]
+        for (task_id, _, _), payload in zip(calls, codec.encode_calls(base, calls), strict=True):
+            pairs += (task_id, payload)
     args: list[Any] = []
     for (queue, priority, run_after), pairs in runs:
         args += (len(pairs) // 2, queue, priority, "" if run_after is None else run_after)

@@ -224,15 +224,15 @@ class RedisBackend(Backend):
         """Store `records` as `_store` does (see there)."""
         records = list(records)
         check_records(records)
-        return self._store([(r, (r.id, r.args, r.kwargs)) for r in records])
+        return self._store([(r, [(r.id, r.args, r.kwargs)]) for r in records])
 
     def enqueue_calls(self, template: TaskResult, calls: Sequence[TaskCall]) -> list[TaskResult]:
         """Store the calls as `_store` does, without a record per call (see `Backend`)."""
         calls = list(calls)
         check_calls(template, calls)
-        return self._store([(template, call) for call in calls])
+        return self._store([(template, calls)])
 
-    def _store(self, pending: Sequence[arguments.Pending]) -> list[TaskResult]:
+    def _store(self, groups: Sequence[arguments.Group]) -> list[TaskResult]:
         """Store checked tasks with ``enqueue.lua``, in calls of at most ``enqueue_batch`` tasks.
 
         One call is one EVALSHA. The calls of a longer batch go one after
@@ -241,19 +241,19 @@ class RedisBackend(Backend):
         atomic on its own. A repeat after a dropped connection sends them all
         again, which stores nothing twice (idempotent on id).
         """
-        if not pending:
+        chunks = arguments.chunks(groups, self.options.enqueue_batch)
+        if not chunks:
             return []
-        size = self.options.enqueue_batch
-        chunks = [pending[start : start + size] for start in range(0, len(pending), size)]
         if len(chunks) == 1:
-            script, keys, args = self._enqueue_call(pending)
+            [chunk] = chunks
+            script, keys, args = self._enqueue_call(chunk)
             now, *rows = call(
                 lambda: scripts.evalsha(self._execute, script, keys, args),
                 repeatable=True,
                 what="enqueue",
                 where=self.where,
             )
-            return enqueued(rows, pending, now)
+            return enqueued(rows, chunk, now)
 
         def store_all() -> list[TaskResult]:
             stored: list[list[TaskResult]] = [[] for _ in chunks]
@@ -268,14 +268,14 @@ class RedisBackend(Backend):
 
         return call(store_all, repeatable=True, what="enqueue", where=self.where)
 
-    def _enqueue_call(self, pending: Sequence[arguments.Pending]) -> scripts.Call:
-        """The ``enqueue.lua`` call of `pending`: its keys (a notify list per queue) and ARGV."""
+    def _enqueue_call(self, groups: Sequence[arguments.Group]) -> scripts.Call:
+        """The ``enqueue.lua`` call of `groups`: its keys (a notify list per queue) and ARGV."""
         script = scripts.load("enqueue")
-        queues = list(dict.fromkeys(base.queue for base, _ in pending))
+        queues = list(dict.fromkeys(base.queue for base, _ in groups))
         first = len(script.key_names) + 1  # the KEYS index of the first notify list
         notify_index = {queue: first + n for n, queue in enumerate(queues)}
         keys = self._script_keys(script, {}, [self.keys.notify(queue) for queue in queues])
-        args = [self.options.notify_cap, *arguments.enqueue_runs(pending, notify_index)]
+        args = [self.options.notify_cap, *arguments.enqueue_runs(groups, notify_index)]
         return script, keys, args
 
     # --- working -----------------------------------------------------------------------

@@ -18,7 +18,7 @@ from threadmill_core import codec
 from threadmill_core.clock import from_ms, to_ms
 from threadmill_core.errors import PayloadError
 from threadmill_core.models import Decision, Lease, TaskError, TaskResult, TaskResultStatus
-from threadmill_redis.arguments import Pending
+from threadmill_redis.arguments import Group
 
 
 class Status(enum.IntEnum):
@@ -347,8 +347,8 @@ def marked(reply: Any) -> bool:
     return ANSWERED[_BY_CODE[int(reply)]]
 
 
-def enqueued(rows: Sequence[Any], pending: Sequence[Pending], now_ms: int) -> list[TaskResult]:
-    """The records the rows of one ``enqueue.lua`` reply answer for the `pending` tasks it was sent.
+def enqueued(rows: Sequence[Any], groups: Sequence[Group], now_ms: int) -> list[TaskResult]:
+    """The records the rows of one ``enqueue.lua`` reply answer for the tasks of `groups` sent.
 
     A bare OK means stored now, at server time `now_ms`: the record follows
     from what was sent, so nothing is read back or decoded. It holds what the
@@ -356,32 +356,41 @@ def enqueued(rows: Sequence[Any], pending: Sequence[Pending], now_ms: int) -> li
     the state the script set: DEFERRED when its `run_after` (in whole ms) is
     later than `now_ms`, else READY, enqueued at `now_ms`; every other field
     at its default, whatever the caller had set. Any other row is the stored
-    record of a repeated id.
+    record of a repeated id. What a group's tasks share is read once.
     """
     enqueued_at = from_ms(now_ms)
     results: list[TaskResult] = []
-    for row, (base, (task_id, args, kwargs)) in zip(rows, pending, strict=True):
-        if row != Status.OK:
-            results.append(Row.parse(row).record())
-            continue
+    answers = iter(rows)
+    sent = 0
+    ok = Status.OK  # read once: an enum's members are slow to look up, as class attributes
+    for base, calls in groups:
         run_after, status = base.run_after, TaskResultStatus.READY
         if run_after is not None:
             ms = to_ms(run_after)
             run_after = from_ms(ms)
             if ms > now_ms:
                 status = TaskResultStatus.DEFERRED
-        results.append(
-            TaskResult(
-                id=task_id,
-                task_path=base.task_path,
-                args=args,
-                kwargs=kwargs,
-                queue=base.queue,
-                priority=base.priority,
-                retry=base.retry,
-                status=status,
-                enqueued_at=enqueued_at,
-                run_after=run_after,
+        task_path, queue, priority, retry = base.task_path, base.queue, base.priority, base.retry
+        # Each group takes its rows from one iterator of them all; the count is checked below.
+        for (task_id, args, kwargs), row in zip(calls, answers, strict=False):
+            if row != ok:
+                results.append(Row.parse(row).record())
+                continue
+            results.append(
+                TaskResult(
+                    id=task_id,
+                    task_path=task_path,
+                    args=args,
+                    kwargs=kwargs,
+                    queue=queue,
+                    priority=priority,
+                    retry=retry,
+                    status=status,
+                    enqueued_at=enqueued_at,
+                    run_after=run_after,
+                )
             )
-        )
+        sent += len(calls)
+    if len(rows) != sent:
+        raise ValueError(f"enqueue answered {len(rows)} rows for {sent} tasks")
     return results

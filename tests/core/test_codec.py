@@ -14,17 +14,20 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from threadmill_core import PayloadError, TaskError, TaskResult, TaskResultStatus, UnsupportedValue
+from threadmill_core.backend import call_record
 from threadmill_core.codec import (
     STATE_FIELDS,
     check_arguments,
     decode_record,
     decode_value,
+    encode_calls,
     encode_enqueued,
     encode_record,
     encode_value,
 )
 from threadmill_core.ids import new_task_id
-from threadmill_core.models import RetryPolicySpec
+from threadmill_core.models import RetryPolicySpec, TaskCall
+from threadmill_core.testing import strategies as ts
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
@@ -142,6 +145,26 @@ def test_an_enqueued_record_keeps_only_what_the_producer_gave() -> None:
     assert decode_record(data) == given
     assert not STATE_FIELDS & set(json.loads(data))
     assert len(data) < len(encode_record(given))
+
+
+@given(
+    template=st.builds(
+        TaskResult,
+        id=st.just(""),
+        task_path=ts.task_paths(),
+        queue=ts.queue_names(),
+        priority=ts.priorities(),
+        retry=ts.retry_specs(),
+    ),
+    calls=st.lists(st.tuples(st.builds(new_task_id), ts.task_args(), ts.task_kwargs()), max_size=4),
+)
+def test_the_payloads_of_many_calls_are_those_of_their_records(
+    template: TaskResult, calls: list[TaskCall]
+) -> None:
+    """encode_calls writes, call by call, the bytes encode_enqueued writes for its record."""
+    assert encode_calls(template, calls) == [
+        encode_enqueued(call_record(template, call)) for call in calls
+    ]
 
 
 @pytest.mark.parametrize(

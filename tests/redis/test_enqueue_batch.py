@@ -32,7 +32,7 @@ from threadmill_core.models import (
     TaskResultStatus,
 )
 from threadmill_core.testing import Harness
-from threadmill_redis import RedisBackend, scripts
+from threadmill_redis import RedisBackend, arguments, scripts
 from threadmill_redis.replies import enqueued
 from threadmill_redis.testing import delete_namespace
 
@@ -289,7 +289,8 @@ def test_the_answer_to_a_new_task_copies_every_field_the_caller_gives() -> None:
     record = attrs.evolve(
         record, errors=(TaskError(exception_class_path="x.E", message="m"),), worker_ids=("w",)
     )
-    [answer] = enqueued([0], [(record, (record.id, record.args, record.kwargs))], 1_700_000_000_000)
+    call = (record.id, record.args, record.kwargs)
+    [answer] = enqueued([0], [(record, [call])], 1_700_000_000_000)
     given = [f.name for f in attrs.fields(TaskResult) if f.name not in codec.STATE_FIELDS]
     assert {name: getattr(answer, name) for name in given} == {
         name: getattr(record, name) for name in given
@@ -333,3 +334,17 @@ def test_an_enqueue_costs_a_fixed_number_of_commands_whatever_its_size(
         )
     finally:
         delete_namespace(backend)
+
+
+def test_groups_of_calls_are_cut_into_chunks_in_order() -> None:
+    """A chunk holds at most `size` tasks; a group is split across chunks, never reordered."""
+    a, b = TaskResult(id="", task_path="m:a"), TaskResult(id="", task_path="m:b")
+    calls = [(str(n), [], {}) for n in range(7)]
+    groups: list[arguments.Group] = [(a, calls[:5]), (b, calls[5:])]
+    assert arguments.chunks(groups, 3) == [
+        [(a, calls[0:3])],
+        [(a, calls[3:5]), (b, calls[5:6])],
+        [(b, calls[6:7])],
+    ]
+    assert arguments.chunks(groups, 7) == [groups]
+    assert arguments.chunks([(a, [])], 3) == []
