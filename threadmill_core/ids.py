@@ -11,6 +11,7 @@ never reuses the bytes its parent read ahead.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
@@ -112,16 +113,17 @@ def new_task_ids(count: int) -> list[str]:
     random = bytearray(block[:-1])
     random[0::8] = random[0::8].translate(_VARIANT_BYTE)  # the top byte of each id's 64 bits
     tails = random.hex()
+    table = _counters()
     ids: list[str] = []
     made = 0
     while made < count:
         run = min(count - made, 4096 - counter)  # ids left in this millisecond
         stamp = f"{ms:012x}"
         head = f"{stamp[:8]}-{stamp[8:]}-7"
-        counters = range(3 * counter, 3 * (counter + run), 3)  # where each is in _COUNTERS
+        counters = range(3 * counter, 3 * (counter + run), 3)  # where each is in the table
         starts = range(16 * made, 16 * (made + run), 16)  # where each id's bits are in tails
         ids += [
-            f"{head}{_COUNTERS[c : c + 3]}-{tails[at : at + 4]}-{tails[at + 4 : at + 16]}"
+            f"{head}{table[c : c + 3]}-{tails[at : at + 4]}-{tails[at + 4 : at + 16]}"
             for c, at in zip(counters, starts, strict=True)
         ]
         made += run
@@ -131,5 +133,13 @@ def new_task_ids(count: int) -> list[str]:
 
 #: Each value of a byte with its top two bits set to the variant, 0b10.
 _VARIANT_BYTE = bytes((byte & 0x3F) | 0x80 for byte in range(256))
-#: The counter's 4,096 values as 3-digit hex, one after another.
-_COUNTERS = "".join(f"{counter:03x}" for counter in range(1 << 12))
+
+
+@functools.cache
+def _counters() -> str:
+    """The counter's 4,096 values as 3-digit hex, one after another.
+
+    Made on the first batch, not at import: a worker, which makes no ids,
+    would wait for it at start for nothing.
+    """
+    return "".join(f"{counter:03x}" for counter in range(1 << 12))
