@@ -15,16 +15,13 @@ Timestamps are encoded as integer milliseconds since the Unix epoch.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
-import cattrs
-from cattrs.fns import identity
-from cattrs.gen import make_dict_unstructure_fn, override
-from cattrs.v import format_exception
 
 from threadmill_core.clock import from_ms, to_ms
 from threadmill_core.errors import PayloadError
@@ -45,6 +42,9 @@ from threadmill_core.values import (
     check_value,
 )
 
+if TYPE_CHECKING:
+    import cattrs
+
 __all__ = [
     "CALL_FIELDS",
     "STATE_FIELDS",
@@ -53,7 +53,7 @@ __all__ = [
     "check_record",
     "check_retry",
     "check_value",
-    "converter",
+    "converter",  # noqa: F822  # built on first use, through the module's __getattr__
     "decode_errors",
     "decode_record",
     "decode_value",
@@ -69,7 +69,18 @@ __all__ = [
 T = TypeVar("T")
 
 
-def _make_converter() -> cattrs.Converter:
+@functools.cache
+def _converter() -> cattrs.Converter:
+    """The converter, built (and cattrs imported) when first needed.
+
+    A worker whose tasks take the fast paths (`decode_record` of an
+    `encode_enqueued` payload, `encode_value`, `encode_errors` of no
+    errors) never needs it: cattrs and the converter's generated code are
+    start-up time it would wait through for nothing.
+    """
+    import cattrs
+    from cattrs.fns import identity
+
     converter = cattrs.Converter(forbid_extra_keys=True)
     converter.register_unstructure_hook(datetime, to_ms)
     converter.register_structure_hook(datetime, lambda value, _: from_ms(_int(value)))
@@ -111,7 +122,11 @@ def _int(value: object) -> int:
     return value
 
 
-converter = _make_converter()
+def __getattr__(name: str) -> cattrs.Converter:
+    """`converter`: the one cattrs converter, built on first use (see `_converter`)."""
+    if name == "converter":
+        return _converter()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 #: One encoder for every call: `json.dumps` with options builds a new one each time.
@@ -122,7 +137,7 @@ _encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), check_cir
 
 def dumps(obj: object) -> bytes:
     """Encode any codec type (a model, a list of models, or a checked value) to JSON bytes."""
-    return _encoder.encode(converter.unstructure(obj)).encode()
+    return _encoder.encode(_converter().unstructure(obj)).encode()
 
 
 _decoder = json.JSONDecoder()
@@ -155,8 +170,10 @@ def loads(data: bytes | str, kind: type[T]) -> T:
 
 def _structure(raw: Any, kind: type[T]) -> T:
     """`raw` (decoded JSON) as `kind`; any mismatch is a `PayloadError`."""
+    import cattrs
+
     try:
-        return converter.structure(raw, kind)
+        return _converter().structure(raw, kind)
     except (cattrs.BaseValidationError, cattrs.StructureHandlerNotFoundError) as exc:
         details = "; ".join(cattrs.transform_error(exc, format_exception=_said))
         raise PayloadError(f"stored bytes are not a valid {kind.__name__}: {details}") from exc
@@ -166,6 +183,8 @@ def _structure(raw: Any, kind: type[T]) -> T:
 
 def _said(exc: BaseException, kind: type | None) -> str:
     """cattrs' words for `exc`, with what a ValueError said (a priority's range, say)."""
+    from cattrs.v import format_exception
+
     words = format_exception(exc, kind)
     return f"{words}: {exc}" if isinstance(exc, ValueError) and str(exc) else words
 
@@ -195,8 +214,15 @@ STATE_FIELDS = frozenset(
 #: The fields of an `encode_enqueued` payload that are each call's own; they come last.
 CALL_FIELDS = ("id", "args", "kwargs")
 
-_omitted: dict[str, Any] = {name: override(omit=True) for name in (*STATE_FIELDS, *CALL_FIELDS)}
-_unstructure_shared = make_dict_unstructure_fn(TaskResult, converter, **_omitted)
+
+@functools.cache
+def _unstructure_shared() -> Callable[[TaskResult], dict[str, Any]]:
+    """The converter's unstructure function for `TaskResult` without `STATE_FIELDS` and
+    `CALL_FIELDS`: what the calls of one task share."""
+    from cattrs.gen import make_dict_unstructure_fn, override
+
+    omitted: dict[str, Any] = {name: override(omit=True) for name in (*STATE_FIELDS, *CALL_FIELDS)}
+    return make_dict_unstructure_fn(TaskResult, _converter(), **omitted)
 
 
 def encode_enqueued(record: TaskResult) -> bytes:
@@ -222,7 +248,7 @@ def encode_calls(template: TaskResult, calls: Sequence[TaskCall]) -> list[bytes]
     encoded as another, and the second object's members are joined to the
     first's. Nothing encoded is kept after the call returns.
     """
-    fields = _unstructure_shared(template)  # a new dict, ours to fill in
+    fields = _unstructure_shared()(template)  # a new dict, ours to fill in
     if len(calls) == 1:  # one object: one encoding, nothing to join
         [(task_id, args, kwargs)] = calls
         fields["id"], fields["args"], fields["kwargs"] = task_id, args, kwargs

@@ -12,6 +12,7 @@ never reuses the bytes its parent read ahead.
 from __future__ import annotations
 
 import binascii
+import functools
 import os
 import threading
 import time
@@ -134,7 +135,7 @@ def _texts(ms: int, counter: int, tails: bytes, run: int) -> list[str]:
     """
     stamp = f"{ms:012x}"
     text = bytearray(f"{stamp[:8]}-{stamp[8:]}-7xxx-xxxx-xxxxxxxxxxxx".encode() * run)
-    counters = _COUNTERS[3 * counter : 3 * (counter + run)]
+    counters = _counters()[3 * counter : 3 * (counter + run)]
     for digit in range(3):
         text[15 + digit :: 36] = counters[digit::3]
     for digit in range(16):  # 4 of them before the dash at 23, 12 after it
@@ -145,5 +146,13 @@ def _texts(ms: int, counter: int, tails: bytes, run: int) -> list[str]:
 
 #: Each value of a byte with its top two bits set to the variant, 0b10.
 _VARIANT_BYTE = bytes((byte & 0x3F) | 0x80 for byte in range(256))
-#: The counter's 4,096 values as 3-digit hex, one after another.
-_COUNTERS = b"".join(b"%03x" % counter for counter in range(1 << 12))
+
+
+@functools.cache
+def _counters() -> bytes:
+    """The counter's 4,096 values as 3-digit hex, one after another.
+
+    Made on the first batch, not at import: a worker, which makes no ids,
+    would wait for it at start for nothing.
+    """
+    return b"".join(b"%03x" % counter for counter in range(1 << 12))

@@ -20,7 +20,7 @@ from __future__ import annotations
 import inspect
 import logging
 import ssl
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any, TypeAlias
 from urllib.parse import urlsplit, urlunsplit
 
@@ -60,11 +60,9 @@ def client_from_url(url: str, query: str) -> Client:
     try:
         if parts.scheme in CLUSTER_SCHEMES:
             return redis.RedisCluster.from_url(
-                driver_url, retry=no_retries, **_no_maintenance_notifications(redis.RedisCluster)
+                driver_url, retry=no_retries, **_driver_options(redis.RedisCluster)
             )
-        return redis.Redis.from_url(
-            driver_url, retry=no_retries, **_no_maintenance_notifications(redis.Redis)
-        )
+        return redis.Redis.from_url(driver_url, retry=no_retries, **_driver_options(redis.Redis))
     except redis.AuthenticationError as exc:  # a ConnectionError, but not an outage
         raise InvalidOption(f"Redis refused the credentials in {url!r}: {exc}") from exc
     except UNAVAILABLE as exc:
@@ -78,8 +76,28 @@ def client_from_url(url: str, query: str) -> Client:
         raise InvalidOption(f"invalid Redis URL {url!r}: {exc}") from exc
 
 
-def _no_maintenance_notifications(kind: type[Client]) -> dict[str, Any]:
-    """The keyword that tells a client of `kind` not to ask for maintenance notifications.
+def _driver_options(kind: type[Client]) -> dict[str, Any]:
+    """Keywords for a client of `kind`: no maintenance notifications, and the driver's version.
+
+    See `_no_maintenance_notifications`. redis-py 7 and later also look up
+    their own version in the installed packages' metadata for each new
+    connection, unless told it (``driver_info``, which it sends to the
+    server with CLIENT SETINFO): a scan of every installed distribution and
+    a parse of redis-py's METADATA per connection. `redis.__version__` is
+    the same answer. Versions before 7 read it once, at import.
+    """
+    parameters = inspect.signature(kind.__init__).parameters
+    options = _no_maintenance_notifications(parameters)
+    if "driver_info" in parameters:
+        from redis.driver_info import DriverInfo
+
+        options["driver_info"] = DriverInfo(lib_version=redis.__version__)
+    return options
+
+
+def _no_maintenance_notifications(parameters: Mapping[str, object]) -> dict[str, Any]:
+    """The keyword that tells a client not to ask for maintenance notifications, if its
+    constructor's `parameters` take one.
 
     redis-py 7 and later ask every new connection's server for them
     (``CLIENT MAINT_NOTIFICATIONS``, a Redis Enterprise feature), and log a
@@ -93,7 +111,7 @@ def _no_maintenance_notifications(kind: type[Client]) -> dict[str, Any]:
         from redis.maint_notifications import MaintNotificationsConfig
     except ImportError:  # redis-py < 7
         return {}
-    if "maint_notifications_config" not in inspect.signature(kind.__init__).parameters:
+    if "maint_notifications_config" not in parameters:
         return {}  # a cluster client of redis-py 7.0 and 7.1
     return {"maint_notifications_config": MaintNotificationsConfig(enabled=False)}
 
