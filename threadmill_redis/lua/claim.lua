@@ -93,10 +93,12 @@ for i = 4, #ARGV do
     call_in_slices({ 'ZREM', K.ready }, members)
     -- One HINCRBY reserves a fresh token for each task of this queue.
     local last = redis.call('HINCRBY', K.counters, 'token', #members)
-    -- The batch is read, and written, one command per hash or index.
-    local ids = {}
+    -- The batch is read, and written, one command per hash or index. Every
+    -- member holds the queue's prefix and 19 digits of sort key before the
+    -- id (lib/member_id), so the id starts at the same place in each.
+    local ids, at_id = {}, #prefix + 20
     for n, member in ipairs(members) do
-      ids[n] = member_id(member)
+      ids[n] = string.sub(member, at_id)
     end
     local states = hmget_all(K.state, ids)
     local payloads = hmget_all(K.payload, ids)

@@ -116,7 +116,8 @@ local function complete_later(id, sort, queue, state, status, errors, result)
   local p = pending
   local n = p.n + 1
   p.n = n
-  p.running[n] = timed_member(queue, tonumber(sort), id)
+  -- `sort` as text: lib/timed_member formats it once per batch, never parsed.
+  p.running[n] = timed_member(queue, sort, id)
   p.leases[n] = id
   p.state[2 * n - 1], p.state[2 * n] = id, state
   if errors == '[]' then
