@@ -420,8 +420,9 @@ class RedisBackend(Backend):
             ]
         if not decisions:
             return []
-        reply = self._decide(args, [self.keys.notify(queue) for queue in queues])
-        return [decided(row, d) for row, d in zip(reply, decisions, strict=True)]
+        time, *rows = self._decide(args, [self.keys.notify(queue) for queue in queues])
+        finished_at = from_ms(int(time))  # of every completion applied (a bare OK row)
+        return [decided(row, d, finished_at) for row, d in zip(rows, decisions, strict=True)]
 
     def _decide(self, decisions: list[Any], notify: list[str]) -> Any:
         head = [self._ttl_ms, self.options.prune_batch, self.options.notify_cap]
