@@ -292,10 +292,11 @@ class RedisBackend(Backend):
             # A receipt per call (not per repeat): a repeat after a lost reply
             # is answered with the leases the first send granted.
             receipt = self.keys.claim_receipt(uuid.uuid4().hex)
-            rows: Sequence[Any] = self._run(
+            flat: Sequence[Any] = self._run(
                 "claim", [*head, want, *names], repeatable=True, receipt=receipt
             )
-            return rows
+            # The rows come flat, seven fields each (see claim.lua).
+            return [flat[at : at + 7] for at in range(0, len(flat), 7)]
 
         return self._filled(limit, take)
 

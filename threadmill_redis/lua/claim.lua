@@ -27,7 +27,9 @@
 --   ARGV[4..] queues       queue names, best first
 --
 -- Reply: one OK row per claimed task, best first, payload included (laid
--- out as lib/task_row); empty when nothing is ready. A queue's batch costs a
+-- out as lib/task_row), the rows flat: seven fields a task, one after
+-- another, in one list (a table a row would cost the server more than the
+-- rest of its reply); empty when nothing is ready. A queue's batch costs a
 -- fixed number of commands, whatever its size: its tokens come from one
 -- HINCRBY, its records are read with one HMGET per hash and written with one
 -- HSET or ZADD per hash or index, and the receipt is one RPUSH. A repeat answers REPEAT rows
@@ -57,7 +59,9 @@ if redis.call('EXISTS', K.receipt) == 1 then
   for i = 1, #held, 2 do
     local t = load_task(K, held[i])
     if t ~= nil and t.status == 'RUNNING' and t.token == held[i + 1] then
-      rows[#rows + 1] = task_row(K, t, code('REPEAT'), true)
+      for _, field in ipairs(task_row(K, t, code('REPEAT'), true)) do
+        rows[#rows + 1] = field
+      end
     end
   end
   return rows
@@ -79,14 +83,14 @@ for i = 4, #ARGV do
   end
 end
 
-local rows, receipt = {}, {}
+local rows, receipt, claimed = {}, {}, 0
 for i = 4, #ARGV do
-  if #rows >= limit then
+  if claimed >= limit then
     break
   end
   local prefix = queue_prefix(ARGV[i])
   local members = redis.call('ZRANGEBYLEX', K.ready, '[' .. prefix, '(' .. prefix .. ':',
-    'LIMIT', 0, limit - #rows)
+    'LIMIT', 0, limit - claimed)
   if #members > 0 then
     -- Out of READY first: a write that frees memory, so a server at its
     -- maxmemory (noeviction) still lets the claim go on and drain the queue.
@@ -119,15 +123,18 @@ for i = 4, #ARGV do
       receipt[at + two - 1], receipt[at + two] = id, token
       -- The row of lib/task_row, from what is being written: a RUNNING task
       -- has no result.
-      rows[#rows + 1] = { OK, id, state, payloads[n], errors[n], workers, false }
+      local r = 7 * (claimed + n)
+      rows[r - 6], rows[r - 5], rows[r - 4], rows[r - 3] = OK, id, state, payloads[n]
+      rows[r - 2], rows[r - 1], rows[r] = errors[n], workers, false
     end
     call_in_slices({ 'HSET', K.state }, state_args)
     call_in_slices({ 'HSET', K.workers }, worker_args)
     call_in_slices({ 'ZADD', K.running }, running)
     call_in_slices({ 'ZADD', K.leases }, leases)
+    claimed = claimed + #members
   end
 end
-if #rows > 0 then
+if claimed > 0 then
   call_in_slices({ 'RPUSH', K.receipt }, receipt)
   redis.call('PEXPIRE', K.receipt, lease_ms)
 end
