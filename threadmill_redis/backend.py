@@ -83,6 +83,7 @@ from threadmill_redis.options import RedisOptions, split_query
 from threadmill_redis.replies import (
     Row,
     answer,
+    claimed_rows,
     decided,
     encode_worker,
     enqueued,
@@ -288,19 +289,17 @@ class RedisBackend(Backend):
         if not names:
             return []
 
-        def take(want: int) -> Sequence[Any]:
+        def take(want: int) -> list[Row]:
             # A receipt per call (not per repeat): a repeat after a lost reply
             # is answered with the leases the first send granted.
             receipt = self.keys.claim_receipt(uuid.uuid4().hex)
-            flat: Sequence[Any] = self._run(
-                "claim", [*head, want, *names], repeatable=True, receipt=receipt
+            return claimed_rows(
+                self._run("claim", [*head, want, *names], repeatable=True, receipt=receipt)
             )
-            # The rows come flat, seven fields each (see claim.lua).
-            return [flat[at : at + 7] for at in range(0, len(flat), 7)]
 
         return self._filled(limit, take)
 
-    def _filled(self, limit: int, take: Callable[[int], Sequence[Any]]) -> list[Lease]:
+    def _filled(self, limit: int, take: Callable[[int], list[Row]]) -> list[Lease]:
         """Leases from claim rows of `take(n)` calls, poison quarantined and not counted.
 
         One call unless a claim found poison: then the rest of `limit` is
@@ -309,7 +308,7 @@ class RedisBackend(Backend):
         leases: list[Lease] = []
         while len(leases) < limit:
             want = limit - len(leases)
-            rows = [Row.parse(reply) for reply in take(want)]
+            rows = take(want)
             poison = []
             for row in rows:
                 try:
@@ -499,12 +498,12 @@ class RedisBackend(Backend):
         ttl = ttl_ms("claim_ttl", claim_ttl)
         given_back: list[str] = []
 
-        def take(want: int) -> Sequence[Any]:
+        def take(want: int) -> list[Row]:
             reply: list[Any] = self._run(
                 "claim_expired", [want, ttl, UNSTARTED_EXPIRY_LIMIT], repeatable=False
             )
             given_back.extend(queue.decode() for queue in reply[0])
-            return reply[1:]
+            return [Row.parse(row) for row in reply[1:]]
 
         leases = self._filled(check_limit(limit), take)
         if given_back:

@@ -285,6 +285,18 @@ class Row(NamedTuple):
         return Lease(token=state.token, deadline=state.deadline, record=record)
 
 
+def claimed_rows(reply: Sequence[Any]) -> list[Row]:
+    """The rows of a ``claim.lua`` reply: none, or the code, then five fields a row
+    (a task row without its code and result, which a RUNNING task has not)."""
+    if not reply:
+        return []
+    status = _BY_CODE[reply[0]]
+    return [
+        Row(status, reply[at].decode(), reply[at + 1], reply[at + 2], reply[at + 3], reply[at + 4])
+        for at in range(1, len(reply), 5)
+    ]
+
+
 def answer(reply: Sequence[Any], base: TaskResult | None = None) -> TaskResult | None:
     """The core result of a decision, requeue or cancel row: the record, or None if refused."""
     row = Row.parse(reply)
