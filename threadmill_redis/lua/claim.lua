@@ -31,11 +31,14 @@
 -- repeat), then one row per claimed task, best first, payload included, as
 -- lib/task_row lays it out without the code and the result (a RUNNING task
 -- has none): five fields a task, the rows one after another in the one list
--- (a table a row would cost the server more than the rest of its reply). A queue's batch costs a
--- fixed number of commands, whatever its size: its tokens come from one
--- HINCRBY, its records are read with one HMGET per hash and written with one
--- HSET or ZADD per hash or index, and the receipt is one RPUSH. A repeat answers the same
--- rows, in the same order, of the tasks still RUNNING under their tokens.
+-- (a table a row would cost the server more than the rest of its reply). A
+-- repeat answers the same rows, in the same order, of the tasks still
+-- RUNNING under their tokens.
+--
+-- A queue's batch costs a fixed number of commands, whatever its size: its
+-- tokens come from one HINCRBY, its records are read with one HMGET per hash
+-- and written with one HSET or ZADD per hash or index, and the receipt is one
+-- RPUSH.
 
 --@include "lib/call_in_slices"
 --@include "lib/claimed_state"
