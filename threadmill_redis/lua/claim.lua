@@ -115,20 +115,17 @@ for i = 4, #ARGV do
     local payloads = hmget_all(K.payload, ids)
     local errors = hmget_all(K.errors, ids)
     local old_workers = hmget_all(K.workers, ids)
-    local state_args, worker_args, running, leases = {}, {}, {}, {}
+    local state_args, worker_args = {}, {}
     local first = last - #members -- tokens first + n
     -- A call's tokens come from the one counter, in order: so one base for all.
     receipt[1] = receipt[1] or string.format('%d', first)
     for n, id in ipairs(ids) do
       local token = string.format('%d', first + n)
-      local state, queue = claimed_state(states[n], now_text, deadline_text, token)
+      local state = claimed_state(states[n], now_text, deadline_text, token)
       local workers = (old_workers[n] or '') .. worker_entry
       local two = 2 * n
       state_args[two - 1], state_args[two] = id, state
       worker_args[two - 1], worker_args[two] = id, workers
-      -- RUNNING's view and the lease index, as lib/index_task adds them.
-      running[two - 1], running[two] = '0', timed_member(queue, deadline, id)
-      leases[two - 1], leases[two] = deadline_text, id
       receipt[1 + claimed + n] = id
       -- The row of lib/task_row, from what is being written: a RUNNING task
       -- has no result.
@@ -138,6 +135,23 @@ for i = 4, #ARGV do
     end
     call_in_slices({ 'HSET', K.state }, state_args)
     call_in_slices({ 'HSET', K.workers }, worker_args)
+    -- RUNNING's view and the lease index, as lib/index_task adds them: the
+    -- batch shares its queue and deadline, so it sorts there by id, and it
+    -- is added last id first. A small sorted set is a list Redis scans from
+    -- the head for the place of each member added: so each lands before
+    -- the batch's others without passing them. (Only the cost depends on
+    -- the order.)
+    local sorted = {}
+    for n, id in ipairs(ids) do
+      sorted[n] = id
+    end
+    table.sort(sorted)
+    local running, leases, queue = {}, {}, ARGV[i]
+    for n = 1, #sorted do
+      local id, two = sorted[#sorted + 1 - n], 2 * n
+      running[two - 1], running[two] = '0', timed_member(queue, deadline, id)
+      leases[two - 1], leases[two] = deadline_text, id
+    end
     call_in_slices({ 'ZADD', K.running }, running)
     call_in_slices({ 'ZADD', K.leases }, leases)
     claimed = claimed + #members
