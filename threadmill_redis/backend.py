@@ -84,6 +84,7 @@ from threadmill_redis.options import RedisOptions, split_query
 from threadmill_redis.replies import (
     Row,
     answer,
+    claimed_rows,
     decided,
     encode_worker,
     enqueued,
@@ -289,20 +290,19 @@ class RedisBackend(Backend):
         if not names:
             return []
 
-        def take(want: int) -> Sequence[Any]:
+        def take(want: int) -> list[Row]:
             # A receipt per call (not per repeat): a repeat after a lost reply
             # is answered with the leases the first send granted. Its name is
             # made as task ids are, from random bytes read ahead, so a woken
             # worker's claim makes no system call for it (uuid4 would).
             receipt = self.keys.claim_receipt(new_task_id())
-            rows: Sequence[Any] = self._run(
-                "claim", [*head, want, *names], repeatable=True, receipt=receipt
+            return claimed_rows(
+                self._run("claim", [*head, want, *names], repeatable=True, receipt=receipt)
             )
-            return rows
 
         return self._filled(limit, take)
 
-    def _filled(self, limit: int, take: Callable[[int], Sequence[Any]]) -> list[Lease]:
+    def _filled(self, limit: int, take: Callable[[int], list[Row]]) -> list[Lease]:
         """Leases from claim rows of `take(n)` calls, poison quarantined and not counted.
 
         One call unless a claim found poison: then the rest of `limit` is
@@ -311,7 +311,7 @@ class RedisBackend(Backend):
         leases: list[Lease] = []
         while len(leases) < limit:
             want = limit - len(leases)
-            rows = [Row.parse(reply) for reply in take(want)]
+            rows = take(want)
             poison = []
             for row in rows:
                 try:
@@ -423,8 +423,9 @@ class RedisBackend(Backend):
             ]
         if not decisions:
             return []
-        reply = self._decide(args, [self.keys.notify(queue) for queue in queues])
-        return [decided(row, d) for row, d in zip(reply, decisions, strict=True)]
+        time, *rows = self._decide(args, [self.keys.notify(queue) for queue in queues])
+        finished_at = from_ms(int(time))  # of every completion applied (a bare OK row)
+        return [decided(row, d, finished_at) for row, d in zip(rows, decisions, strict=True)]
 
     def _decide(self, decisions: list[Any], notify: list[str]) -> Any:
         head = [self._ttl_ms, self.options.prune_batch, self.options.notify_cap]
@@ -502,12 +503,12 @@ class RedisBackend(Backend):
         ttl = ttl_ms("claim_ttl", claim_ttl)
         given_back: list[str] = []
 
-        def take(want: int) -> Sequence[Any]:
+        def take(want: int) -> list[Row]:
             reply: list[Any] = self._run(
                 "claim_expired", [want, ttl, UNSTARTED_EXPIRY_LIMIT], repeatable=False
             )
             given_back.extend(queue.decode() for queue in reply[0])
-            return reply[1:]
+            return [Row.parse(row) for row in reply[1:]]
 
         leases = self._filled(check_limit(limit), take)
         if given_back:

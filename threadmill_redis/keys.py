@@ -64,8 +64,10 @@ Bookkeeping and wake-ups::
     {ns}:counters     HASH  seq -> last entered-READY sequence, token -> last fencing token
     {ns}:queues       HASH  queue -> number of tasks stored (queues listed by counts())
     {ns}:notify:<q>   LIST  wake-up tokens for workers idle on queue q, capped
-    {ns}:claim:<r>    LIST  receipt of claim call r: id, token, id, token, ...;
-                            expires with the leases it granted (PEXPIRE lease_ms)
+    {ns}:claim:<r>    LIST  receipt of claim call r: a base, then the ids it granted, the
+                            n-th id's token being base + n (a call's tokens come from
+                            one counter, in order); expires with the leases it granted
+                            (PEXPIRE lease_ms)
 
 Telemetry (`RedisBackend.rates`): tasks that entered each queue (new ids
 stored by enqueue, requeues) and finished (reached SUCCESSFUL, FAILED or

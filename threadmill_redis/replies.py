@@ -285,6 +285,18 @@ class Row(NamedTuple):
         return Lease(token=state.token, deadline=state.deadline, record=record)
 
 
+def claimed_rows(reply: Sequence[Any]) -> list[Row]:
+    """The rows of a ``claim.lua`` reply: none, or the code, then five fields a row
+    (a task row without its code and result, which a RUNNING task has not)."""
+    if not reply:
+        return []
+    status = _BY_CODE[reply[0]]
+    return [
+        Row(status, reply[at].decode(), reply[at + 1], reply[at + 2], reply[at + 3], reply[at + 4])
+        for at in range(1, len(reply), 5)
+    ]
+
+
 def answer(reply: Sequence[Any], base: TaskResult | None = None) -> TaskResult | None:
     """The core result of a decision, requeue or cancel row: the record, or None if refused."""
     row = Row.parse(reply)
@@ -293,25 +305,40 @@ def answer(reply: Sequence[Any], base: TaskResult | None = None) -> TaskResult |
     return row.record(base)
 
 
-def decided(reply: Sequence[Any], decision: Decision) -> TaskResult | None:
+def decided(
+    reply: Sequence[Any] | int, decision: Decision, finished_at: datetime | None = None
+) -> TaskResult | None:
     """The core result of a complete, retry or decide_many row.
 
     An OK row (applied now) carries only the new state: the errors and return
     value are the decision's own, and the worker ids are the lease's, so
     nothing is read back or decoded again. Of an OK completion only the
-    finished time is read: a completion changes no other field of the state
-    the lease's record holds (see ``lib/mark_finished``), and the status is
-    the decision's. A REPEAT row carries what the first call stored.
+    finished time is read (see `completed`). In a decide_many reply an OK
+    completion is the bare code, nothing else, and `finished_at` is its
+    call's time, the reply's head. A REPEAT row carries what the first call
+    stored.
     """
+    if isinstance(reply, int):  # only an OK completion is a bare code
+        return completed(decision, finished_at)
     if reply[0] != Status.OK:
         return answer(reply, decision.lease.record)
+    if decision.retry_delay is None:
+        return completed(decision, parse_finished_at(reply[2]))
+    claimed = decision.lease.record
+    state = parse_state(reply[2])
+    errors = tuple(decision.record.errors)
+    return with_state(
+        claimed, state, errors=errors, worker_ids=claimed.worker_ids, return_value=None
+    )
+
+
+def completed(decision: Decision, finished_at: datetime | None) -> TaskResult:
+    """The record a completion applied now stored, finished at `finished_at`.
+
+    A completion changes no other field of the state the lease's record
+    holds (see ``lib/mark_finished``), and the status is the decision's.
+    """
     record, claimed = decision.record, decision.lease.record
-    if decision.retry_delay is not None:
-        state = parse_state(reply[2])
-        errors = tuple(record.errors)
-        return with_state(
-            claimed, state, errors=errors, worker_ids=claimed.worker_ids, return_value=None
-        )
     status = record.status
     return TaskResult(
         id=claimed.id,
@@ -326,7 +353,7 @@ def decided(reply: Sequence[Any], decision: Decision) -> TaskResult | None:
         run_after=claimed.run_after,
         started_at=claimed.started_at,
         last_attempted_at=claimed.last_attempted_at,
-        finished_at=parse_finished_at(reply[2]),
+        finished_at=finished_at,
         attempts=claimed.attempts,
         errors=tuple(record.errors),
         worker_ids=claimed.worker_ids,

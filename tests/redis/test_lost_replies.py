@@ -125,6 +125,23 @@ def test_a_claim_whose_reply_was_lost_is_answered_with_the_same_leases(
     assert all(backend.decide_many(done)), "the repeated leases are the current ones"
 
 
+def test_a_repeated_claim_across_queues_answers_each_lease_under_its_own_token(
+    backend: RedisBackend,
+) -> None:
+    """The receipt keeps one base for the call's tokens, whatever the queues granted."""
+    backend.enqueue(tasks(2, queue="a") + tasks(2, queue="b"))
+    DroppingConnection.drop(scripts.load("claim").sha)
+    leases = backend.claim(["a", "b"], worker="w", lease_ttl=LEASE, limit=3)
+    assert DroppingConnection.armed[scripts.load("claim").sha.encode()] == 0
+    assert [lease.record.queue for lease in leases] == ["a", "a", "b"]
+    assert len({lease.token for lease in leases}) == 3
+    done = [
+        Decision(lease=lease, record=attrs.evolve(lease.record, status=TaskResultStatus.SUCCESSFUL))
+        for lease in leases
+    ]
+    assert all(backend.decide_many(done)), "the repeated leases are the current ones"
+
+
 def test_a_claim_that_loses_every_reply_raises_and_its_leases_lapse(backend: RedisBackend) -> None:
     """When every repeat of a claim loses its reply, RedisUnavailable is raised, applied once."""
     backend.enqueue(tasks(2))

@@ -20,18 +20,25 @@
 --   KEYS[14] finished    ZSET terminal ids by finished_at ms
 --   KEYS[15] counters    HASH seq and token counters
 --   KEYS[16] queues      HASH queue -> number of tasks stored
---   KEYS[17] receipt     LIST this call's receipt (unique per call, same on a repeat)
+--   KEYS[17] receipt     LIST this call's receipt (unique per call, same on a repeat): the
+--                        tokens' base, then the ids granted (the n-th id's token is base + n)
 --   ARGV[1]  worker_entry  the worker's id, encoded for the workers hash
 --   ARGV[2]  lease_ms      lease length in milliseconds
 --   ARGV[3]  limit         most tasks to claim
 --   ARGV[4..] queues       queue names, best first
 --
--- Reply: one OK row per claimed task, best first, payload included (laid
--- out as lib/task_row); empty when nothing is ready. A queue's batch costs a
--- fixed number of commands, whatever its size: its tokens come from one
--- HINCRBY, its records are read with one HMGET per hash and written with one
--- HSET or ZADD per hash or index, and the receipt is one RPUSH. A repeat answers REPEAT rows
--- in the same order.
+-- Reply: empty when nothing is ready; else the code (OK, or REPEAT on a
+-- repeat), then one row per claimed task, best first, payload included, as
+-- lib/task_row lays it out without the code and the result (a RUNNING task
+-- has none): five fields a task, the rows one after another in the one list
+-- (a table a row would cost the server more than the rest of its reply). A
+-- repeat answers the same rows, in the same order, of the tasks still
+-- RUNNING under their tokens.
+--
+-- A queue's batch costs a fixed number of commands, whatever its size: its
+-- tokens come from one HINCRBY, its records are read with one HMGET per hash
+-- and written with one HSET or ZADD per hash or index, and the receipt is one
+-- RPUSH.
 
 --@include "lib/call_in_slices"
 --@include "lib/claimed_state"
@@ -52,15 +59,19 @@ local lease_ms = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 
 if redis.call('EXISTS', K.receipt) == 1 then
-  local rows = {}
+  local rows = { code('REPEAT') }
   local held = redis.call('LRANGE', K.receipt, 0, -1)
-  for i = 1, #held, 2 do
-    local t = load_task(K, held[i])
-    if t ~= nil and t.status == 'RUNNING' and t.token == held[i + 1] then
-      rows[#rows + 1] = task_row(K, t, code('REPEAT'), true)
+  local base = tonumber(held[1])
+  for n = 1, #held - 1 do
+    local t = load_task(K, held[n + 1])
+    if t ~= nil and t.status == 'RUNNING' and t.token == string.format('%d', base + n) then
+      local row = task_row(K, t, code('REPEAT'), true)
+      for f = 2, 6 do
+        rows[#rows + 1] = row[f]
+      end
     end
   end
-  return rows
+  return #rows > 1 and rows or {}
 end
 
 local now, now_text = now_ms()
@@ -79,54 +90,76 @@ for i = 4, #ARGV do
   end
 end
 
-local rows, receipt = {}, {}
+local rows, receipt, claimed = { OK }, {}, 0
 for i = 4, #ARGV do
-  if #rows >= limit then
+  if claimed >= limit then
     break
   end
   local prefix = queue_prefix(ARGV[i])
   local members = redis.call('ZRANGEBYLEX', K.ready, '[' .. prefix, '(' .. prefix .. ':',
-    'LIMIT', 0, limit - #rows)
+    'LIMIT', 0, limit - claimed)
   if #members > 0 then
     -- Out of READY first: a write that frees memory, so a server at its
     -- maxmemory (noeviction) still lets the claim go on and drain the queue.
     call_in_slices({ 'ZREM', K.ready }, members)
     -- One HINCRBY reserves a fresh token for each task of this queue.
     local last = redis.call('HINCRBY', K.counters, 'token', #members)
-    -- The batch is read, and written, one command per hash or index.
-    local ids = {}
+    -- The batch is read, and written, one command per hash or index. Every
+    -- member holds the queue's prefix and 19 digits of sort key before the
+    -- id (lib/member_id), so the id starts at the same place in each.
+    local ids, at_id = {}, #prefix + 20
     for n, member in ipairs(members) do
-      ids[n] = member_id(member)
+      ids[n] = string.sub(member, at_id)
     end
     local states = hmget_all(K.state, ids)
     local payloads = hmget_all(K.payload, ids)
     local errors = hmget_all(K.errors, ids)
     local old_workers = hmget_all(K.workers, ids)
-    local state_args, worker_args, running, leases = {}, {}, {}, {}
-    local first, at = last - #members, #receipt -- tokens first + n; where receipt goes on
+    local state_args, worker_args = {}, {}
+    local first = last - #members -- tokens first + n
+    -- A call's tokens come from the one counter, in order: so one base for all.
+    receipt[1] = receipt[1] or string.format('%d', first)
     for n, id in ipairs(ids) do
       local token = string.format('%d', first + n)
-      local state, queue = claimed_state(states[n], now_text, deadline_text, token)
+      local state = claimed_state(states[n], now_text, deadline_text, token)
       local workers = (old_workers[n] or '') .. worker_entry
       local two = 2 * n
       state_args[two - 1], state_args[two] = id, state
       worker_args[two - 1], worker_args[two] = id, workers
-      -- RUNNING's view and the lease index, as lib/index_task adds them.
-      running[two - 1], running[two] = '0', timed_member(queue, deadline, id)
-      leases[two - 1], leases[two] = deadline_text, id
-      receipt[at + two - 1], receipt[at + two] = id, token
+      receipt[1 + claimed + n] = id
       -- The row of lib/task_row, from what is being written: a RUNNING task
       -- has no result.
-      rows[#rows + 1] = { OK, id, state, payloads[n], errors[n], workers, false }
+      local r = 1 + 5 * (claimed + n)
+      rows[r - 4], rows[r - 3], rows[r - 2], rows[r - 1], rows[r] =
+        id, state, payloads[n], errors[n], workers
     end
     call_in_slices({ 'HSET', K.state }, state_args)
     call_in_slices({ 'HSET', K.workers }, worker_args)
+    -- RUNNING's view and the lease index, as lib/index_task adds them: the
+    -- batch shares its queue and deadline, so it sorts there by id, and it
+    -- is added last id first. A small sorted set is a list Redis scans from
+    -- the head for the place of each member added: so each lands before
+    -- the batch's others without passing them. (Only the cost depends on
+    -- the order.)
+    local sorted = {}
+    for n, id in ipairs(ids) do
+      sorted[n] = id
+    end
+    table.sort(sorted)
+    local running, leases, queue = {}, {}, ARGV[i]
+    for n = 1, #sorted do
+      local id, two = sorted[#sorted + 1 - n], 2 * n
+      running[two - 1], running[two] = '0', timed_member(queue, deadline, id)
+      leases[two - 1], leases[two] = deadline_text, id
+    end
     call_in_slices({ 'ZADD', K.running }, running)
     call_in_slices({ 'ZADD', K.leases }, leases)
+    claimed = claimed + #members
   end
 end
-if #rows > 0 then
-  call_in_slices({ 'RPUSH', K.receipt }, receipt)
-  redis.call('PEXPIRE', K.receipt, lease_ms)
+if claimed == 0 then
+  return {}
 end
+call_in_slices({ 'RPUSH', K.receipt }, receipt)
+redis.call('PEXPIRE', K.receipt, lease_ms)
 return rows

@@ -31,7 +31,12 @@
 --            status (complete) or delay_ms (retry), encoded errors,
 --            encoded result ('' for none), KEYS index of the notify list
 --
--- Reply: one row per decision, in order, as complete.lua and retry.lua reply.
+-- Reply: the server time of the call (decimal ms), at which every completion
+-- it applied finished; then one row per decision, in order, as complete.lua
+-- and retry.lua reply, but for an applied completion: the bare OK code. The
+-- caller has the errors and result it sent, and the state such a completion
+-- leaves follows from the lease's and that time (lib/finished_state), so
+-- nothing of the task is sent back.
 --
 -- Cost: the usual batch (completions of distinct tasks) takes a fixed
 -- number of commands, whatever its size: one HMGET reads every state, and
@@ -116,7 +121,8 @@ local function complete_later(id, sort, queue, state, status, errors, result)
   local p = pending
   local n = p.n + 1
   p.n = n
-  p.running[n] = timed_member(queue, tonumber(sort), id)
+  -- `sort` as text: lib/timed_member formats it once per batch, never parsed.
+  p.running[n] = timed_member(queue, sort, id)
   p.leases[n] = id
   p.state[2 * n - 1], p.state[2 * n] = id, state
   if errors == '[]' then
@@ -135,7 +141,7 @@ local function complete_later(id, sort, queue, state, status, errors, result)
   p.finished[2 * n - 1], p.finished[2 * n] = now_text, id
 end
 
-local rows, counts, seen = {}, {}, {}
+local rows, counts, seen = { now_text }, {}, {}
 for n, id in ipairs(ids) do
   local i = 4 + (n - 1) * 7
   local kind, token = ARGV[i], ARGV[i + 2]
@@ -171,8 +177,10 @@ for n, id in ipairs(ids) do
   end
   if status_code == REFUSED then
     rows[#rows + 1] = { status_code, id }
+  elseif status_code == OK and kind == 'complete' then
+    rows[#rows + 1] = status_code
   elseif status_code == OK then
-    -- Applied now: the caller has the errors and result it sent; only the state is news.
+    -- A retry applied now: the caller has the errors it sent; only the state is news.
     rows[#rows + 1] = { status_code, id, saved }
   else
     rows[#rows + 1] = task_row(K, t, status_code, false)

@@ -6,7 +6,9 @@
 -- their due time, lease deadline or finished time.
 local sort_keys = {}
 
--- The member of a task in any other segment: `sort` is a time in ms.
+-- The member of a task in any other segment: `sort` is a time in ms, a
+-- number or its decimal text (as stored: a batch read from states needs no
+-- tonumber, and each text is formatted once).
 local function timed_member(queue, sort, id)
   local key = sort_keys[sort]
   if key == nil then
