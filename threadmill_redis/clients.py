@@ -22,7 +22,7 @@ import logging
 import ssl
 from collections.abc import Iterator, Mapping
 from typing import Any, TypeAlias
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 import redis
 from redis.backoff import NoBackoff
@@ -57,12 +57,15 @@ def client_from_url(url: str, query: str) -> Client:
     if not parts.netloc:  # urlunsplit writes "unix:/path"; redis-py reads only "unix:///path"
         driver_url = driver_url.replace(":", "://", 1)
     no_retries = Retry(NoBackoff(), 0)
+    protocol = parse_qs(query).get("protocol", [None])[-1]
     try:
         if parts.scheme in CLUSTER_SCHEMES:
             return redis.RedisCluster.from_url(
-                driver_url, retry=no_retries, **_driver_options(redis.RedisCluster)
+                driver_url, retry=no_retries, **_driver_options(redis.RedisCluster, protocol)
             )
-        return redis.Redis.from_url(driver_url, retry=no_retries, **_driver_options(redis.Redis))
+        return redis.Redis.from_url(
+            driver_url, retry=no_retries, **_driver_options(redis.Redis, protocol)
+        )
     except redis.AuthenticationError as exc:  # a ConnectionError, but not an outage
         raise InvalidOption(f"Redis refused the credentials in {url!r}: {exc}") from exc
     except UNAVAILABLE as exc:
@@ -76,8 +79,9 @@ def client_from_url(url: str, query: str) -> Client:
         raise InvalidOption(f"invalid Redis URL {url!r}: {exc}") from exc
 
 
-def _driver_options(kind: type[Client]) -> dict[str, Any]:
-    """Keywords for a client of `kind`: no maintenance notifications, and the driver's version.
+def _driver_options(kind: type[Client], protocol: str | None) -> dict[str, Any]:
+    """Keywords for a client of `kind` speaking RESP `protocol` (None: the driver's default):
+    no maintenance notifications, and the driver's version.
 
     See `_no_maintenance_notifications`. redis-py 7 and later also look up
     their own version in the installed packages' metadata for each new
@@ -87,7 +91,7 @@ def _driver_options(kind: type[Client]) -> dict[str, Any]:
     the same answer. Versions before 7 read it once, at import.
     """
     parameters = inspect.signature(kind.__init__).parameters
-    options = _no_maintenance_notifications(parameters)
+    options = _no_maintenance_notifications(kind, parameters, protocol)
     if "driver_info" in parameters:
         from redis.driver_info import DriverInfo
 
@@ -95,9 +99,11 @@ def _driver_options(kind: type[Client]) -> dict[str, Any]:
     return options
 
 
-def _no_maintenance_notifications(parameters: Mapping[str, object]) -> dict[str, Any]:
-    """The keyword that tells a client not to ask for maintenance notifications, if its
-    constructor's `parameters` take one.
+def _no_maintenance_notifications(
+    kind: type[Client], parameters: Mapping[str, object], protocol: str | None
+) -> dict[str, Any]:
+    """The keyword that tells a client of `kind` not to ask for maintenance notifications,
+    if its constructor's `parameters` take one and it would ask.
 
     redis-py 7 and later ask every new connection's server for them
     (``CLIENT MAINT_NOTIFICATIONS``, a Redis Enterprise feature), and log a
@@ -109,10 +115,15 @@ def _no_maintenance_notifications(parameters: Mapping[str, object]) -> dict[str,
     """
     try:
         from redis.maint_notifications import MaintNotificationsConfig
+        from redis.utils import check_protocol_version
     except ImportError:  # redis-py < 7
         return {}
     if "maint_notifications_config" not in parameters:
         return {}  # a cluster client of redis-py 7.0 and 7.1
+    if kind is redis.RedisCluster and not check_protocol_version(protocol, 3):
+        # A cluster client asks only over RESP3; over RESP2 (redis-py 7's default),
+        # redis-py 7.4 refuses the option itself there, even to say no.
+        return {}
     return {"maint_notifications_config": MaintNotificationsConfig(enabled=False)}
 
 
