@@ -85,6 +85,7 @@ from threadmill_redis.replies import (
     Row,
     answer,
     claimed_rows,
+    completed,
     decided,
     encode_worker,
     enqueued,
@@ -425,7 +426,10 @@ class RedisBackend(Backend):
             return []
         time, *rows = self._decide(args, [self.keys.notify(queue) for queue in queues])
         finished_at = from_ms(int(time))  # of every completion applied (a bare OK row)
-        return [decided(row, d, finished_at) for row, d in zip(rows, decisions, strict=True)]
+        return [
+            completed(d, finished_at) if isinstance(row, int) else decided(row, d)
+            for row, d in zip(rows, decisions, strict=True)
+        ]
 
     def _decide(self, decisions: list[Any], notify: list[str]) -> Any:
         head = [self._ttl_ms, self.options.prune_batch, self.options.notify_cap]

@@ -14,6 +14,8 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
+import attrs
+
 from threadmill_core import codec
 from threadmill_core.clock import from_ms, to_ms
 from threadmill_core.errors import PayloadError
@@ -305,21 +307,15 @@ def answer(reply: Sequence[Any], base: TaskResult | None = None) -> TaskResult |
     return row.record(base)
 
 
-def decided(
-    reply: Sequence[Any] | int, decision: Decision, finished_at: datetime | None = None
-) -> TaskResult | None:
+def decided(reply: Sequence[Any], decision: Decision) -> TaskResult | None:
     """The core result of a complete, retry or decide_many row.
 
     An OK row (applied now) carries only the new state: the errors and return
     value are the decision's own, and the worker ids are the lease's, so
     nothing is read back or decoded again. Of an OK completion only the
-    finished time is read (see `completed`). In a decide_many reply an OK
-    completion is the bare code, nothing else, and `finished_at` is its
-    call's time, the reply's head. A REPEAT row carries what the first call
-    stored.
+    finished time is read (see `completed`). A REPEAT row carries what the
+    first call stored.
     """
-    if isinstance(reply, int):  # only an OK completion is a bare code
-        return completed(decision, finished_at)
     if reply[0] != Status.OK:
         return answer(reply, decision.lease.record)
     if decision.retry_delay is None:
@@ -338,25 +334,13 @@ def completed(decision: Decision, finished_at: datetime | None) -> TaskResult:
     A completion changes no other field of the state the lease's record
     holds (see ``lib/mark_finished``), and the status is the decision's.
     """
-    record, claimed = decision.record, decision.lease.record
+    record = decision.record
     status = record.status
-    return TaskResult(
-        id=claimed.id,
-        task_path=claimed.task_path,
-        args=claimed.args,
-        kwargs=claimed.kwargs,
-        queue=claimed.queue,
-        priority=claimed.priority,
-        retry=claimed.retry,
+    return attrs.evolve(
+        decision.lease.record,
         status=status,
-        enqueued_at=claimed.enqueued_at,
-        run_after=claimed.run_after,
-        started_at=claimed.started_at,
-        last_attempted_at=claimed.last_attempted_at,
         finished_at=finished_at,
-        attempts=claimed.attempts,
         errors=tuple(record.errors),
-        worker_ids=claimed.worker_ids,
         return_value=record.return_value if status is TaskResultStatus.SUCCESSFUL else None,
     )
 
