@@ -130,8 +130,8 @@ def __getattr__(name: str) -> cattrs.Converter:
 
 
 #: One encoder for every call: `json.dumps` with options builds a new one each time.
-#: It does not look for cycles: what it is given was checked (`check_value`), and a
-#: value that holds itself never passes the checks.
+#: It does not look for cycles: what it is given was checked (`check_value`), which
+#: refuses a value that holds itself.
 _encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), check_circular=False)
 
 

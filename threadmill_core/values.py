@@ -25,8 +25,19 @@ def check_value(value: object, path: str) -> None:
     """Raise `UnsupportedValue` naming the first part of `value` the codec cannot carry.
 
     Types are checked exactly, not with isinstance: a subclass of int or str
-    (an IntEnum, say) would come back as its base class.
+    (an IntEnum, say) would come back as its base class. A value that holds
+    itself, or nests deeper than Python's recursion limit, is refused too:
+    the encoder could not write it (and does not look for cycles itself).
     """
+    try:
+        _check_value(value, path)
+    except RecursionError:
+        raise UnsupportedValue(
+            path, value, reason="holds itself, or nests deeper than Python's recursion limit"
+        ) from None
+
+
+def _check_value(value: object, path: str) -> None:
     if type(value) is str:
         if not value.isascii():
             try:
@@ -51,7 +62,7 @@ def check_value(value: object, path: str) -> None:
     if type(value) is list:
         for index, item in enumerate(value):
             if not _carried(item):
-                check_value(item, f"{path}[{index}]")
+                _check_value(item, f"{path}[{index}]")
         return
     if type(value) is dict:
         for key, item in value.items():
@@ -62,7 +73,7 @@ def check_value(value: object, path: str) -> None:
                     reason=f"has a key of type {type(key).__qualname__}; dict keys must be str",
                 )
             if not _carried(item):
-                check_value(item, f"{path}[{key!r}]")
+                _check_value(item, f"{path}[{key!r}]")
         return
     raise UnsupportedValue(path, value)
 

@@ -91,6 +91,17 @@ def test_unsupported_values_are_named_by_path(
     assert str(info.value).startswith(path)
 
 
+def test_a_value_that_holds_itself_is_refused_by_name() -> None:
+    """A list that contains itself is an `UnsupportedValue` naming the argument, not a
+    RecursionError (the encoder, which is given only checked values, does not look for cycles)."""
+    looped: list[Any] = [1]
+    looped.append(looped)
+    with pytest.raises(UnsupportedValue) as info:
+        check_arguments((0, looped), {})
+    assert info.value.path == "args[1]"
+    assert "holds itself" in str(info.value)
+
+
 def test_record_round_trips_with_every_field() -> None:
     """A fully populated record encodes and decodes to an equal record."""
     moment = datetime(2030, 5, 6, 7, 8, 9, 123000, tzinfo=UTC)
