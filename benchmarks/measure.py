@@ -82,7 +82,7 @@ class Bench:
     ) -> contextlib.AbstractContextManager[WorkerProcess]:
         env = {URL_VARIABLE: self.redis_url, **peer.worker_env()}
         log_path = self.log_dir / f"{label}-{peer.name}-{threads}t.log"
-        return running(peer.worker_command(threads), env, log_path)
+        return running(peer.worker_command(threads), env, log_path, peer.worker_cwd())
 
     # --- waiting on the workers ----------------------------------------------------------
 

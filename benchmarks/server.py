@@ -121,7 +121,9 @@ class RedisServer:
 class WorkerProcess:
     """One worker command in its own process group, its output in `log_path`."""
 
-    def __init__(self, command: Sequence[str], env: Mapping[str, str], log_path: Path) -> None:
+    def __init__(
+        self, command: Sequence[str], env: Mapping[str, str], log_path: Path, cwd: Path = REPO_ROOT
+    ) -> None:
         self.command = list(command)
         self.log_path = log_path
         full_env = dict(os.environ)
@@ -135,7 +137,7 @@ class WorkerProcess:
         self.process = subprocess.Popen(
             self.command,
             env=full_env,
-            cwd=REPO_ROOT,
+            cwd=cwd,
             stdin=subprocess.DEVNULL,
             stdout=self._log,
             stderr=subprocess.STDOUT,
@@ -176,9 +178,9 @@ class WorkerProcess:
 
 @contextlib.contextmanager
 def running(
-    command: Sequence[str], env: Mapping[str, str], log_path: Path
+    command: Sequence[str], env: Mapping[str, str], log_path: Path, cwd: Path = REPO_ROOT
 ) -> Iterator[WorkerProcess]:
-    worker = WorkerProcess(command, env, log_path)
+    worker = WorkerProcess(command, env, log_path, cwd)
     try:
         yield worker
     finally:

@@ -23,7 +23,10 @@ import abc
 import importlib
 import importlib.metadata
 import sys
+from pathlib import Path
 from typing import ClassVar
+
+from benchmarks.server import REPO_ROOT
 
 #: Every system the harness knows, in table order: name -> module:class.
 REGISTRY: dict[str, str] = {
@@ -95,6 +98,10 @@ class Peer(abc.ABC):
     def worker_env(self) -> dict[str, str]:
         """Extra environment for the worker process."""
         return {}
+
+    def worker_cwd(self) -> Path:
+        """The directory the worker runs in: this repository, where the benchmark's tasks are."""
+        return REPO_ROOT
 
     @abc.abstractmethod
     def describe(self, threads: int) -> str:

@@ -90,6 +90,12 @@ class CheckoutPeer(Peer):
         """The checkout's packages first on the import path, then this repository's benchmarks."""
         return {"PYTHONPATH": f"{self._links}{os.pathsep}{REPO_ROOT}"}
 
+    def worker_cwd(self) -> Path:
+        """The folder of the checkout's packages: a worker that puts the directory it runs in
+        first on `sys.path` (``threadmill worker`` does) must find them there, not this
+        repository's (the benchmark's tasks are on PYTHONPATH, after them)."""
+        return self._links
+
     def setup(self) -> None:
         env = {**os.environ, URL_VARIABLE: self.redis_url, **self.worker_env()}
         self._driver = subprocess.Popen(
