@@ -132,6 +132,31 @@ class TaskResult:
         return self.status.is_terminal
 
 
+def with_call(
+    record: TaskResult, task_id: str, args: list[JSON], kwargs: dict[str, JSON]
+) -> TaskResult:
+    """``attrs.evolve(record, id=task_id, args=args, kwargs=kwargs)``, without `__init__`.
+
+    For a backend answering a batch of calls of one task (see
+    `Backend.enqueue_calls`): the first call's record is made by the class,
+    every later one is this copy of it. None of the three fields changed has
+    a validator (a call's arguments are checked by
+    `threadmill_core.checks.check_calls` before anything is stored), and
+    every other field is `record`'s, validated when it was made, so there is
+    nothing left to check, and the copy costs a third of what the class's
+    ``__init__`` or `attrs.evolve` do (seventeen keyword arguments, six
+    validators). It relies on `TaskResult` keeping its fields in its
+    instance ``__dict__`` (it is not slotted) and on its having no
+    ``__attrs_post_init__``; tests/core/test_models.py pins that the copy
+    equals `attrs.evolve`'s.
+    """
+    copy: TaskResult = object.__new__(TaskResult)
+    fields = copy.__dict__
+    fields.update(record.__dict__)
+    fields["id"], fields["args"], fields["kwargs"] = task_id, args, kwargs
+    return copy
+
+
 #: One call of a task, as `Backend.enqueue_calls` takes it: the new task's id, its
 #: positional arguments (a list) and its keyword arguments (a dict).
 TaskCall: TypeAlias = tuple[str, list[Any], dict[str, Any]]

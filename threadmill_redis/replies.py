@@ -19,7 +19,14 @@ import attrs
 from threadmill_core import codec
 from threadmill_core.clock import from_ms, to_ms
 from threadmill_core.errors import PayloadError
-from threadmill_core.models import Decision, Lease, TaskError, TaskResult, TaskResultStatus
+from threadmill_core.models import (
+    Decision,
+    Lease,
+    TaskError,
+    TaskResult,
+    TaskResultStatus,
+    with_call,
+)
 from threadmill_redis.arguments import Group
 
 
@@ -367,7 +374,9 @@ def enqueued(rows: Sequence[Any], groups: Sequence[Group], now_ms: int) -> list[
     the state the script set: DEFERRED when its `run_after` (in whole ms) is
     later than `now_ms`, else READY, enqueued at `now_ms`; every other field
     at its default, whatever the caller had set. Any other row is the stored
-    record of a repeated id. What a group's tasks share is read once.
+    record of a repeated id. What a group's tasks share is read once, and
+    only its first stored record is made by the class: the others are copies
+    of it with their own id and arguments (`with_call`).
     """
     enqueued_at = from_ms(now_ms)
     results: list[TaskResult] = []
@@ -381,26 +390,27 @@ def enqueued(rows: Sequence[Any], groups: Sequence[Group], now_ms: int) -> list[
             run_after = from_ms(ms)
             if ms > now_ms:
                 status = TaskResultStatus.DEFERRED
-        task_path, queue, priority, retry = base.task_path, base.queue, base.priority, base.retry
+        first: TaskResult | None = None
         # Each group takes its rows from one iterator of them all; the count is checked below.
         for (task_id, args, kwargs), row in zip(calls, answers, strict=False):
             if row != ok:
                 results.append(Row.parse(row).record())
-                continue
-            results.append(
-                TaskResult(
+            elif first is not None:
+                results.append(with_call(first, task_id, args, kwargs))
+            else:
+                first = TaskResult(
                     id=task_id,
-                    task_path=task_path,
+                    task_path=base.task_path,
                     args=args,
                     kwargs=kwargs,
-                    queue=queue,
-                    priority=priority,
-                    retry=retry,
+                    queue=base.queue,
+                    priority=base.priority,
+                    retry=base.retry,
                     status=status,
                     enqueued_at=enqueued_at,
                     run_after=run_after,
                 )
-            )
+                results.append(first)
         sent += len(calls)
     if len(rows) != sent:
         raise ValueError(f"enqueue answered {len(rows)} rows for {sent} tasks")

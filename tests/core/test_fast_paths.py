@@ -1,4 +1,4 @@
-"""The shortcut a worker takes once per task gives exactly what the general path gives.
+"""The shortcuts taken once per task give exactly what the general paths give.
 
 `codec.decode_record` reads a well-formed enqueued payload with plain type
 checks instead of cattrs; it must agree with cattrs on everything it
@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -18,7 +19,7 @@ from hypothesis import strategies as st
 from threadmill_core import PayloadError, TaskResult
 from threadmill_core.codec import converter, decode_record, encode_enqueued, encode_record
 from threadmill_core.ids import new_task_id
-from threadmill_core.models import TaskContext
+from threadmill_core.models import TaskContext, with_call
 from threadmill_core.testing import strategies as ts
 
 records = st.builds(
@@ -99,3 +100,19 @@ def test_a_context_learns_its_lease_was_lost_once_and_for_good() -> None:
     assert context.lease_lost
     assert not other.lease_lost
     assert context == other  # the flag is not part of the value
+
+
+@given(records, st.builds(new_task_id), ts.task_args(), ts.task_kwargs())
+def test_a_call_copy_is_the_record_evolve_makes(
+    record: TaskResult, task_id: str, args: list[Any], kwargs: dict[str, Any]
+) -> None:
+    record = attrs.evolve(record, attempts=2, worker_ids=("w",))  # state fields are copied too
+    copy = with_call(record, task_id, args, kwargs)
+    expected = attrs.evolve(record, id=task_id, args=args, kwargs=kwargs)
+    assert type(copy) is TaskResult
+    assert encode_record(copy) == encode_record(expected)  # encoded: nan equals itself
+    assert list(vars(copy)) == [field.name for field in attrs.fields(TaskResult)]
+    assert (copy.id, copy.args, copy.kwargs) == (task_id, args, kwargs)
+    assert record.id != task_id or record is not copy
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        copy.id = "changed"  # type: ignore[misc]  # the point: it is frozen

@@ -301,6 +301,36 @@ def test_the_answer_to_a_new_task_copies_every_field_the_caller_gives() -> None:
     )
 
 
+def test_every_answer_of_a_batch_is_the_record_stored(
+    harness_on: Callable[..., Harness], client: redis.Redis
+) -> None:
+    """A batch's answers are the stored records, each its own call's, a repeat's included.
+
+    Only the first new task's record is made by the class, the rest copy it
+    (`with_call`); a repeat first makes the copies start from the next one.
+    """
+    backend = backend_of(harness_on(client))
+    [first] = backend.enqueue([TaskResult(id="t0", task_path="app:other", queue="q")])
+    later = backend.now() + timedelta(hours=1)
+    template = TaskResult(
+        id="ignored",
+        task_path="app:work",
+        queue="q",
+        priority=-4,
+        run_after=later,
+        retry=RetryPolicySpec(path="app:policy", options={"n": 1}),
+    )
+    calls = [(f"t{n}", [n], {"n": n}) for n in range(4)]
+    answers = backend.enqueue_calls(template, calls)
+    assert answers[0] == first == backend.get("t0")
+    for (task_id, args, kwargs), answer in zip(calls[1:], answers[1:], strict=True):
+        assert answer == backend.get(task_id)
+        assert (answer.id, answer.args, answer.kwargs) == (task_id, args, kwargs)
+        assert (answer.status, answer.run_after) == (TaskResultStatus.DEFERRED, later)
+        assert answer.enqueued_at == answers[1].enqueued_at is not None
+    assert len({id(answer.kwargs) for answer in answers}) == 4  # each call's own
+
+
 @pytest.mark.redis
 def test_an_enqueue_costs_a_fixed_number_of_commands_whatever_its_size(
     real_client: redis.Redis,
