@@ -244,9 +244,10 @@ def encode_calls(template: TaskResult, calls: Sequence[TaskCall]) -> list[bytes]
     A call's record is `template` with the call's id and arguments (see
     `threadmill_core.backend.call_record`). What the calls share (task path,
     queue, priority, retry policy) is unstructured and encoded once per
-    call of this function, as one JSON object; each call's own fields are
-    encoded as another, and the second object's members are joined to the
-    first's. Nothing encoded is kept after the call returns.
+    call of this function, as one JSON object; each call's own fields (its
+    id, args and kwargs) are encoded as another, or one by one where that
+    costs less, and joined to that object's members. Nothing encoded is
+    kept after the call returns.
     """
     fields = _unstructure_shared()(template)  # a new dict, ours to fill in
     if len(calls) == 1:  # one object: one encoding, nothing to join
@@ -256,11 +257,19 @@ def encode_calls(template: TaskResult, calls: Sequence[TaskCall]) -> list[bytes]
     # The shared object without its closing brace, for a call's own members to follow.
     text = _encoder.encode(fields)
     head = text[:-1] + "," if fields else "{"
-    own: dict[str, Any] = {}
     payloads: list[bytes] = []
+    own: dict[str, Any] = {}
     for task_id, args, kwargs in calls:
-        own["id"], own["args"], own["kwargs"] = task_id, args, kwargs
-        payloads.append((head + _encoder.encode(own)[1:]).encode())
+        if kwargs:
+            own["id"], own["args"], own["kwargs"] = task_id, args, kwargs
+            members = _encoder.encode(own)[1:]
+        else:
+            # The encoder sets itself up anew for each list or dict it is given, which
+            # costs more than a small call's text, and writes a str at once: without
+            # keyword arguments, the id and the args are cheaper encoded on their own.
+            args_text = _encoder.encode(args) if args else "[]"
+            members = f'"id":{_encoder.encode(task_id)},"args":{args_text},"kwargs":{{}}}}'
+        payloads.append((head + members).encode())
     return payloads
 
 
