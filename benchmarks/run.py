@@ -30,6 +30,7 @@ from benchmarks import measure, report
 from benchmarks.peers import REGISTRY, Peer, load
 from benchmarks.peers._common import URL_VARIABLE
 from benchmarks.peers.checkout import PACKAGES, CheckoutPeer
+from benchmarks.peers.own_process import InOwnProcess
 from benchmarks.server import REPO_ROOT, RedisServer, WorkerDied
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -365,6 +366,11 @@ def wait_for_quiet(longest: float, load: float) -> None:
         time.sleep(15)
 
 
+def _in_own_process(name: str, redis_url: str) -> Peer:
+    """Peer `name`, its producer in a process of its own (see `benchmarks.peers.own_process`)."""
+    return InOwnProcess(load(name, redis_url))
+
+
 def load_peers(
     wanted: Sequence[str], redis_url: str, baselines: Sequence[Path] = ()
 ) -> tuple[dict[str, Peer], dict[str, str]]:
@@ -375,7 +381,7 @@ def load_peers(
     peers: dict[str, Peer] = {}
     skipped: dict[str, str] = {}
     makers: list[tuple[str, Callable[[], Peer]]] = [
-        (name, functools.partial(load, name, redis_url)) for name in wanted
+        (name, functools.partial(_in_own_process, name, redis_url)) for name in wanted
     ]
     makers += [
         (f"baseline {path}", functools.partial(CheckoutPeer, redis_url, path)) for path in baselines

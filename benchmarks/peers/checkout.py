@@ -5,11 +5,10 @@
 measurement interleaved with the others as for any peer, so a change can be
 judged against the commit before it in one run on one machine.
 
-Two versions of one package cannot share a process, so both sides of this
-peer run in processes of their own: the producer in
-`benchmarks.peers.checkout_driver`, driven over a pipe (it times its own
-calls, as `ThreadmillPeer` does, so the pipe is not in the figures), and the
-worker as `ThreadmillPeer` starts it. Both import threadmill from the
+Both sides of this peer run in processes of their own, as every system's
+do: the producer in `benchmarks.peers.producer_driver`, driven over a pipe
+(see `benchmarks.peers.own_process`), and the worker as `ThreadmillPeer`
+starts it. Both import threadmill from the
 checkout (its ``threadmill_core``, ``threadmill_memory`` and
 ``threadmill_redis``, linked into a folder that comes first on the import
 path; ``python -P`` keeps the working directory off it) and the benchmark's
@@ -21,17 +20,15 @@ like any peer, and leaves it out of the floors.
 from __future__ import annotations
 
 import atexit
-import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from benchmarks.peers import Peer
-from benchmarks.peers._common import URL_VARIABLE
+from benchmarks.peers.own_process import ProducerProcess
 from benchmarks.peers.threadmill_peer import ThreadmillPeer
 from benchmarks.server import REPO_ROOT
 
@@ -80,7 +77,9 @@ class CheckoutPeer(Peer):
         atexit.register(shutil.rmtree, self._links, ignore_errors=True)
         for package in PACKAGES:
             (self._links / package).symlink_to(self.checkout / package, target_is_directory=True)
-        self._driver: subprocess.Popen[str] | None = None
+        self._producer = ProducerProcess(
+            self.name, "threadmill", redis_url, self.worker_env(), python_options=["-P"]
+        )
 
     @property
     def version(self) -> str:
@@ -97,39 +96,22 @@ class CheckoutPeer(Peer):
         return self._links
 
     def setup(self) -> None:
-        env = {**os.environ, URL_VARIABLE: self.redis_url, **self.worker_env()}
-        self._driver = subprocess.Popen(
-            [sys.executable, "-P", "-m", "benchmarks.peers.checkout_driver"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            env=env,
-            cwd=REPO_ROOT,
-        )
-        where = self._ask("setup")["threadmill_core"]
-        if not Path(where).resolve().is_relative_to(self.checkout):
+        where = self._producer.start()["threadmill_core"]
+        if where is None or not Path(where).resolve().is_relative_to(self.checkout):
             self.teardown()
             raise ImportError(f"the baseline's producer imported threadmill from {where}")
 
     def teardown(self) -> None:
-        driver, self._driver = self._driver, None
-        if driver is None:
-            return
-        try:
-            self._send(driver, "teardown")
-        finally:
-            if driver.stdin is not None:
-                driver.stdin.close()
-            driver.wait(timeout=30)
+        self._producer.stop()
 
     def enqueue(self, n: int) -> float:
-        return float(self._ask("enqueue", n=n)["seconds"])
+        return float(self._producer.ask("enqueue", n=n)["seconds"])
 
     def enqueue_batch(self, n: int) -> float:
-        return float(self._ask("enqueue_batch", n=n)["seconds"])
+        return float(self._producer.ask("enqueue_batch", n=n)["seconds"])
 
     def send_probe(self) -> None:
-        self._ask("send_probe")
+        self._producer.ask("send_probe")
 
     def worker_command(self, threads: int) -> list[str]:
         command = ThreadmillPeer(self.redis_url).worker_command(threads)
@@ -137,21 +119,3 @@ class CheckoutPeer(Peer):
 
     def describe(self, threads: int) -> str:
         return f"{ThreadmillPeer(self.redis_url).describe(threads)}, from {self.checkout}"
-
-    def _ask(self, op: str, **arguments: Any) -> dict[str, Any]:
-        if self._driver is None:
-            raise RuntimeError(f"{self.name}: set up first")
-        return self._send(self._driver, op, **arguments)
-
-    def _send(self, driver: subprocess.Popen[str], op: str, **arguments: Any) -> dict[str, Any]:
-        assert driver.stdin is not None
-        assert driver.stdout is not None
-        driver.stdin.write(json.dumps({"op": op, **arguments}) + "\n")
-        driver.stdin.flush()
-        line = driver.stdout.readline()
-        if not line:
-            raise RuntimeError(f"{self.name}: the producer process ended (exit {driver.poll()})")
-        answer: dict[str, Any] = json.loads(line)
-        if "error" in answer:
-            raise RuntimeError(f"{self.name}: {answer['error']}")
-        return answer
