@@ -424,8 +424,8 @@ def markdown(result: dict[str, Any]) -> str:
         "- One redis-server started by the run; FLUSHALL before every measurement.",
         "- Interleaved: each measurement runs for every system in turn, the order rotated each "
         "repeat; figures are medians over repeats.",
-        "- Producers: each system's in a process of its own, started for each measurement, "
-        "timing its own calls.",
+        "- Producers: each system's in a process of its own for the whole run, timing its own "
+        "calls; each measurement opens and closes a producer in it.",
         "- Enqueue: a loop of single enqueue calls, timed around the loop; batch enqueue: the "
         "peer's batch API (threadmill `enqueue_many`, RQ `enqueue_many`), each repeat's "
         f"figure the median of {settings.get('batches', 1)} batch(es), each by a producer of "

@@ -2,15 +2,20 @@
 
 The harness's own process holds every peer's library, the results so far
 and, late in a run, what the depth scan left behind; a producer timed in it
-pays for that in each garbage collection, and more the longer the run goes,
-while one in a fresh process does not. So every system's producer runs in
-`benchmarks.peers.producer_driver`, started anew for each measurement
-(`Peer.setup`) and driven over a pipe; it times its own calls, so the pipe
-is not in the figures. Workers were processes of their own already.
+pays for that in its garbage collections, and more the longer the run goes.
+So every system's producer runs in `benchmarks.peers.producer_driver`, one
+process per system for the whole run, driven over a pipe; it times its own
+calls, so the pipe is not in the figures. The process outlives the
+measurements, as an application's would: `Peer.setup` and `Peer.teardown`
+open and close the producer in it (a new broker or client each time), and
+what a library does once per process (an import it puts off to the first
+call, say) is paid in the first measurement only, which the medians leave
+out. Workers were processes of their own already.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import subprocess
@@ -25,7 +30,7 @@ from benchmarks.server import REPO_ROOT
 
 
 class ProducerProcess:
-    """A `producer_driver` of peer `peer_name`, started by `start` and ended by `stop`."""
+    """A `producer_driver` of peer `peer_name`: its process, started on first use, and requests."""
 
     def __init__(
         self,
@@ -47,33 +52,40 @@ class ProducerProcess:
         self._process: subprocess.Popen[str] | None = None
 
     def start(self) -> dict[str, Any]:
-        """Start the process and set its producer up; the setup's answer."""
-        self._process = subprocess.Popen(
-            self._command,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            env=self._env,
-            cwd=REPO_ROOT,
-        )
+        """Set the producer up, in the process (started on first use); the setup's answer."""
+        if self._process is None or self._process.poll() is not None:
+            self._process = subprocess.Popen(
+                self._command,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+                env=self._env,
+                cwd=REPO_ROOT,
+            )
+            atexit.register(self.close)
         try:
             return self.ask("setup")
         except BaseException:
-            self.stop()
+            self.close()
             raise
 
     def stop(self) -> None:
-        """Tear the producer down and end the process (nothing if not started)."""
+        """Tear the producer down; the process stays for the next `start`."""
+        if self._process is not None and self._process.poll() is None:
+            self.ask("teardown")
+
+    def close(self) -> None:
+        """End the process (nothing if none runs)."""
         process, self._process = self._process, None
         if process is None:
             return
+        if process.stdin is not None:
+            process.stdin.close()
         try:
-            if process.poll() is None:
-                self._send(process, "teardown")
-        finally:
-            if process.stdin is not None:
-                process.stdin.close()
             process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
     def ask(self, op: str, **arguments: Any) -> dict[str, Any]:
         if self._process is None:
