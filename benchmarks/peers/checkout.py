@@ -25,10 +25,8 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import ClassVar
 
-from benchmarks.peers import Peer
-from benchmarks.peers.own_process import ProducerProcess
+from benchmarks.peers.own_process import InOwnProcess, ProducerProcess
 from benchmarks.peers.threadmill_peer import ThreadmillPeer
 from benchmarks.server import REPO_ROOT
 
@@ -54,15 +52,10 @@ def commit_of(checkout: Path) -> tuple[str, bool] | None:
     return commit, bool(dirty)
 
 
-class CheckoutPeer(Peer):
+class CheckoutPeer(InOwnProcess):
     """threadmill as the checkout at `checkout` has it, producer and worker out of process."""
 
-    name: ClassVar[str] = "threadmill@checkout"  # each instance names its commit
-    distribution: ClassVar[str] = "threadmill"
-    has_batch: ClassVar[bool] = True
-
     def __init__(self, redis_url: str, checkout: Path) -> None:
-        super().__init__(redis_url)
         self.checkout = checkout.resolve()
         missing = [p for p in PACKAGES if not (self.checkout / p / "__init__.py").is_file()]
         if missing:
@@ -72,14 +65,16 @@ class CheckoutPeer(Peer):
         found = commit_of(self.checkout)
         #: The commit, marked "+changes" where the checkout has some; else the folder's name.
         self.commit = self.checkout.name if found is None else found[0] + "+changes" * found[1]
-        self.name = f"{PREFIX}{self.commit}"  # type: ignore[misc]  # per instance, by design
         self._links = Path(tempfile.mkdtemp(prefix="threadmill-baseline-"))
         atexit.register(shutil.rmtree, self._links, ignore_errors=True)
         for package in PACKAGES:
             (self._links / package).symlink_to(self.checkout / package, target_is_directory=True)
-        self._producer = ProducerProcess(
-            self.name, "threadmill", redis_url, self.worker_env(), python_options=["-P"]
+        name = f"{PREFIX}{self.commit}"
+        producer = ProducerProcess(
+            name, "threadmill", redis_url, self.worker_env(), python_options=["-P"]
         )
+        super().__init__(ThreadmillPeer(redis_url), producer)
+        self.name = name  # type: ignore[misc]  # per instance, by design
 
     @property
     def version(self) -> str:
@@ -101,21 +96,9 @@ class CheckoutPeer(Peer):
             self.teardown()
             raise ImportError(f"the baseline's producer imported threadmill from {where}")
 
-    def teardown(self) -> None:
-        self._producer.stop()
-
-    def enqueue(self, n: int) -> float:
-        return float(self._producer.ask("enqueue", n=n)["seconds"])
-
-    def enqueue_batch(self, n: int) -> float:
-        return float(self._producer.ask("enqueue_batch", n=n)["seconds"])
-
-    def send_probe(self) -> None:
-        self._producer.ask("send_probe")
-
     def worker_command(self, threads: int) -> list[str]:
-        command = ThreadmillPeer(self.redis_url).worker_command(threads)
+        command = self.peer.worker_command(threads)
         return [command[0], "-P", *command[1:]]  # python -P: the checkout's, not the cwd's
 
     def describe(self, threads: int) -> str:
-        return f"{ThreadmillPeer(self.redis_url).describe(threads)}, from {self.checkout}"
+        return f"{self.peer.describe(threads)}, from {self.checkout}"

@@ -111,13 +111,13 @@ class ProducerProcess:
 class InOwnProcess(Peer):
     """`peer`, its producer in a `ProducerProcess`; its worker as `peer` runs it."""
 
-    def __init__(self, peer: Peer) -> None:
+    def __init__(self, peer: Peer, producer: ProducerProcess | None = None) -> None:
         super().__init__(peer.redis_url)
         self.peer = peer
         self.name = peer.name  # type: ignore[misc]  # per instance: the peer's
         self.distribution = peer.distribution  # type: ignore[misc]
         self.has_batch = peer.has_batch  # type: ignore[misc]
-        self._producer = ProducerProcess(peer.name, peer.name, peer.redis_url)
+        self._producer = producer or ProducerProcess(peer.name, peer.name, peer.redis_url)
 
     @property
     def version(self) -> str:
