@@ -96,7 +96,8 @@ class RetryPolicySpec:
 # Not slotted, unlike the other models: a frozen class with slots sets each of its
 # fifteen fields through `object.__setattr__` when it is made, one without writes
 # them to its `__dict__`, which costs much less. A record is made for every task
-# enqueued, claimed and decided; its dict takes about a hundred bytes more.
+# enqueued, claimed and decided; its dict takes about a hundred bytes more. `with_call`
+# relies on that dict.
 @attrs.frozen(kw_only=True, slots=False)
 class TaskResult:
     """The stored record of one task, from enqueue to its terminal state.
@@ -143,12 +144,11 @@ def with_call(
     a validator (a call's arguments are checked by
     `threadmill_core.checks.check_calls` before anything is stored), and
     every other field is `record`'s, validated when it was made, so there is
-    nothing left to check, and the copy costs a third of what the class's
-    ``__init__`` or `attrs.evolve` do (seventeen keyword arguments, six
-    validators). It relies on `TaskResult` keeping its fields in its
-    instance ``__dict__`` (it is not slotted) and on its having no
-    ``__attrs_post_init__``; tests/core/test_models.py pins that the copy
-    equals `attrs.evolve`'s.
+    nothing left to check, and the copy skips the class's ``__init__``
+    (seventeen keyword arguments, six validators) for one dict update. It
+    relies on `TaskResult` keeping its fields in its instance ``__dict__``
+    (it is not slotted) and on its having no ``__attrs_post_init__``;
+    tests/core/test_fast_paths.py pins that the copy equals `attrs.evolve`'s.
     """
     copy: TaskResult = object.__new__(TaskResult)
     fields = copy.__dict__
