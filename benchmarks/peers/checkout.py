@@ -93,7 +93,7 @@ class CheckoutPeer(InOwnProcess):
     def setup(self) -> None:
         where = self._producer.start()["threadmill_core"]
         if where is None or not Path(where).resolve().is_relative_to(self.checkout):
-            self.teardown()
+            self._producer.close()  # a process importing the wrong threadmill is no use later
             raise ImportError(f"the baseline's producer imported threadmill from {where}")
 
     def worker_command(self, threads: int) -> list[str]:
