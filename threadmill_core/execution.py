@@ -27,8 +27,8 @@ from threadmill_core.models import (
     Lease,
     TaskContext,
     TaskError,
-    TaskResult,
     TaskResultStatus,
+    evolved,
 )
 from threadmill_core.outage import Outage
 from threadmill_core.plugins import notify
@@ -133,27 +133,7 @@ def call(task: Task[Any, Any], lease: Lease, context: TaskContext | None) -> Dec
         return decide(lease, TaskError.from_exception(exc))
     except BaseException as exc:  # the task's, every kind of it: see above
         return decide(lease, TaskError.from_exception(exc, traceback.format_exc()))
-    # The class called with every field costs less than attrs.evolve, which
-    # also reads each field back off the record by name.
-    done = TaskResult(
-        id=record.id,
-        task_path=record.task_path,
-        args=record.args,
-        kwargs=record.kwargs,
-        queue=record.queue,
-        priority=record.priority,
-        status=TaskResultStatus.SUCCESSFUL,
-        enqueued_at=record.enqueued_at,
-        run_after=record.run_after,
-        started_at=record.started_at,
-        last_attempted_at=record.last_attempted_at,
-        finished_at=record.finished_at,
-        attempts=record.attempts,
-        errors=record.errors,
-        worker_ids=record.worker_ids,
-        return_value=value,
-        retry=record.retry,
-    )
+    done = evolved(record, status=TaskResultStatus.SUCCESSFUL, return_value=value)
     return Decision(lease=lease, record=done)
 
 

@@ -96,7 +96,7 @@ class RetryPolicySpec:
 # Not slotted, unlike the other models: a frozen class with slots sets each of its
 # fifteen fields through `object.__setattr__` when it is made, one without writes
 # them to its `__dict__`, which costs much less. A record is made for every task
-# enqueued, claimed and decided; its dict takes about a hundred bytes more. `with_call`
+# enqueued, claimed and decided; its dict takes about a hundred bytes more. `evolved`
 # relies on that dict.
 @attrs.frozen(kw_only=True, slots=False)
 class TaskResult:
@@ -133,28 +133,43 @@ class TaskResult:
         return self.status.is_terminal
 
 
-def with_call(
-    record: TaskResult, task_id: str, args: list[JSON], kwargs: dict[str, JSON]
-) -> TaskResult:
-    """``attrs.evolve(record, id=task_id, args=args, kwargs=kwargs)``, without `__init__`.
+def evolved(record: TaskResult, **changes: Any) -> TaskResult:
+    """``attrs.evolve(record, **changes)``, running the validators of `changes` only.
 
-    For a backend answering a batch of calls of one task (see
-    `Backend.enqueue_calls`): the first call's record is made by the class,
-    every later one is this copy of it. None of the three fields changed has
-    a validator (a call's arguments are checked by
-    `threadmill_core.checks.check_calls` before anything is stored), and
-    every other field is `record`'s, validated when it was made, so there is
-    nothing left to check, and the copy skips the class's ``__init__``
-    (seventeen keyword arguments, six validators) for one dict update. It
-    relies on `TaskResult` keeping its fields in its instance ``__dict__``
-    (it is not slotted) and on its having no ``__attrs_post_init__``;
-    tests/core/test_fast_paths.py pins that the copy equals `attrs.evolve`'s.
+    `record`'s other fields were validated when it was made, and each of
+    `TaskResult`'s validators looks at its own field alone, so checking the
+    changed ones checks what `attrs.evolve` checks; an invalid change raises
+    as it would. The copy skips the class's ``__init__`` (seventeen keyword
+    arguments, six validators), which a record made for every task claimed,
+    decided and enqueued in a batch pays otherwise: the copy's instance
+    ``__dict__`` is `record`'s with `changes` merged in (`TaskResult` is not
+    slotted), and `TaskResult` has no ``__attrs_post_init__``. A validator
+    that read another field would break this; tests/core/test_fast_paths.py
+    pins that the copy equals `attrs.evolve`'s, invalid changes included.
     """
+    fields = record.__dict__ | changes
+    if len(fields) != len(_FIELD_NAMES):
+        unknown = ", ".join(repr(name) for name in changes if name not in _FIELD_NAMES)
+        raise TypeError(f"TaskResult has no field {unknown}")
     copy: TaskResult = object.__new__(TaskResult)
-    fields = copy.__dict__
-    fields.update(record.__dict__)
-    fields["id"], fields["args"], fields["kwargs"] = task_id, args, kwargs
+    # The instance dict given whole; attrs documents object.__setattr__ for
+    # setting attributes of a frozen instance.
+    object.__setattr__(copy, "__dict__", fields)
+    if not _VALIDATED.keys().isdisjoint(changes):
+        for name, (field, validator) in _VALIDATED.items():  # in field order, as attrs
+            if name in changes:
+                validator(copy, field, changes[name])
     return copy
+
+
+#: For `evolved`: the names of `TaskResult`'s fields, and each validated one's field
+#: and validator.
+_FIELD_NAMES = frozenset(attrs.fields_dict(TaskResult))
+_VALIDATED = {
+    field.name: (field, validator)
+    for field in attrs.fields(TaskResult)
+    if (validator := field.validator) is not None
+}
 
 
 #: One call of a task, as `Backend.enqueue_calls` takes it: the new task's id, its

@@ -14,8 +14,6 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
-import attrs
-
 from threadmill_core import codec
 from threadmill_core.clock import from_ms, to_ms
 from threadmill_core.errors import PayloadError
@@ -25,7 +23,7 @@ from threadmill_core.models import (
     TaskError,
     TaskResult,
     TaskResultStatus,
-    with_call,
+    evolved,
 )
 from threadmill_redis.arguments import Group
 
@@ -166,17 +164,10 @@ def with_state(
 ) -> TaskResult:
     """`base` (what was enqueued) with the fields the scripts own: `state`, and the rest given.
 
-    Made by the class, as `attrs.evolve` would, without reading `base`'s
-    fields one by one first: a claim, a decision and a read make one per task.
+    A claim, a decision and a read make one per task (see `models.evolved`).
     """
-    return TaskResult(
-        id=base.id,
-        task_path=base.task_path,
-        args=base.args,
-        kwargs=base.kwargs,
-        queue=base.queue,
-        priority=base.priority,
-        retry=base.retry,
+    return evolved(
+        base,
         status=state.status,
         enqueued_at=state.enqueued_at,
         run_after=state.run_after,
@@ -343,7 +334,7 @@ def completed(decision: Decision, finished_at: datetime | None) -> TaskResult:
     """
     record = decision.record
     status = record.status
-    return attrs.evolve(
+    return evolved(
         decision.lease.record,
         status=status,
         finished_at=finished_at,
@@ -376,7 +367,7 @@ def enqueued(rows: Sequence[Any], groups: Sequence[Group], now_ms: int) -> list[
     at its default, whatever the caller had set. Any other row is the stored
     record of a repeated id. What a group's tasks share is read once, and
     only its first stored record is made by the class: the others are copies
-    of it with their own id and arguments (`with_call`).
+    of it with their own id and arguments (`models.evolved`).
     """
     enqueued_at = from_ms(now_ms)
     results: list[TaskResult] = []
@@ -396,7 +387,7 @@ def enqueued(rows: Sequence[Any], groups: Sequence[Group], now_ms: int) -> list[
             if row != ok:
                 results.append(Row.parse(row).record())
             elif first is not None:
-                results.append(with_call(first, task_id, args, kwargs))
+                results.append(evolved(first, id=task_id, args=args, kwargs=kwargs))
             else:
                 first = TaskResult(
                     id=task_id,

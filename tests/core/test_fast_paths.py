@@ -1,5 +1,8 @@
 """The shortcuts taken once per task give exactly what the general paths give.
 
+`models.evolved` copies a record with some fields changed, validating only
+those; it must make what `attrs.evolve` makes and refuse what it refuses.
+
 `codec.decode_record` reads a well-formed enqueued payload with plain type
 checks instead of cattrs; it must agree with cattrs on everything it
 accepts, and hand anything else to it, so that bytes the shortcut does not
@@ -9,6 +12,8 @@ take decode (or fail, as a `PayloadError`) just as they did before it existed.
 from __future__ import annotations
 
 import json
+import re
+from datetime import UTC
 from typing import Any
 
 import attrs
@@ -16,10 +21,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from threadmill_core import PayloadError, TaskResult
+from threadmill_core import InvalidOption, PayloadError, TaskResult
 from threadmill_core.codec import converter, decode_record, encode_enqueued, encode_record
 from threadmill_core.ids import new_task_id
-from threadmill_core.models import TaskContext, with_call
+from threadmill_core.models import TaskContext, TaskResultStatus, evolved
 from threadmill_core.testing import strategies as ts
 
 records = st.builds(
@@ -102,19 +107,49 @@ def test_a_context_learns_its_lease_was_lost_once_and_for_good() -> None:
     assert context == other  # the flag is not part of the value
 
 
-@given(records, st.builds(new_task_id), ts.task_args(), ts.task_kwargs())
-def test_a_call_copy_is_the_record_evolve_makes(
-    record: TaskResult, task_id: str, args: list[Any], kwargs: dict[str, Any]
+#: Changes a backend or the worker makes to a record: of a call, of its state, of its outcome.
+aware = st.datetimes(timezones=st.just(UTC))
+changes = st.fixed_dictionaries(
+    {},
+    optional={
+        "id": st.builds(new_task_id),
+        "args": ts.task_args(),
+        "kwargs": ts.task_kwargs(),
+        "status": st.sampled_from(TaskResultStatus),
+        "priority": st.integers(-150, 150),
+        "enqueued_at": aware,
+        "started_at": st.one_of(st.none(), aware, st.datetimes()),  # naive: refused
+        "finished_at": st.one_of(st.none(), aware),
+        "attempts": st.integers(0, 5),
+        "worker_ids": st.lists(st.text(max_size=4), max_size=3).map(tuple),
+        "return_value": st.integers(),
+    },
+)
+
+
+@given(records, changes)
+def test_an_evolved_record_is_the_one_attrs_evolve_makes(
+    record: TaskResult, changes: dict[str, Any]
 ) -> None:
     record = attrs.evolve(record, attempts=2, worker_ids=("w",))  # state fields are copied too
     before = encode_record(record)
-    copy = with_call(record, task_id, args, kwargs)
-    expected = attrs.evolve(record, id=task_id, args=args, kwargs=kwargs)
+    try:
+        expected = attrs.evolve(record, **changes)
+    except (ValueError, InvalidOption) as refused:
+        with pytest.raises(type(refused), match=re.escape(str(refused))):
+            evolved(record, **changes)
+        return
+    copy = evolved(record, **changes)
     assert type(copy) is TaskResult
     assert encode_record(copy) == encode_record(expected)  # encoded: nan equals itself
     assert list(vars(copy)) == [field.name for field in attrs.fields(TaskResult)]
-    assert copy.args is args  # the call's own, not a copy
-    assert copy.kwargs is kwargs
+    for name, value in changes.items():
+        assert getattr(copy, name) is value  # the caller's own, not a copy
     assert encode_record(record) == before  # the record copied from is as it was
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
         copy.id = "changed"  # type: ignore[misc]  # the point: it is frozen
+
+
+def test_an_evolved_record_refuses_a_field_it_does_not_have() -> None:
+    with pytest.raises(TypeError, match="no field 'colour'"):
+        evolved(TaskResult(id="t1", task_path="app:f"), colour="red")

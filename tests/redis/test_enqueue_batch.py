@@ -307,7 +307,7 @@ def test_every_answer_of_a_batch_is_the_record_stored(
     """A batch's answers are the stored records, each its own call's, a repeat's included.
 
     Only the first new task's record is made by the class, the rest copy it
-    (`with_call`); a repeat first makes the copies start from the next one.
+    (`models.evolved`); a repeat first makes the copies start from the next one.
     """
     backend = backend_of(harness_on(client))
     [first] = backend.enqueue([TaskResult(id="t0", task_path="app:other", queue="q")])
