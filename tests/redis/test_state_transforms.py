@@ -60,6 +60,26 @@ local running = string.format('%d', running_sort)
 return { state or false, false, pack_task(t), sort, running, queue, t.queue }
 """
 
+#: A batch's run makes what its READY tasks share once (lib/new_state_ends,
+#: lib/ready_member_head); a lone enqueue makes each whole (lib/new_state,
+#: lib/ready_member). Both ways, for one task.
+BATCH_PIECES_CHECK = """
+--@include "lib/new_state"
+--@include "lib/new_state_ends"
+--@include "lib/ready_member"
+--@include "lib/ready_member_head"
+local priority_text, seq_text, now_text, run_after_text, queue, id =
+  ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local priority, seq = tonumber(priority_text), tonumber(seq_text)
+local head, tail = new_state_ends('READY', priority_text, now_text, run_after_text, queue)
+return {
+  head .. string.format('%d', seq) .. tail,
+  new_state('READY', priority_text, seq_text, now_text, run_after_text, queue),
+  ready_member_head(queue, priority) .. string.format('%016d', seq) .. id,
+  ready_member(queue, priority, seq, id),
+}
+"""
+
 ms = st.integers(1_600_000_000_000, 2_000_000_000_000)
 maybe_ms = st.one_of(st.just(""), ms.map(str))
 #: Queue names as the API lets them be: any text, '|' and braces included.
@@ -127,6 +147,27 @@ def test_a_claim_rewrites_the_state_as_the_table_would(
     state, queue, expected, expected_queue = run(client, CLAIM_CHECK, raw, now, lease_ms, token)
     assert state == expected
     assert queue == expected_queue == raw.split("|", 11)[11].encode()
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    priority=st.integers(-100, 100),
+    seq=st.integers(1, 10**15),
+    now=ms,
+    run_after=maybe_ms,
+    queue=queues,
+    task_id=st.text(min_size=1, max_size=40).filter(lambda i: "\x00" not in i),
+)
+def test_a_batch_makes_a_ready_tasks_state_and_member_as_a_lone_enqueue_does(
+    client: redis.Redis, priority: int, seq: int, now: int, run_after: str, queue: str, task_id: str
+) -> None:
+    """enqueue.lua's batch path builds from shared pieces the same bytes as its one-task path."""
+    from_pieces, state, member_from_head, member = run(
+        client, BATCH_PIECES_CHECK, priority, seq, now, run_after, queue, task_id
+    )
+    assert from_pieces == state
+    assert member_from_head == member
+    assert state.split(b"|", 11)[11] == queue.encode()
 
 
 @pytest.mark.parametrize("started", ["", "1700000000000"])

@@ -51,9 +51,11 @@
 --@include "lib/hmget_all"
 --@include "lib/load_task"
 --@include "lib/new_state"
+--@include "lib/new_state_ends"
 --@include "lib/notify_room"
 --@include "lib/now_ms"
 --@include "lib/ready_member"
+--@include "lib/ready_member_head"
 --@include "lib/record_rates"
 --@include "lib/task_row"
 --@include "lib/timed_member"
@@ -145,29 +147,37 @@ if entering > 0 then
   seq = redis.call('HINCRBY', K.counters, 'seq', entering) - entering
 end
 
--- The writes, gathered into one command per hash or index.
+-- The writes, gathered into one command per hash or index. What the tasks
+-- of a run share (a deferred task's whole state, a READY one's state around
+-- its sequence number and its member's head) is made once per run; the
+-- counters stand for `#t + 1`, which Lua computes anew for every append.
 local payloads, states, ready, deferred, due = {}, {}, {}, {}, {}
+local np, ns, nr, nd = 0, 0, 0, 0
 local counts, woken = {}, {}
 for _, run in ipairs(runs) do
   local queue = run.queue
-  for _, i in ipairs(run.fresh) do
-    local id = ARGV[i]
-    payloads[#payloads + 1] = id
-    payloads[#payloads + 1] = ARGV[i + 1]
-    states[#states + 1] = id
-    if run.deferred then
-      states[#states + 1] = new_state('DEFERRED', run.priority_text, run.run_after_text,
-        now_text, run.run_after_text, queue)
-      deferred[#deferred + 1] = '0'
-      deferred[#deferred + 1] = timed_member(queue, run.run_after, id)
-      due[#due + 1] = run.run_after_text
-      due[#due + 1] = id
-    else
+  if run.deferred then
+    local state = new_state('DEFERRED', run.priority_text, run.run_after_text, now_text,
+      run.run_after_text, queue)
+    for _, i in ipairs(run.fresh) do
+      local id = ARGV[i]
+      payloads[np + 1], payloads[np + 2] = id, ARGV[i + 1]
+      states[ns + 1], states[ns + 2] = id, state
+      deferred[nd + 1], deferred[nd + 2] = '0', timed_member(queue, run.run_after, id)
+      due[nd + 1], due[nd + 2] = run.run_after_text, id
+      np, ns, nd = np + 2, ns + 2, nd + 2
+    end
+  else
+    local head, tail = new_state_ends('READY', run.priority_text, now_text, run.run_after_text,
+      queue)
+    local member_head = ready_member_head(queue, run.priority)
+    for _, i in ipairs(run.fresh) do
+      local id = ARGV[i]
       seq = seq + 1
-      states[#states + 1] = new_state('READY', run.priority_text, string.format('%d', seq),
-        now_text, run.run_after_text, queue)
-      ready[#ready + 1] = '0'
-      ready[#ready + 1] = ready_member(queue, run.priority, seq, id)
+      payloads[np + 1], payloads[np + 2] = id, ARGV[i + 1]
+      states[ns + 1], states[ns + 2] = id, head .. string.format('%d', seq) .. tail
+      ready[nr + 1], ready[nr + 2] = '0', member_head .. string.format('%016d', seq) .. id
+      np, ns, nr = np + 2, ns + 2, nr + 2
     end
   end
   if #run.fresh > 0 then
