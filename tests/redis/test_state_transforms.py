@@ -61,23 +61,31 @@ return { state or false, false, pack_task(t), sort, running, queue, t.queue }
 """
 
 #: A batch's run makes what its READY tasks share once (lib/new_state_ends,
-#: lib/ready_member_head); a lone enqueue makes each whole (lib/new_state,
-#: lib/ready_member). Both ways, for one task.
+#: lib/ready_member_head) and its sequence numbers' text in pieces
+#: (lib/sequence_texts); a lone enqueue makes each whole (lib/new_state,
+#: lib/ready_member). Both ways, for `count` tasks numbered from `seq` in one
+#: call, as a batch's run numbers them.
 BATCH_PIECES_CHECK = """
 --@include "lib/new_state"
 --@include "lib/new_state_ends"
 --@include "lib/ready_member"
 --@include "lib/ready_member_head"
-local priority_text, seq_text, now_text, run_after_text, queue, id =
-  ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
-local priority, seq = tonumber(priority_text), tonumber(seq_text)
+--@include "lib/sequence_texts"
+local priority_text, first, count, now_text, run_after_text, queue, id =
+  ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], ARGV[5], ARGV[6], ARGV[7]
+local priority = tonumber(priority_text)
 local head, tail = new_state_ends('READY', priority_text, now_text, run_after_text, queue)
-return {
-  head .. string.format('%d', seq) .. tail,
-  new_state('READY', priority_text, seq_text, now_text, run_after_text, queue),
-  ready_member_head(queue, priority) .. string.format('%016d', seq) .. id,
-  ready_member(queue, priority, seq, id),
-}
+local member_head = ready_member_head(queue, priority)
+local from_pieces, whole = {}, {}
+for seq = first, first + count - 1 do
+  local seq_head, seq_tail, padded_head, padded_tail = sequence_texts(seq)
+  from_pieces[#from_pieces + 1] = head .. seq_head .. seq_tail .. tail
+  from_pieces[#from_pieces + 1] = member_head .. padded_head .. padded_tail .. id
+  whole[#whole + 1] =
+    new_state('READY', priority_text, string.format('%d', seq), now_text, run_after_text, queue)
+  whole[#whole + 1] = ready_member(queue, priority, seq, id)
+end
+return { from_pieces, whole }
 """
 
 ms = st.integers(1_600_000_000_000, 2_000_000_000_000)
@@ -152,22 +160,32 @@ def test_a_claim_rewrites_the_state_as_the_table_would(
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     priority=st.integers(-100, 100),
-    seq=st.integers(1, 10**15),
+    # Small numbers (no hundreds, one digit) and any size the counter reaches.
+    seq=st.one_of(st.integers(1, 250), st.integers(1, 10**15)),
+    count=st.integers(1, 250),
     now=ms,
     run_after=maybe_ms,
     queue=queues,
     task_id=st.text(min_size=1, max_size=40).filter(lambda i: "\x00" not in i),
 )
-def test_a_batch_makes_a_ready_tasks_state_and_member_as_a_lone_enqueue_does(
-    client: redis.Redis, priority: int, seq: int, now: int, run_after: str, queue: str, task_id: str
+def test_a_batch_makes_its_ready_tasks_states_and_members_as_a_lone_enqueue_does(
+    client: redis.Redis,
+    priority: int,
+    seq: int,
+    count: int,
+    now: int,
+    run_after: str,
+    queue: str,
+    task_id: str,
 ) -> None:
-    """enqueue.lua's batch path builds from shared pieces the same bytes as its one-task path."""
-    from_pieces, state, member_from_head, member = run(
-        client, BATCH_PIECES_CHECK, priority, seq, now, run_after, queue, task_id
+    """enqueue.lua's batch path builds from pieces the same bytes as its one-task path."""
+    from_pieces, whole = run(
+        client, BATCH_PIECES_CHECK, priority, seq, count, now, run_after, queue, task_id
     )
-    assert from_pieces == state
-    assert member_from_head == member
-    assert state.split(b"|", 11)[11] == queue.encode()
+    assert from_pieces == whole
+    assert len(whole) == 2 * count
+    assert whole[0].split(b"|")[3] == str(seq).encode()
+    assert whole[0].split(b"|", 11)[11] == queue.encode()
 
 
 @pytest.mark.parametrize("started", ["", "1700000000000"])

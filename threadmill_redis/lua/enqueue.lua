@@ -57,6 +57,7 @@
 --@include "lib/ready_member"
 --@include "lib/ready_member_head"
 --@include "lib/record_rates"
+--@include "lib/sequence_texts"
 --@include "lib/task_row"
 --@include "lib/timed_member"
 
@@ -174,9 +175,10 @@ for _, run in ipairs(runs) do
     for _, i in ipairs(run.fresh) do
       local id = ARGV[i]
       seq = seq + 1
+      local seq_head, seq_tail, padded_head, padded_tail = sequence_texts(seq)
       payloads[np + 1], payloads[np + 2] = id, ARGV[i + 1]
-      states[ns + 1], states[ns + 2] = id, head .. string.format('%d', seq) .. tail
-      ready[nr + 1], ready[nr + 2] = '0', member_head .. string.format('%016d', seq) .. id
+      states[ns + 1], states[ns + 2] = id, head .. seq_head .. seq_tail .. tail
+      ready[nr + 1], ready[nr + 2] = '0', member_head .. padded_head .. padded_tail .. id
       np, ns, nr = np + 2, ns + 2, nr + 2
     end
   end
