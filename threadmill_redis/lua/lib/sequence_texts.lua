@@ -1,9 +1,9 @@
 -- An entered-READY sequence number `seq` (1 or more) in two pieces of text
 -- twice over: as a state holds it ('%d', lib/new_state's sort_text), head ..
 -- tail, and as its READY member does ('%016d', lib/ready_member), padded_head
--- .. padded_tail. A batch's tasks take consecutive numbers, and glibc's
--- sprintf, behind every string.format, costs a task more than the rest of
--- its Lua: so the digits above the last two are formatted once per hundred
+-- .. padded_tail. A batch's tasks take consecutive numbers, and a
+-- string.format (glibc's sprintf) is one of the costliest steps of a task's
+-- Lua: so the digits above the last two are formatted once per hundred
 -- numbers, the last two are two characters, and the caller joins the pieces
 -- into the strings it makes anyway, so no string is made for the number alone.
 -- The memo lasts one script call, as the script's body runs afresh each call.
