@@ -24,6 +24,7 @@ from threadmill_core.errors import TaskNotFound, WaitTimeout
 from threadmill_core.ids import new_task_id, new_task_ids
 from threadmill_core.models import QueueCounts, TaskResult, TaskResultStatus, validate_run_after
 from threadmill_core.plugins import backend_for_url, notify, notify_each
+from threadmill_core.urls import redact
 
 DEFAULT_URL = "memory://"
 
@@ -57,7 +58,8 @@ class Broker:
         self.url = url
 
     def __repr__(self) -> str:
-        return f"Broker({self.url or type(self.backend).__name__})"
+        """The broker's URL, its password hidden (`threadmill_core.urls.redact`)."""
+        return f"Broker({redact(self.url) if self.url else type(self.backend).__name__})"
 
     # --- producing -------------------------------------------------------------------
 

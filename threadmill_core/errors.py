@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from threadmill_core.urls import redact
+
 
 class ThreadmillError(Exception):
     """The root of every error threadmill raises."""
@@ -85,7 +87,8 @@ class UnknownBackend(ThreadmillError, LookupError):
         self.hint = hint
         names = ", ".join(f"{s}://" for s in self.installed) or "none"
         message = (
-            f"no installed backend handles {scheme}:// (in {url!r}); installed schemes: {names}"
+            f"no installed backend handles {scheme}:// (in {redact(url)!r}); "
+            f"installed schemes: {names}"
         )
         if hint:
             message += f"; {hint}"
