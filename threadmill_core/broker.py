@@ -17,13 +17,23 @@ from typing import Any, Protocol
 
 import attrs
 
+from threadmill_core import payload_limit
 from threadmill_core.backend import Backend
 from threadmill_core.calls import CallCheck
 from threadmill_core.clock import from_ms, to_ms
 from threadmill_core.errors import TaskNotFound, WaitTimeout
 from threadmill_core.ids import new_task_id, new_task_ids
-from threadmill_core.models import QueueCounts, TaskResult, TaskResultStatus, validate_run_after
+from threadmill_core.models import (
+    QueueCounts,
+    TaskCall,
+    TaskResult,
+    TaskResultStatus,
+    validate_run_after,
+)
+from threadmill_core.options import positive_int
+from threadmill_core.payload_limit import DEFAULT_MAX_PAYLOAD_BYTES
 from threadmill_core.plugins import backend_for_url, notify, notify_each
+from threadmill_core.urls import redact
 
 DEFAULT_URL = "memory://"
 
@@ -48,16 +58,29 @@ class Enqueueable(Protocol):
 
 
 class Broker:
-    """A backend plus the task API: enqueue calls, fetch results, inspect and steer queues."""
+    """A backend plus the task API: enqueue calls, fetch results, inspect and steer queues.
 
-    def __init__(self, backend: Backend, *, url: str | None = None) -> None:
+    `max_payload_bytes` bounds each call's arguments as stored (see
+    `threadmill_core.payload_limit`; default 1 MiB): a larger call is refused
+    at enqueue with `PayloadTooLarge`.
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        url: str | None = None,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    ) -> None:
         if not isinstance(backend, Backend):
             raise TypeError(f"Broker needs a threadmill_core.Backend, got {backend!r}")
         self.backend = backend
         self.url = url
+        self.max_payload_bytes = positive_int("max_payload_bytes", max_payload_bytes)
 
     def __repr__(self) -> str:
-        return f"Broker({self.url or type(self.backend).__name__})"
+        """The broker's URL, its password hidden (`threadmill_core.urls.redact`)."""
+        return f"Broker({redact(self.url) if self.url else type(self.backend).__name__})"
 
     # --- producing -------------------------------------------------------------------
 
@@ -69,13 +92,15 @@ class Broker:
 
         A call that does not fit the task's signature raises `InvalidCall`
         naming the task and the mismatch; arguments the codec cannot carry
-        raise `UnsupportedValue` naming them (e.g. ``kwargs['when']``). Either
-        way nothing is stored.
+        raise `UnsupportedValue` naming them (e.g. ``kwargs['when']``);
+        arguments of more than `max_payload_bytes` raise `PayloadTooLarge`
+        with the size and the limit. Either way nothing is stored.
         """
         shared = self._shared(task)
         check = task.call_check
         if check is not None:
             check.check(shared.task_path, args, kwargs)
+        payload_limit.check_call(shared.task_path, args, kwargs, self.max_payload_bytes)
         # `kwargs` is this call's own dict already; the args are copied into a list.
         [stored] = self.backend.enqueue_calls(shared, [(new_task_id(), [*args], kwargs)])
         notify("threadmill_task_enqueued", record=stored)
@@ -91,20 +116,20 @@ class Broker:
         Each call is ``(args, kwargs)``, copied into a list and a dict. A call
         that does not fit the task's signature raises `InvalidCall` with its
         `index` in the batch, one the codec cannot carry `UnsupportedValue`
-        naming it; either way none of the calls is stored.
+        naming it, one of more than `max_payload_bytes` `PayloadTooLarge`
+        with its `index`; in each case none of the calls is stored.
         """
         shared = self._shared(task)
         calls = list(calls)
         check = task.call_check
         if check is not None:
             check.check_all(shared.task_path, calls)
-        stored = self.backend.enqueue_calls(
-            shared,
-            [
-                (task_id, list(args), dict(kwargs))
-                for task_id, (args, kwargs) in zip(new_task_ids(len(calls)), calls, strict=True)
-            ],
-        )
+        made: list[TaskCall] = [
+            (task_id, list(args), dict(kwargs))
+            for task_id, (args, kwargs) in zip(new_task_ids(len(calls)), calls, strict=True)
+        ]
+        payload_limit.check_batch(shared.task_path, made, self.max_payload_bytes)
+        stored = self.backend.enqueue_calls(shared, made)
         notify_each("threadmill_task_enqueued", "record", stored)
         return stored
 
@@ -196,11 +221,13 @@ def connect(url: str, **options: Any) -> Broker:
 
     ``memory://`` is bundled; ``redis://``, ``rediss://`` and ``unix://``
     come with the ``redis`` extra; third-party backends add their own
-    schemes. Options are the backend's (see its docs); unknown ones raise
-    `InvalidOption`, and an unknown scheme raises `UnknownBackend` listing
-    the installed ones.
+    schemes. Options are the backend's (see its docs), but for the
+    broker's own `max_payload_bytes`, which `url`'s query may give as well;
+    unknown ones raise `InvalidOption`, and an unknown scheme raises
+    `UnknownBackend` listing the installed ones.
     """
-    return Broker(backend_for_url(url, options), url=url)
+    backend_url, limit = payload_limit.take_option(url, options)
+    return Broker(backend_for_url(backend_url, options), url=url, max_payload_bytes=limit)
 
 
 _default_lock = threading.Lock()

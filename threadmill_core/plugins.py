@@ -18,6 +18,7 @@ import pluggy
 
 from threadmill_core import hookspecs
 from threadmill_core.errors import BackendConflict, InvalidOption, UnknownBackend
+from threadmill_core.urls import redact
 
 if TYPE_CHECKING:
     from threadmill_core.backend import Backend
@@ -121,7 +122,10 @@ def _served_schemes() -> dict[str, tuple[hookspecs.BackendScheme, str]]:
 def backend_for_url(url: str, options: Mapping[str, Any]) -> Backend:
     """Build the backend the URL's scheme selects, or raise `UnknownBackend`."""
     if not isinstance(url, str) or "://" not in url:
-        raise InvalidOption(f"a backend URL looks like 'memory://' or 'redis://host'; got {url!r}")
+        shown = redact(url) if isinstance(url, str) else url  # a conninfo string's password too
+        raise InvalidOption(
+            f"a backend URL looks like 'memory://' or 'redis://host'; got {shown!r}"
+        )
     scheme = urlsplit(url).scheme.lower()
     installed = set(_served_schemes())
     if scheme not in installed:

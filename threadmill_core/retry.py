@@ -36,6 +36,10 @@ from threadmill_core.options import refuse_unknown
 RetryPolicy = Callable[[TaskContext], timedelta | None]
 
 
+#: The longest `ExponentialBackoff.max_delay`: half of `timedelta`'s range, so
+#: a delay with the most jitter (twice the delay) is still a `timedelta`.
+MAX_DELAY_SECONDS = timedelta(days=timedelta.max.days // 2).total_seconds()
+
 _BACKOFF_OPTIONS = ("base_delay", "max_delay", "factor", "max_retries", "jitter", "retry_on")
 
 
@@ -84,9 +88,10 @@ class ExponentialBackoff:
     failure, expired leases included (`threadmill_core.errors.AcknowledgementTimeout`).
 
     The fields are plain data, so the policy is stored in the task record and
-    survives a round trip through the codec. Large attempt numbers never
-    overflow: the exponent is capped before it is raised. Bad values and
-    unknown options raise `InvalidOption`.
+    survives a round trip through the codec. No attempt number overflows,
+    whatever the base delay and factor: past what a float holds the delay is
+    `max_delay`. `max_delay` is at most `MAX_DELAY_SECONDS` (about 1.4
+    million years). Bad values and unknown options raise `InvalidOption`.
     """
 
     base_delay: float = attrs.field(converter=_seconds)
@@ -133,6 +138,11 @@ class ExponentialBackoff:
             )
         if not (isinstance(self.jitter, int | float) and 0 <= self.jitter <= 1):
             raise InvalidOption(f"jitter must be between 0 and 1, got {self.jitter!r}")
+        if self.max_delay > MAX_DELAY_SECONDS:
+            raise InvalidOption(
+                f"max_delay must be at most {MAX_DELAY_SECONDS:g} s (half of timedelta's "
+                f"range, so a jittered delay is still a timedelta), got {self.max_delay:g} s"
+            )
         if self.max_delay < self.base_delay:
             raise InvalidOption(
                 f"max_delay ({self.max_delay:g} s) is shorter than "
@@ -140,14 +150,22 @@ class ExponentialBackoff:
             )
 
     def delay_for(self, attempt: int) -> float:
-        """The delay in seconds before attempt `attempt + 1`, without jitter."""
-        exponent = max(attempt - 1, 0)
-        if self.factor > 1 and self.base_delay > 0:
-            # Past this exponent the delay is above max_delay anyway; stopping
-            # there keeps factor ** exponent from overflowing a float.
-            ceiling = math.log(max(self.max_delay, self.base_delay) / self.base_delay)
-            exponent = min(exponent, math.ceil(ceiling / math.log(self.factor)) + 1)
-        return float(min(self.base_delay * self.factor**exponent, self.max_delay))
+        """The delay in seconds before attempt `attempt + 1`, without jitter.
+
+        Total for every attempt number and every valid policy: a growth that
+        a float cannot hold is past `max_delay` (or, with a zero
+        `base_delay`, irrelevant), so it gives `max_delay` (or 0), never an
+        `OverflowError`.
+        """
+        if self.base_delay == 0 or self.factor == 1:
+            return self.base_delay  # no growth to compute: 0 * inf would be nan
+        try:
+            # A float power, never an int one: an int factor raised to a huge
+            # attempt number would build a huge int before it could overflow.
+            growth = float(self.factor) ** max(attempt - 1, 0)
+        except OverflowError:  # past any max_delay a float can hold
+            return self.max_delay
+        return min(self.base_delay * growth, self.max_delay)  # an inf product is capped too
 
     def retries(self, error: TaskError | None) -> bool:
         """Whether `retry_on` admits this error."""

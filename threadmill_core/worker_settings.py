@@ -44,6 +44,7 @@ from threadmill_core.startup import (
     import_task_modules,
     put_on_import_path,
 )
+from threadmill_core.urls import redact
 
 # The supervisor's logger, in its worker processes too: a process that cannot start says so there.
 log = logging.getLogger("threadmill.supervisor")
@@ -72,7 +73,8 @@ FORK_BLOCKED = frozenset({signal.SIGTERM, signal.SIGINT, STOP_NOW_SIGNAL})
 class WorkerSettings:
     """Everything a worker process needs; picklable, since children are spawned."""
 
-    broker_url: str
+    #: Shown with its password hidden (`threadmill_core.urls.redact`) in the ``repr``.
+    broker_url: str = attrs.field(repr=redact)
     modules: tuple[str, ...]
     queues: tuple[str, ...] = ("default",)
     processes: int = 1

@@ -41,6 +41,7 @@ import attrs
 from threadmill_core.errors import InvalidOption
 from threadmill_core.plugins import KNOWN_EXTRAS, installed_backends
 from threadmill_core.task import DEFAULT_QUEUE, validate_queue
+from threadmill_core.urls import redact
 
 DEFAULT_URL = "memory://"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -117,7 +118,8 @@ class BackendOptions:
     """One alias's settings, checked; see the module docstring for what each means."""
 
     alias: str
-    url: str
+    #: Shown with its password hidden (`threadmill_core.urls.redact`) in the ``repr``.
+    url: str = attrs.field(repr=redact)
     #: Seconds, or None for the backend's own default.
     result_ttl: float | None = None
     #: The worker's defaults, by OPTIONS name (checked values).

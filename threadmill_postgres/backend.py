@@ -72,6 +72,7 @@ from threadmill_core.models import (
     TaskResult,
     TaskResultStatus,
 )
+from threadmill_core.urls import redact
 from threadmill_postgres import rows, schema
 from threadmill_postgres.connection import (
     REPEATS,
@@ -83,7 +84,7 @@ from threadmill_postgres.connection import (
 )
 from threadmill_postgres.errors import PostgresBackendError
 from threadmill_postgres.listener import Listener
-from threadmill_postgres.options import PostgresOptions, redact, split_url
+from threadmill_postgres.options import PostgresOptions, split_url
 from threadmill_postgres.statements import Statements
 
 log = logging.getLogger("threadmill_postgres")

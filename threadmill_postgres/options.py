@@ -21,6 +21,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from threadmill_core.errors import InvalidOption
 from threadmill_core.options import OptionParser, duration, parse_options, positive_int
+from threadmill_core.urls import redact
 
 #: The URL schemes served, both as libpq reads them.
 SCHEMES = ("postgresql", "postgres")
@@ -113,11 +114,13 @@ def split_url(url: str, keywords: Mapping[str, Any]) -> tuple[dict[str, object],
     try:
         parts = urlsplit(url)
     except ValueError as exc:
-        raise InvalidOption(f"{url!r} is not a valid URL: {exc}") from None
+        raise InvalidOption(f"{redact(url)!r} is not a valid URL: {exc}") from None
     if parts.scheme.lower() not in SCHEMES:
-        raise InvalidOption(f"not a PostgreSQL URL (schemes: {', '.join(SCHEMES)}): {url!r}")
+        raise InvalidOption(
+            f"not a PostgreSQL URL (schemes: {', '.join(SCHEMES)}): {redact(url)!r}"
+        )
     if parts.fragment:
-        raise InvalidOption(f"{url!r} has a fragment (#...); PostgreSQL URLs take none")
+        raise InvalidOption(f"{redact(url)!r} has a fragment (#...); PostgreSQL URLs take none")
     ours: dict[str, object] = dict(keywords)
     driver: list[tuple[str, str]] = []
     seen: set[str] = set()
@@ -146,15 +149,3 @@ def split_url(url: str, keywords: Mapping[str, Any]) -> tuple[dict[str, object],
             f"{', '.join(sorted(OPTION_NAMES))})"
         ) from None
     return ours, libpq_url
-
-
-def redact(url: str) -> str:
-    """`url` with any password replaced by ``***``, for messages and logs."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<a malformed URL>"
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))

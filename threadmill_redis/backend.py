@@ -165,7 +165,8 @@ class RedisBackend(Backend):
         return backend
 
     def __repr__(self) -> str:
-        return f"RedisBackend(namespace={self.options.namespace!r}, client={self.client!r})"
+        # `where`, not the client's repr: the address without its credentials.
+        return f"RedisBackend({self.where!r}, namespace={self.options.namespace!r})"
 
     # --- the driver boundary -----------------------------------------------------------
 

@@ -29,6 +29,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from threadmill_core.errors import InvalidOption
+from threadmill_core.urls import redact
 from threadmill_redis.boundary import UNAVAILABLE, call
 from threadmill_redis.errors import RedisBackendError, RedisUnavailable
 from threadmill_redis.keys import Keys
@@ -51,8 +52,7 @@ def client_from_url(url: str, query: str) -> Client:
     on first use.
     """
     parts = urlsplit(url)
-    if parts.scheme in CLUSTER_SCHEMES and parts.path.strip("/") not in ("", "0"):
-        raise InvalidOption(f"a Redis Cluster has database 0 only, not {parts.path!r}: {url!r}")
+    check_database(parts.scheme, parts.path, url)
     driver_url = urlunsplit(parts._replace(scheme=SCHEMES[parts.scheme], query=query))
     if not parts.netloc:  # urlunsplit writes "unix:/path"; redis-py reads only "unix:///path"
         driver_url = driver_url.replace(":", "://", 1)
@@ -67,16 +67,37 @@ def client_from_url(url: str, query: str) -> Client:
             driver_url, retry=no_retries, **_driver_options(redis.Redis, protocol)
         )
     except redis.AuthenticationError as exc:  # a ConnectionError, but not an outage
-        raise InvalidOption(f"Redis refused the credentials in {url!r}: {exc}") from exc
+        raise InvalidOption(f"Redis refused the credentials in {redact(url)!r}: {exc}") from exc
     except UNAVAILABLE as exc:
         if _refused(exc):
             # A node answered, and said no: not a cluster, say. Waiting will not help.
-            raise InvalidOption(f"Redis refused the connection for {url!r}: {exc}") from exc
-        raise RedisUnavailable(f"Redis unavailable at {url!r}: {exc}") from exc
+            raise InvalidOption(f"Redis refused the connection for {redact(url)!r}: {exc}") from exc
+        raise RedisUnavailable(f"Redis unavailable at {redact(url)!r}: {exc}") from exc
     except redis.RedisError as exc:
-        raise InvalidOption(f"Redis refused the connection for {url!r}: {exc}") from exc
+        raise InvalidOption(f"Redis refused the connection for {redact(url)!r}: {exc}") from exc
     except (ValueError, TypeError) as exc:
-        raise InvalidOption(f"invalid Redis URL {url!r}: {exc}") from exc
+        raise InvalidOption(f"invalid Redis URL {redact(url)!r}: {exc}") from exc
+
+
+def check_database(scheme: str, path: str, url: str) -> None:
+    """`InvalidOption` unless the URL's `path` names a database as a whole number, or none.
+
+    redis-py reads ``redis://host/abc`` (or ``/0/x``) as database 0 without
+    a word, so a typo would quietly use another database: the path must be
+    empty or one number (a ``unix://`` URL's path is its socket, and its
+    database is the ``db`` query parameter, which redis-py checks itself).
+    A Redis Cluster has database 0 only.
+    """
+    if scheme == "unix":
+        return
+    database = path.removeprefix("/")
+    if database and not (database.isascii() and database.isdigit()):
+        raise InvalidOption(
+            f"the Redis database in {redact(url)!r} must be a whole number such as 0, "
+            f"got {database!r}"
+        )
+    if scheme in CLUSTER_SCHEMES and int(database or 0) != 0:
+        raise InvalidOption(f"a Redis Cluster has database 0 only, not {database}: {redact(url)!r}")
 
 
 def _driver_options(kind: type[Client], protocol: str | None) -> dict[str, Any]:
@@ -203,9 +224,10 @@ def check_server(client: Client, keys: Keys, where: str | None = None) -> None:
 
     Raises `InvalidOption` for what cannot work; warns unless ``noeviction``.
 
-    Refused credentials, a server certificate that does not verify and a
-    Redis user that may not use this namespace's keys will not go away by
-    waiting, so they fail here. A server that cannot be reached now is
+    Refused credentials, a server certificate that does not verify, a
+    database the server does not have (``redis://host/99`` on a server of
+    16) and a Redis user that may not use this namespace's keys will not go
+    away by waiting, so they fail here. A server that cannot be reached now is
     not an error: workers start during an outage too, and ride it out.
     """
     state = keys.store("state")
@@ -220,6 +242,10 @@ def check_server(client: Client, keys: Keys, where: str | None = None) -> None:
     except RedisBackendError as exc:
         if isinstance(exc.__cause__, redis.AuthenticationError):
             raise InvalidOption(f"Redis refused the credentials: {exc.__cause__}") from exc
+        if isinstance(exc.__cause__, redis.ResponseError) and "DB index" in str(exc.__cause__):
+            raise InvalidOption(
+                f"Redis has no such database ({where or 'the client'}): {exc.__cause__}"
+            ) from exc
         if isinstance(exc.__cause__, redis.exceptions.NoPermissionError):
             raise InvalidOption(
                 f"the Redis user may not use the keys of namespace {keys.namespace!r} "
