@@ -109,6 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
         "in the named modules (and what they import) run; a stored task naming anything else "
         "is finalized FAILED. SIGTERM or Ctrl-C stops gracefully; a second one stops at once, "
         "abandoning the running tasks (exit code 4).",
+        epilog="exit codes: 0 stopped (or a burst done); 1 stopped by a second signal; 2 bad "
+        "usage; 3 cannot start (a module that does not import, a URL that cannot work, a "
+        "backend that did not answer within --connect-timeout); 4 running tasks abandoned",
     )
     worker.add_argument(
         "modules", nargs="+", metavar="MODULE", help="import path of a module defining tasks"
@@ -206,6 +209,16 @@ def build_parser() -> argparse.ArgumentParser:
         "once their leases expire, and the exit code is 4",
     )
     worker.add_argument(
+        "--connect-timeout",
+        type=_positive_float,
+        default=20.0,
+        metavar="SECONDS",
+        help="at start, how long to wait for the backend's first answer: one that never "
+        "answered is most likely a wrong URL, so the worker exits (code 3) with one line "
+        "naming it; an outage once it has answered is waited out however long it lasts "
+        "(default: %(default)s)",
+    )
+    worker.add_argument(
         "--log-level",
         default="INFO",
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
@@ -243,6 +256,7 @@ def worker_settings(args: argparse.Namespace, broker_url: str, **more: Any) -> W
         max_tasks_jitter=args.max_tasks_jitter,
         burst=args.burst,
         shutdown_timeout=timedelta(seconds=args.shutdown_timeout),
+        connect_timeout=timedelta(seconds=args.connect_timeout),
         log_level=args.log_level,
         fork=not args.spawn,
         **more,

@@ -36,7 +36,9 @@ that did in the supervisor. The supervisor then logs what it runs (see
 Starting worker processes: the first ones are forked from the supervisor
 once it has run the setup, imported the task modules and reached the
 backend (so the backend's modules are loaded too, and a bad URL fails
-before any worker starts), so a worker starts without a second interpreter
+before any worker starts: one that has not answered within
+`WorkerSettings.connect_timeout` ends the supervisor with one line and
+`EXIT_CONFIG_ERROR`), so a worker starts without a second interpreter
 start-up and import of everything; a restarted one (after a death, a
 recycling, or a burst's second round) is spawned, a fresh interpreter that
 runs the setup and imports the modules itself. The rule that makes the
@@ -60,7 +62,8 @@ exits or restarts. Each worker process backs off and reconnects on its own
 (see `threadmill_core.worker`), and the maintenance loop skips its passes
 with the same backoff; each process logs one warning per outage and one
 line when the backend is back. Only a configuration error (modules that do
-not import, a URL that cannot work) stops the supervisor.
+not import, a URL that cannot work, a backend that never answered at start)
+stops the supervisor.
 """
 
 from __future__ import annotations
@@ -98,6 +101,7 @@ from threadmill_core.worker_settings import (
     cannot_start,
     connect_when_reachable,
     prepare_process,
+    reach_at_start,
 )
 
 __all__ = [
@@ -261,7 +265,9 @@ class Supervisor:
                 prefetch=settings.prefetch,
                 defined=defined,
             )
-            broker = self._connect()
+            broker = reach_at_start(
+                settings.broker_url, self.outage, self._wake.wait, settings.connect_timeout
+            )
         except Exception as exc:
             cannot_start("cannot start", exc)
             return EXIT_CONFIG_ERROR
