@@ -263,6 +263,14 @@ def worker_settings(args: argparse.Namespace, broker_url: str, **more: Any) -> W
     )
 
 
+#: What the commands that take task ids say of them (see `threadmill_core.inspector.lookup`).
+_ID_HELP = (
+    "a task id, or its start or end (4 characters or more) if that names one task; one that "
+    "names several lists them and is not acted on. Looking up a piece reads every stored "
+    "task: on a big store, give whole ids"
+)
+
+
 def _add_inspecting_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
@@ -313,8 +321,9 @@ def _add_inspecting_commands(commands: argparse._SubParsersAction[argparse.Argum
     )
     ls.add_argument("queue", metavar="QUEUE")
     ls.add_argument(
-        "--status", "-s", type=_status, required=True, metavar="STATUS",
-        help="READY, DEFERRED, RUNNING, SUCCESSFUL, FAILED or CANCELLED (any case)",
+        "--status", "-s", type=_status, default=None, metavar="STATUS",
+        help="READY, DEFERRED, RUNNING, SUCCESSFUL, FAILED or CANCELLED (any case; default: "
+        "READY, the tasks waiting to run, followed by a line counting the other segments)",
     )  # fmt: skip
     ls.add_argument(
         "--limit", "-n", type=_positive_int, default=20, metavar="N",
@@ -331,7 +340,7 @@ def _add_inspecting_commands(commands: argparse._SubParsersAction[argparse.Argum
         "Show a task's whole record: arguments, timestamps, attempts, workers, result, and "
         "every error in order with its traceback.",
     )
-    show.add_argument("task_id", metavar="ID")
+    show.add_argument("task_id", metavar="ID", help=_ID_HELP)
 
     requeue = add(
         "requeue",
@@ -342,7 +351,7 @@ def _add_inspecting_commands(commands: argparse._SubParsersAction[argparse.Argum
         "with its reason. Each requeue is checked and applied by the backend in one atomic "
         "step, so a task that changed since you looked is refused, never resurrected.",
     )
-    requeue.add_argument("task_ids", nargs="*", metavar="ID")
+    requeue.add_argument("task_ids", nargs="*", metavar="ID", help=_ID_HELP)
     requeue.add_argument(
         "--failed", metavar="QUEUE",
         help="requeue every task that is FAILED in QUEUE when the command starts, a page at a "
@@ -356,7 +365,7 @@ def _add_inspecting_commands(commands: argparse._SubParsersAction[argparse.Argum
         "cancelled (its lease holder decides it) and a finished one is already final: both are "
         "refused and reported with the reason.",
     )
-    cancel.add_argument("task_ids", nargs="+", metavar="ID")
+    cancel.add_argument("task_ids", nargs="+", metavar="ID", help=_ID_HELP)
 
     purge = add(
         "purge",
