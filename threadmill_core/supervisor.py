@@ -15,7 +15,9 @@ from here too.
 
 Signals: the first SIGTERM or SIGINT stops claiming everywhere, gives the
 prefetched tasks back at once, lets running tasks finish within
-`shutdown_timeout`, and exits 0. A worker process still running tasks then,
+`shutdown_timeout`, and exits 0; the last line logged says what stopped it
+and how many tasks its worker processes ran (`Supervisor.ran`), as at a
+burst's end. A worker process still running tasks then,
 or every one at a second signal, is stopped by force (`Worker.stop_now`):
 it gives its prefetch back in one call, sends the outcomes waiting for their
 batch, logs each running task it abandons and what becomes of it (its lease
@@ -162,6 +164,9 @@ class Supervisor:
         # Set by the signal handler: a threading.Event could deadlock it (see wakeup.py).
         self._wake = Wakeup()
         self.restarts = 0
+        #: Tasks run to an outcome by the worker processes that exited so far (each adds its own).
+        self.ran = multiprocessing.get_context("spawn").Value("q", 0)
+        self._stopped_by = "burst done: nothing left to run"
         #: The maintenance loop's outages (each worker process has its own).
         self.outage = Outage(log, settings.reconnect_backoff)
         self._failures = 0
@@ -192,7 +197,7 @@ class Supervisor:
         """
         process = multiprocessing.get_context("fork").Process(
             target=forked_main,
-            args=(self.settings, index),
+            args=(self.settings, index, self.ran),
             name=f"threadmill-worker-{index}",
             daemon=False,
         )
@@ -207,7 +212,7 @@ class Supervisor:
         """Spawn worker process `index`: a fresh interpreter that prepares itself."""
         process = multiprocessing.get_context("spawn").Process(
             target=spawned_main,
-            args=(self.settings, index),
+            args=(self.settings, index, self.ran),
             name=f"threadmill-worker-{index}",
             daemon=False,
         )
@@ -229,6 +234,7 @@ class Supervisor:
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         self._signals += 1
         if self._signals == 1:
+            self._stopped_by = signal.Signals(signum).name
             log.info("%s: stopping; running tasks get %s to finish",
                      signal.Signals(signum).name, self.settings.shutdown_timeout)  # fmt: skip
             self._stop_children(signal.SIGTERM)
@@ -288,7 +294,7 @@ class Supervisor:
             self._drain()
             return EXIT_CONFIG_ERROR
         if broker is None:
-            return self._drain()
+            return self._stopped(self._drain())
         backend = broker.backend
         # The children and the signals are looked after every poll interval (that
         # costs the backend nothing); the backend is called when maintenance is due.
@@ -301,7 +307,7 @@ class Supervisor:
                     wait = self._maintain(backend)  # counted from its return, not its start
                     next_pass = time.monotonic() + wait
                 if self._signals:
-                    return self._drain()
+                    return self._stopped(self._drain())
                 code = self._watch()
                 if code != 0:
                     self._stop_children(signal.SIGTERM)
@@ -315,13 +321,20 @@ class Supervisor:
                     if left is not None and left.ready:
                         self._start(0)
                     elif left is not None and not left.running and left.due_in is None:
-                        return 0
+                        return self._stopped(0)
                     elif left is not None and left.due_in is not None:
                         # The mover's pass when it falls due, not at the reaper's turn.
                         next_pass = min(next_pass, time.monotonic() + left.due_in)
                 self._wake.wait(min(tick, max(next_pass - time.monotonic(), 0.0)))
         finally:
             backend.close()
+
+    def _stopped(self, code: int) -> int:
+        """Log the last line of a stop or a burst's end: why, and how many tasks ran; `code`."""
+        log.info("stopped (%s): %d worker process(es) ran %d task(s) to an outcome, with %d "
+                 "restart(s); exit code %d", self._stopped_by, self.settings.processes,
+                 self.ran.value, self.restarts, code)  # fmt: skip
+        return code
 
     def _connect(self) -> Broker | None:
         """The supervisor's broker, once the backend is reachable; None if stopped meanwhile."""
