@@ -56,9 +56,10 @@ def _backends(args: argparse.Namespace) -> int:
 
 
 def _worker(args: argparse.Namespace) -> int:
-    from threadmill_core.supervisor import LOG_FORMAT, Supervisor
+    from threadmill_core.supervisor import Supervisor
+    from threadmill_core.worker_logging import configure_worker_logging
 
-    logging.basicConfig(level=args.log_level, format=LOG_FORMAT)
+    configure_worker_logging(args.log_level)
     url = args.broker or os.environ.get("THREADMILL_URL")
     if not url:
         print("threadmill worker: give --broker URL or set THREADMILL_URL", file=sys.stderr)

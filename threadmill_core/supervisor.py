@@ -92,12 +92,12 @@ from threadmill_core.outage import Outage
 from threadmill_core.startup import log_start, warn_unregistered_waiting
 from threadmill_core.task import registered_tasks
 from threadmill_core.wakeup import Wakeup
+from threadmill_core.worker_logging import LOG_FORMAT
 from threadmill_core.worker_process import forked_main, spawned_main
 from threadmill_core.worker_settings import (
     EXIT_ABANDONED,
     EXIT_CONFIG_ERROR,
     FORK_BLOCKED,
-    LOG_FORMAT,
     STOP_NOW_SIGNAL,
     WorkerSettings,
     cannot_start,

@@ -41,11 +41,11 @@ from typing import TYPE_CHECKING
 
 from threadmill_core.outage import Outage
 from threadmill_core.worker import Worker, default_worker_id
+from threadmill_core.worker_logging import configure_worker_logging
 from threadmill_core.worker_settings import (
     EXIT_ABANDONED,
     EXIT_CONFIG_ERROR,
     FORK_BLOCKED,
-    LOG_FORMAT,
     STOP_NOW_SIGNAL,
     WorkerSettings,
     cannot_start,
@@ -80,7 +80,7 @@ def forked_main(settings: WorkerSettings, index: int, ran: TaskCount) -> None:
 
 def spawned_main(settings: WorkerSettings, index: int, ran: TaskCount) -> None:
     """A spawned worker process: load the tasks, then work until told to stop."""
-    logging.basicConfig(level=settings.log_level, format=LOG_FORMAT, stream=sys.stderr)
+    configure_worker_logging(settings.log_level)
     try:
         prepare_process(settings)
     except Exception as exc:

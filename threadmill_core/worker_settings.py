@@ -65,8 +65,6 @@ CONNECT_TIMEOUT = timedelta(seconds=20)  # ``--connect-timeout``'s default too
 #: A worker process stopped by force (a second signal, the shutdown timeout)
 #: abandoned running tasks, or had to be killed; the supervisor exits with it too.
 EXIT_ABANDONED = 4
-#: The log line of the supervisor and its worker processes.
-LOG_FORMAT = "%(asctime)s %(levelname)-7s %(processName)s %(name)s: %(message)s"
 
 #: What the supervisor sends a worker process to stop it at once (a second signal, or
 #: the shutdown timeout): it gives its prefetch back and abandons its running tasks
