@@ -239,13 +239,11 @@ def reach_at_start(
                 broker.backend.now()  # a round trip every backend answers, changing nothing
             except BackendUnavailable as exc:
                 failures += 1
-                delay = outage.failed(exc, failures, started)
-                if deadline is not None and timeout is not None:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        raise BackendNeverReached(url, timeout, exc) from exc
-                    delay = min(delay, left)
-                if pause(delay):
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0 and timeout is not None:
+                    raise BackendNeverReached(url, timeout, exc) from exc
+                delay = outage.failed(exc, failures, started)  # its warning, once
+                if pause(delay if left is None else min(delay, left)):
                     return None
                 continue
             outage.reached(started)
