@@ -56,9 +56,10 @@ def _backends(args: argparse.Namespace) -> int:
 
 
 def _worker(args: argparse.Namespace) -> int:
-    from threadmill_core.supervisor import LOG_FORMAT, Supervisor
+    from threadmill_core.supervisor import Supervisor
+    from threadmill_core.worker_logging import configure_worker_logging
 
-    logging.basicConfig(level=args.log_level, format=LOG_FORMAT)
+    configure_worker_logging(args.log_level)
     url = args.broker or os.environ.get("THREADMILL_URL")
     if not url:
         print("threadmill worker: give --broker URL or set THREADMILL_URL", file=sys.stderr)
@@ -131,7 +132,8 @@ def _stats(args: argparse.Namespace) -> int:
 def _ls(args: argparse.Namespace) -> int:
     from threadmill_core import inspector
 
-    queue, status, offset = args.queue, args.status, args.offset
+    queue, offset = args.queue, args.offset
+    status = args.status or TaskResultStatus.READY  # the tasks waiting to run
     with _opened(args) as broker:
         items = inspector.list_tasks(broker, queue, status, offset=offset, limit=args.limit)
         every = broker.counts()
@@ -144,7 +146,16 @@ def _ls(args: argparse.Namespace) -> int:
         data = {"queue": queue, "status": status.value, "offset": offset, "total": total}
         _out({**data, "tasks": tasks}, args)
     elif not unknown:
-        _out(inspector.format_list(items, queue, status, offset=offset, total=total), args)
+        text = inspector.format_list(items, queue, status, offset=offset, total=total)
+        if args.status is None and counts is not None:  # say what else there is, and how
+            others = ", ".join(
+                f"{counts.of(s)} {s.value}" for s in TaskResultStatus if s is not status
+            )
+            text += (
+                f"\nother segments: {others} "
+                "(--status STATUS lists one; threadmill stats counts every queue)"
+            )
+        _out(text, args)
     if not unknown:
         return inspector.ExitCode.DONE
     held = sorted(name for name, c in every.items() if any(c.of(s) for s in TaskResultStatus))
@@ -160,10 +171,11 @@ def _ls(args: argparse.Namespace) -> int:
 def _show(args: argparse.Namespace) -> int:
     from threadmill_core import inspector
     from threadmill_core.errors import PayloadError
+    from threadmill_core.inspector.lookup import find_task
 
     with _opened(args) as broker:
         try:
-            record = broker.backend.get(args.task_id)
+            found = find_task(broker, args.task_id)
         except PayloadError as exc:
             print(
                 f"threadmill show: task {args.task_id!r} exists but cannot be shown: its stored "
@@ -171,13 +183,18 @@ def _show(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return inspector.ExitCode.NOTHING_DONE
-    if record is None:
+    if found.task_id is None and found.matches:
+        print(f"threadmill show: {found.ambiguity()}", file=sys.stderr)
+        return inspector.ExitCode.NOTHING_DONE
+    if found.task_id is None:
         print(
             f"threadmill show: no task with id {args.task_id!r} "
-            "(never enqueued, purged, or its result expired)",
+            "(never enqueued, purged, or its result expired), nor one whose id starts or "
+            "ends so",
             file=sys.stderr,
         )
         return inspector.ExitCode.NOTHING_DONE
+    [record] = found.matches
     _out(inspector.record_json(record) if args.json else inspector.format_record(record), args)
     return inspector.ExitCode.DONE
 

@@ -109,6 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
         "in the named modules (and what they import) run; a stored task naming anything else "
         "is finalized FAILED. SIGTERM or Ctrl-C stops gracefully; a second one stops at once, "
         "abandoning the running tasks (exit code 4).",
+        epilog="exit codes: 0 stopped (or a burst done); 1 stopped by a second signal; 2 bad "
+        "usage; 3 cannot start (a module that does not import, a URL that cannot work, a "
+        "backend that did not answer within --connect-timeout); 4 running tasks abandoned",
     )
     worker.add_argument(
         "modules", nargs="+", metavar="MODULE", help="import path of a module defining tasks"
@@ -206,6 +209,16 @@ def build_parser() -> argparse.ArgumentParser:
         "once their leases expire, and the exit code is 4",
     )
     worker.add_argument(
+        "--connect-timeout",
+        type=_positive_float,
+        default=20.0,
+        metavar="SECONDS",
+        help="at start, how long to wait for the backend's first answer: one that never "
+        "answered is most likely a wrong URL, so the worker exits (code 3) with one line "
+        "naming it; an outage once it has answered is waited out however long it lasts "
+        "(default: %(default)s)",
+    )
+    worker.add_argument(
         "--log-level",
         default="INFO",
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
@@ -243,10 +256,19 @@ def worker_settings(args: argparse.Namespace, broker_url: str, **more: Any) -> W
         max_tasks_jitter=args.max_tasks_jitter,
         burst=args.burst,
         shutdown_timeout=timedelta(seconds=args.shutdown_timeout),
+        connect_timeout=timedelta(seconds=args.connect_timeout),
         log_level=args.log_level,
         fork=not args.spawn,
         **more,
     )
+
+
+#: What the commands that take task ids say of them (see `threadmill_core.inspector.lookup`).
+_ID_HELP = (
+    "a task id, or its start or end (4 characters or more) if that names one task; one that "
+    "names several lists them and is not acted on. Looking up a piece reads every stored "
+    "task: on a big store, give whole ids"
+)
 
 
 def _add_inspecting_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -299,8 +321,9 @@ def _add_inspecting_commands(commands: argparse._SubParsersAction[argparse.Argum
     )
     ls.add_argument("queue", metavar="QUEUE")
     ls.add_argument(
-        "--status", "-s", type=_status, required=True, metavar="STATUS",
-        help="READY, DEFERRED, RUNNING, SUCCESSFUL, FAILED or CANCELLED (any case)",
+        "--status", "-s", type=_status, default=None, metavar="STATUS",
+        help="READY, DEFERRED, RUNNING, SUCCESSFUL, FAILED or CANCELLED (any case; default: "
+        "READY, the tasks waiting to run, followed by a line counting the other segments)",
     )  # fmt: skip
     ls.add_argument(
         "--limit", "-n", type=_positive_int, default=20, metavar="N",
@@ -317,7 +340,7 @@ def _add_inspecting_commands(commands: argparse._SubParsersAction[argparse.Argum
         "Show a task's whole record: arguments, timestamps, attempts, workers, result, and "
         "every error in order with its traceback.",
     )
-    show.add_argument("task_id", metavar="ID")
+    show.add_argument("task_id", metavar="ID", help=_ID_HELP)
 
     requeue = add(
         "requeue",
@@ -328,7 +351,7 @@ def _add_inspecting_commands(commands: argparse._SubParsersAction[argparse.Argum
         "with its reason. Each requeue is checked and applied by the backend in one atomic "
         "step, so a task that changed since you looked is refused, never resurrected.",
     )
-    requeue.add_argument("task_ids", nargs="*", metavar="ID")
+    requeue.add_argument("task_ids", nargs="*", metavar="ID", help=_ID_HELP)
     requeue.add_argument(
         "--failed", metavar="QUEUE",
         help="requeue every task that is FAILED in QUEUE when the command starts, a page at a "
@@ -342,7 +365,7 @@ def _add_inspecting_commands(commands: argparse._SubParsersAction[argparse.Argum
         "cancelled (its lease holder decides it) and a finished one is already final: both are "
         "refused and reported with the reason.",
     )
-    cancel.add_argument("task_ids", nargs="+", metavar="ID")
+    cancel.add_argument("task_ids", nargs="+", metavar="ID", help=_ID_HELP)
 
     purge = add(
         "purge",

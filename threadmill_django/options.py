@@ -18,6 +18,7 @@ The options (all optional):
 ``max_tasks``       the worker's ``--max-tasks``
 ``max_tasks_jitter``  the worker's ``--max-tasks-jitter``
 ``shutdown_timeout``  the worker's ``--shutdown-timeout`` (seconds or timedelta)
+``connect_timeout``   the worker's ``--connect-timeout`` (seconds or timedelta)
 ``log_level``       the worker's ``--log-level``
 ``task_modules``    modules of tasks for the worker beyond the apps' ``tasks``
 ==================  ===========================================================
@@ -101,6 +102,7 @@ WORKER_FLAGS: Mapping[str, tuple[str, Callable[[object], object]]] = {
     "max_tasks": ("--max-tasks", _count(1)),
     "max_tasks_jitter": ("--max-tasks-jitter", _count(0)),
     "shutdown_timeout": ("--shutdown-timeout", _seconds),
+    "connect_timeout": ("--connect-timeout", _seconds),
     "log_level": ("--log-level", _log_level),
 }
 

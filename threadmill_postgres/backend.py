@@ -138,6 +138,9 @@ class PostgresBackend(Backend):
         self._ttl_ms = duration_ms(self.options.result_ttl)
         self._conninfo = conninfo
         self._ready = False
+        # Before the pool opens: a URL that cannot work is then one error, not also
+        # the warning of a pool whose first connection failed.
+        self._connect()
         self.db = Database(
             conninfo,
             size=self.options.pool_size,
@@ -149,11 +152,6 @@ class PostgresBackend(Backend):
         self._listener: Listener | None = None
         self._listener_lock = threading.Lock()
         self._marks = threading.local()
-        try:
-            self._connect()
-        except BaseException:
-            self.db.close()
-            raise
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> PostgresBackend:

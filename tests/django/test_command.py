@@ -148,12 +148,13 @@ def options(**given: Any) -> Any:
 def test_worker_defaults_come_from_the_alias() -> None:
     """QUEUES and the worker OPTIONS become threadmill worker's defaults."""
     alias = options(threads=3, processes=2, lease_ttl=timedelta(seconds=45), result_ttl=600,
-                    max_tasks=100, log_level="WARNING")  # fmt: skip
+                    max_tasks=100, log_level="WARNING", connect_timeout=5)  # fmt: skip
     args, modules = parse_worker_args(alias, [])
     settings = worker_settings(alias, args)
     assert settings.queues == ("high", "default")
     assert (settings.threads, settings.processes, settings.max_tasks) == (3, 2, 100)
     assert settings.lease_ttl == timedelta(seconds=45)
+    assert settings.connect_timeout == timedelta(seconds=5)
     assert settings.log_level == "WARNING"
     assert settings.broker_url == "redis://127.0.0.1:1/0?result_ttl=600"
     assert "tests.django.djapp.tasks" in modules

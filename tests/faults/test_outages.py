@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 
@@ -22,6 +23,7 @@ from threadmill_core.errors import BackendUnavailable
 from threadmill_core.maintenance import reap
 from threadmill_core.supervisor import Supervisor, WorkerSettings, connect_when_reachable
 from threadmill_core.worker import RECONNECT_BACKOFF, Outage
+from threadmill_core.worker_settings import BackendNeverReached, reach_at_start
 from threadmill_memory import MemoryBackend
 
 NO_WAIT = ExponentialBackoff(base_delay=0, max_delay=0, max_retries=None, jitter=0)
@@ -330,3 +332,35 @@ def test_connecting_waits_for_an_unavailable_backend(monkeypatch: pytest.MonkeyP
     assert not outage.down
     attempts.clear()
     assert connect_when_reachable("x://", outage, lambda _delay: True) is None, "stopped"
+
+
+def test_a_backend_that_never_answers_at_start_is_given_up_after_the_connect_timeout(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """At start, a backend that has not answered once within the timeout raises
+    BackendNeverReached (after one outage warning); one that answers in time is used."""
+    flaky = FlakyBackend(MemoryBackend())
+    monkeypatch.setattr(
+        "threadmill_core.worker_settings.connect", lambda url: Broker(flaky, url=url)
+    )
+    caplog.set_level(logging.INFO, logger="threadmill")
+    outage = Outage(logging.getLogger("threadmill.test"), NO_WAIT)
+    flaky.fail("now", times=1_000)
+    pauses: list[float] = []
+
+    def pause(delay: float) -> None:
+        pauses.append(delay)
+        time.sleep(0.01)
+
+    with pytest.raises(BackendNeverReached, match=r"did not answer within 0\.2 s") as raised:
+        reach_at_start("redis://u:pw@h:1/0", outage, pause, timedelta(seconds=0.2))
+    assert "redis://u:***@h:1/0" in str(raised.value)
+    assert isinstance(raised.value.__cause__, BackendUnavailable)
+    assert len(lines(caplog, WARNING)) == 1
+    assert len(pauses) > 1, "it tried again before giving up"
+
+    flaky.fail("now", times=2)
+    broker = reach_at_start("x://", outage, lambda _delay: None, timedelta(seconds=30))
+    assert broker is not None
+    assert broker.backend is flaky
+    assert not outage.down, "the outage ended once it answered"

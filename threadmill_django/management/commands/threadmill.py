@@ -11,7 +11,6 @@ COMMAND; everything after it is the threadmill command's.
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 from typing import Any
@@ -22,7 +21,8 @@ from django.tasks.exceptions import InvalidTaskBackend
 
 from threadmill_core import cli
 from threadmill_core.errors import ThreadmillError
-from threadmill_core.supervisor import LOG_FORMAT, Supervisor
+from threadmill_core.supervisor import Supervisor
+from threadmill_core.worker_logging import configure_worker_logging
 from threadmill_django.backend import TaskBackend
 from threadmill_django.worker import WorkerUsageError, parse_worker_args, worker_settings
 
@@ -75,7 +75,12 @@ class Command(BaseCommand):
                     "not --broker",
                     returncode=2,
                 )
-            code = cli.main([subcommand, *arguments], broker=chosen.broker)
+            try:
+                broker = chosen.broker
+            except ThreadmillError as exc:  # as `threadmill` says a URL that cannot work
+                print(f"threadmill: {exc}", file=sys.stderr)
+                sys.exit(2)
+            code = cli.main([subcommand, *arguments], broker=broker)
         if code:
             sys.exit(code)
 
@@ -92,5 +97,5 @@ class Command(BaseCommand):
             settings = worker_settings(backend.options_checked, args)
         except (WorkerUsageError, ThreadmillError) as exc:
             raise CommandError(str(exc), returncode=2) from exc
-        logging.basicConfig(level=args.log_level, format=LOG_FORMAT)
+        configure_worker_logging(args.log_level)
         return Supervisor(settings).run()
