@@ -144,7 +144,7 @@ def test_a_reaper_pass_announces_the_tasks_it_failed_as_one_batch(
     broker: Broker, clock: FakeClock, recorder: Recorder
 ) -> None:
     """Expired leases with no retry left finish FAILED together; one with retries does not."""
-    given_up = [tasks.echo.using(broker=broker).enqueue(n) for n in range(3)]
+    given_up = [tasks.final.using(broker=broker).enqueue(n) for n in range(3)]
     retried = tasks.flaky.using(broker=broker).enqueue(fail_times=1)
     leases = broker.backend.claim(["default"], worker="gone", lease_ttl=timedelta(seconds=5),
                                   limit=10)  # fmt: skip
