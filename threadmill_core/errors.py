@@ -127,6 +127,16 @@ class WaitTimeout(ThreadmillError, TimeoutError):
         super().__init__(f"task {task_id!r} did not finish within {timeout:g} s")
 
 
+class MemoryBrokerWarning(UserWarning):
+    """A task went to the ``memory://`` default broker with no worker in this process.
+
+    Warned once per process, by the first such `Task.enqueue`: no other
+    process can see that task, so unless a `Worker` runs here it never runs.
+    Set ``THREADMILL_URL`` (``memory://`` too, to say it is meant), or name a
+    broker with ``using(broker=...)``; or filter this class, as any warning.
+    """
+
+
 class AcknowledgementTimeout(ThreadmillError):
     """Recorded as a task error when a lease expired before the worker acknowledged it.
 

@@ -70,6 +70,19 @@ def refuses(context: TaskContext, url: str, tag: str) -> None:
     raise ValueError("refused by the task itself")
 
 
+@task
+def first_step(url: str, tag: str) -> str:
+    """Enqueue `second_step` without naming a broker (the default one); returns its id."""
+    return second_step.enqueue(url, tag).id
+
+
+@task
+def second_step(url: str, tag: str) -> int:
+    """Record its run; returns the pid of the process that ran it."""
+    _log(url, tag, "start", 2, 1)
+    return os.getpid()
+
+
 class AckRecorder:
     """Records each acknowledgement of `sleepy` that landed (the worker calls this hook after)."""
 
