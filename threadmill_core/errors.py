@@ -148,7 +148,8 @@ class AcknowledgementTimeout(ThreadmillError):
 class TaskQuarantined(ThreadmillError):
     """Recorded as a task error when a stored task cannot run at all (guarantee 6).
 
-    Used when the task's function or retry policy is not registered with the
-    worker, or the stored record does not decode; the task is finalized FAILED
-    instead of cycling through retries.
+    Used when the stored record does not decode, its retry policy is not
+    registered with the worker, or its function was not registered with any
+    worker that claimed it within `threadmill_core.execution.UNKNOWN_TASK_GRACE`
+    of its enqueue; the task is finalized FAILED instead of cycling.
     """

@@ -23,6 +23,7 @@ from threadmill_core import (
     scheduler,
     task,
 )
+from threadmill_core.execution import UNKNOWN_TASK_DELAY, UNKNOWN_TASK_GRACE
 from threadmill_core.ids import new_task_id
 from threadmill_core.maintenance import reap
 from threadmill_core.retry import INTERRUPTION_RETRIES
@@ -157,15 +158,47 @@ def test_return_value_the_codec_cannot_carry_fails_the_task(broker: Broker) -> N
     assert "the return value is a datetime.datetime" in final.errors[-1].message
 
 
-def test_unregistered_task_path_is_quarantined_and_never_imported(broker: Broker) -> None:
-    """A stored record naming a path no loaded task has is FAILED and nothing runs."""
+def test_an_unknown_task_goes_back_uncharged_then_is_quarantined_after_the_grace(
+    broker: Broker, clock: FakeClock
+) -> None:
+    """A record naming a path no loaded task has is never imported nor run: it is given back
+    uncharged, due UNKNOWN_TASK_DELAY later, until UNKNOWN_TASK_GRACE after its enqueue, then
+    quarantined FAILED by the next worker that claims it and does not know it either."""
     planted = TaskResult(id=new_task_id(), task_path="os:system", args=["touch /tmp/pwned"])
     broker.backend.enqueue([planted])
+    enqueued = clock.now()
+    while clock.now() - enqueued < UNKNOWN_TASK_GRACE:
+        worker(broker).run(burst=True)
+        back = broker.get_result(planted.id)
+        assert (back.status, back.attempts, back.errors, back.worker_ids) == (DEFERRED, 0, (), ())
+        assert back.run_after == clock.now() + UNKNOWN_TASK_DELAY
+        clock.advance(timedelta(minutes=3))
     worker(broker).run(burst=True)
     final = broker.get_result(planted.id)
-    assert final.status is FAILED
-    assert final.errors[-1].exception_class_path == "threadmill_core.errors.TaskQuarantined"
+    assert (final.status, final.attempts) == (FAILED, 1)
+    assert [e.exception_class_path for e in final.errors] == [
+        "threadmill_core.errors.TaskQuarantined"
+    ]
     assert "os:system is not registered" in final.errors[-1].message
+
+
+def test_a_task_unknown_to_one_worker_runs_on_a_worker_that_knows_it(
+    broker: Broker, clock: FakeClock
+) -> None:
+    """A rolling deploy in one process: a worker without the task gives it back, not charged;
+    a worker with it runs it once due: attempt 1, no error."""
+    record = tasks.echo.using(broker=broker).enqueue("new")
+    old = worker(broker, tasks={tasks.add.path: tasks.add})
+    for _ in range(3):
+        old.run(burst=True)
+        back = broker.get_result(record.id)
+        assert (back.status, back.attempts, back.errors) == (DEFERRED, 0, ())
+        clock.advance(UNKNOWN_TASK_DELAY)
+    worker(broker).run(burst=True)
+    final = broker.get_result(record.id)
+    assert (final.status, final.return_value, final.attempts, final.errors) == (
+        SUCCESSFUL, "new", 1, (),
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize(
