@@ -56,6 +56,7 @@ from threadmill_core import codec
 from threadmill_core.backend import NOTHING_DEFERRED, RATE_HISTORY, UNSTARTED_EXPIRY_LIMIT, Backend
 from threadmill_core.checks import (
     check_decision,
+    check_delay,
     check_limit,
     check_offset,
     check_purgeable,
@@ -495,9 +496,12 @@ class PostgresBackend(Backend):
             raise PayloadError(f"task {lease.task_id!r}: {exc}") from exc
         return attrs.evolve(lease.record, **state, errors=decoded_errors, return_value=value)
 
-    def release(self, leases: Sequence[Lease]) -> list[TaskResult | None]:
+    def release(
+        self, leases: Sequence[Lease], delay: timedelta = timedelta(0)
+    ) -> list[TaskResult | None]:
         """Every release in one statement, each fenced on its own; answers in the order given."""
         leases = list(leases)
+        wait_ms = check_delay(delay)
         answers: list[TaskResult | None] = [None] * len(leases)
         sent = [(at, lease) for at, lease in enumerate(leases) if _sendable(lease)]
         if not sent:
@@ -505,17 +509,25 @@ class PostgresBackend(Backend):
         params = {
             "ids": [lease.task_id for _, lease in sent],
             "tokens": [lease.token for _, lease in sent],
+            "delay": wait_ms,
             "channel": self.channel,
         }
         got = self.db.fetch(self.sql.release, params, what="release", repeatable=True)
-        for (at, lease), (_n, attempts, worker_ids, started_at, last_attempted_at) in zip(
-            sent, got, strict=True
-        ):
+        for (at, lease), (
+            _n,
+            attempts,
+            worker_ids,
+            started_at,
+            last_attempted_at,
+            status,
+            due,
+        ) in zip(sent, got, strict=True):
             if attempts is None:
                 continue
             answers[at] = attrs.evolve(
                 lease.record,
-                status=READY,
+                status=TaskResultStatus(status),
+                run_after=None if due is None else from_ms(due),
                 attempts=attempts,
                 worker_ids=tuple(worker_ids),
                 started_at=None if started_at is None else from_ms(started_at),

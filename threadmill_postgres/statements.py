@@ -406,13 +406,15 @@ FROM given g
 ORDER BY g.n"""
 
 #: Give back claimed tasks that never started: to the READY tail in call
-#: order, the claim undone (see `Backend.release`), the token cleared. A
-#: claim whose start was recorded, and a reaper's, are refused.
+#: order (DEFERRED due at now + delay when the delay is above zero), the claim
+#: undone (see `Backend.release`), the token cleared. A claim whose start was
+#: recorded, and a reaper's, are refused.
 #:
-#: Params: ids, tokens (arrays in step), channel.
+#: Params: ids, tokens (arrays in step), delay (ms), channel.
 #: Rows, in call order: n, then (NULL when refused) attempts, worker_ids,
-#: started_at and last_attempted_at after the release.
-RELEASE = f"""WITH given AS (
+#: started_at, last_attempted_at, status and run_after after the release.
+RELEASE = f"""WITH {_NOW},
+given AS (
     SELECT * FROM unnest(%(ids)s::text[], %(tokens)s::text[]) WITH ORDINALITY AS g (id, token, n)
 ),
 held AS MATERIALIZED (
@@ -429,17 +431,22 @@ asked AS MATERIALIZED (SELECT id, row_number() OVER (ORDER BY n) AS k FROM chose
 {_places("asked", "placed")},
 released AS (
     UPDATE {{s}}.tasks t SET
-        status = 'READY', ready_order = p.ready_order, token = NULL, deadline = NULL,
+        status = CASE WHEN %(delay)s::bigint > 0 THEN 'DEFERRED' ELSE 'READY' END,
+        ready_order = CASE WHEN %(delay)s::bigint > 0 THEN NULL ELSE p.ready_order END,
+        run_after = CASE WHEN %(delay)s::bigint > 0
+            THEN now.ms + %(delay)s::bigint ELSE t.run_after END,
+        token = NULL, deadline = NULL,
         attempts = greatest(t.attempts - 1, 0),
         worker_ids = t.worker_ids[1:cardinality(t.worker_ids) - 1],
         started_at = CASE WHEN t.attempts > 1 THEN t.started_at END,
         last_attempted_at = CASE WHEN t.attempts > 1 THEN t.last_attempted_at END
-    FROM placed p
+    FROM placed p CROSS JOIN now
     WHERE t.id = p.id
-    RETURNING t.id, t.queue, t.attempts, t.worker_ids, t.started_at, t.last_attempted_at
+    RETURNING t.id, t.queue, t.attempts, t.worker_ids, t.started_at, t.last_attempted_at,
+        t.status, t.run_after
 ),
 {_notify("SELECT queue FROM released")}
-SELECT g.n, r.attempts, r.worker_ids, r.started_at, r.last_attempted_at
+SELECT g.n, r.attempts, r.worker_ids, r.started_at, r.last_attempted_at, r.status, r.run_after
 FROM given g
     LEFT JOIN chosen c ON c.n = g.n
     LEFT JOIN released r ON r.id = c.id

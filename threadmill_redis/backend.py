@@ -56,6 +56,7 @@ from threadmill_core.backend import (
 from threadmill_core.checks import (
     check_calls,
     check_decision,
+    check_delay,
     check_limit,
     check_offset,
     check_purgeable,
@@ -436,10 +437,13 @@ class RedisBackend(Backend):
         head = [self._ttl_ms, self.options.prune_batch, self.options.notify_cap]
         return self._run("decide_many", head + decisions, repeatable=True, extra_keys=notify)
 
-    def release(self, leases: Sequence[Lease]) -> list[TaskResult | None]:
+    def release(
+        self, leases: Sequence[Lease], delay: timedelta = timedelta(0)
+    ) -> list[TaskResult | None]:
+        wait_ms = check_delay(delay)
         if not leases:
             return []
-        args: list[Any] = []
+        args: list[Any] = [wait_ms]
         for lease in leases:
             args += [lease.task_id, lease.token]
         # Repeatable: the first send clears the tokens, so a repeat is refused, changing nothing.

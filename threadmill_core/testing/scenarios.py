@@ -40,6 +40,7 @@ from __future__ import annotations
 from threadmill_core.testing._scenarios import clock, fencing, ordering, starts
 from threadmill_core.testing._scenarios.bad_input import BAD_INPUT_CASES, BadCall
 from threadmill_core.testing._scenarios.clock import (
+    a_release_with_a_delay_defers_the_task_uncharged,
     deferred_tasks_fall_due_on_the_backend_clock,
     finished_tasks_are_kept_for_result_ttl_then_gone,
     next_due_counts_down_to_the_earliest_deferred_task,
@@ -128,6 +129,7 @@ __all__ = [
     "Scenario",
     "a_lease_from_before_a_purge_cannot_decide_the_id_enqueued_again",
     "a_reaper_pass_gives_back_the_unstarted_claims_it_meets_beyond_its_limit",
+    "a_release_with_a_delay_defers_the_task_uncharged",
     "a_started_claim_that_expires_is_charged",
     "an_unstarted_claim_is_given_back_at_most_the_bound_times",
     "an_unstarted_claim_that_expires_goes_back_uncharged",

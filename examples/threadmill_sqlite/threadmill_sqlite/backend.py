@@ -64,6 +64,7 @@ from typing import Any
 from threadmill_core.backend import NOTHING_DEFERRED, RATE_HISTORY, UNSTARTED_EXPIRY_LIMIT, Backend
 from threadmill_core.checks import (
     check_decision,
+    check_delay,
     check_limit,
     check_offset,
     check_purgeable,
@@ -444,13 +445,17 @@ class SQLiteBackend(Backend):
                 answers.append(cursor.rowcount == 1)
         return answers
 
-    def release(self, leases: Sequence[Lease]) -> list[TaskResult | None]:
+    def release(
+        self, leases: Sequence[Lease], delay: timedelta = timedelta(0)
+    ) -> list[TaskResult | None]:
         """Every release in one transaction, each fenced on its own; answers in order."""
         leases = list(leases)
+        wait_ms = check_delay(delay)
         if not leases:
             return []
         answers: list[TaskResult | None] = []
-        with self._write("release") as (conn, _now_ms):
+        with self._write("release") as (conn, now_ms):
+            due_ms = now_ms + wait_ms if wait_ms else None
             for lease in leases:
                 row = self._row(conn, lease.task_id)
                 if (
@@ -461,23 +466,37 @@ class SQLiteBackend(Backend):
                 ):
                     answers.append(None)
                     continue
-                answers.append(self._give_back(conn, _rows.decode(row), row["unstarted_expiries"]))
+                answers.append(
+                    self._give_back(conn, _rows.decode(row), row["unstarted_expiries"], due_ms)
+                )
         if any(answer is not None for answer in answers):
             self._notify()
         return answers
 
-    def _give_back(self, conn: sqlite3.Connection, record: TaskResult, expiries: int) -> TaskResult:
-        """Undo a RUNNING task's claim: READY tail, attempt and worker undone, token cleared."""
+    def _give_back(
+        self,
+        conn: sqlite3.Connection,
+        record: TaskResult,
+        expiries: int,
+        due_ms: int | None = None,
+    ) -> TaskResult:
+        """Undo a RUNNING task's claim: READY tail (DEFERRED till `due_ms`, if given),
+        attempt and worker undone, token cleared."""
         attempts = max(record.attempts - 1, 0)
+        place = (
+            ("status = 'READY', ready_seq = ?", self._next_ready_seq(conn))
+            if due_ms is None
+            else ("status = 'DEFERRED', run_after = ?", due_ms)
+        )
         (stored,) = conn.execute(
-            "UPDATE threadmill_tasks SET status = 'READY', ready_seq = ?, token = NULL, "
+            f"UPDATE threadmill_tasks SET {place[0]}, token = NULL, "
             "claim = 'unstarted', deadline = NULL, attempts = ?, worker_ids = ?, "
             "unstarted_expiries = ?, "
             "started_at = CASE WHEN ? THEN started_at END, "
             "last_attempted_at = CASE WHEN ? THEN last_attempted_at END "
             f"WHERE id = ? RETURNING {_rows.COLUMNS}",
             (
-                self._next_ready_seq(conn),
+                place[1],
                 attempts,
                 _rows.encode_worker_ids(record.worker_ids[:-1]),
                 expiries,
