@@ -42,13 +42,23 @@ local delta_ms = tonumber(ARGV[1])
 local shifted = 0
 for _, id in ipairs(redis.call('HKEYS', K.state)) do
   local t = load_task(K, id)
-  -- READY's sort key is a sequence number, not a time.
-  if t.status ~= 'READY' then
+  -- READY's sort key is a sequence number, not a time. A corrupt record is
+  -- left as it is, but for its time index entries (below).
+  if t ~= nil and t.status ~= 'READY' then
     unindex_task(K, t)
     t.sort = t.sort - delta_ms
     save_task(K, t)
     index_task(K, t)
     shifted = shifted + 1
+  end
+end
+-- The time index entries of tasks with no valid state move as the others'
+-- do, so a corrupt record falls due, expires and ages like its neighbours.
+for _, index in ipairs({ K.due, K.leases, K.finished }) do
+  for _, id in ipairs(redis.call('ZRANGE', index, 0, -1)) do
+    if load_task(K, id) == nil then
+      redis.call('ZINCRBY', index, -delta_ms, id)
+    end
   end
 end
 -- Rebuilt rather than renamed in place, so a moved pair never meets one not yet moved.

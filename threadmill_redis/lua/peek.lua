@@ -18,7 +18,9 @@
 --   ARGV[4]  limit          most records to return
 --   ARGV[5]  result_ttl_ms  result retention in milliseconds
 --
--- Reply: OK rows with payload (lib/task_row), in segment order.
+-- Reply: OK rows with payload (lib/task_row), in segment order; a member
+-- whose task has no stored state is skipped, one whose state is corrupt
+-- answers its row as stored.
 
 --@include "lib/code"
 --@include "lib/load_task"
@@ -45,6 +47,11 @@ local rows = {}
 local members = redis.call('ZRANGEBYLEX', K[string.lower(status)], low, '(' .. prefix .. ':',
   'LIMIT', offset, limit)
 for _, member in ipairs(members) do
-  rows[#rows + 1] = task_row(K, load_task(K, member_id(member)), code('OK'), true)
+  local id = member_id(member)
+  local t, corrupt = load_task(K, id)
+  if t ~= nil or corrupt then
+    -- A corrupt record's row too: the caller reports it (task_row needs only the id).
+    rows[#rows + 1] = task_row(K, t or { id = id }, code('OK'), true)
+  end
 end
 return rows
