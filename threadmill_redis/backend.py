@@ -99,6 +99,12 @@ log = logging.getLogger("threadmill_redis")
 SCHEMES = tuple(clients.SCHEMES)
 
 
+#: Hex digits of a task id's random tail (`new_task_id`) that a claim call
+#: sends as the nonce of its tokens: 48 random bits, so a token repeated
+#: after a rollback of the data (which repeats the counter's numbers) needs
+#: two calls to draw the same 48 bits.
+NONCE_LENGTH = 12
+
 #: The names of the namespace-wide keys a script header may declare.
 SCHEMA = frozenset(STORE + TELEMETRY + STARTS)
 
@@ -296,10 +302,11 @@ class RedisBackend(Backend):
             # is answered with the leases the first send granted. Its name is
             # made as task ids are, from random bytes read ahead, so a woken
             # worker's claim makes no system call for it (uuid4 would).
-            receipt = self.keys.claim_receipt(new_task_id())
-            return claimed_rows(
-                self._run("claim", [*head, want, *names], repeatable=True, receipt=receipt)
-            )
+            # Its random tail is also the nonce of the call's tokens (see claim.lua).
+            request = new_task_id()
+            receipt = self.keys.claim_receipt(request)
+            args = [*head, want, request[-NONCE_LENGTH:], *names]
+            return claimed_rows(self._run("claim", args, repeatable=True, receipt=receipt))
 
         return self._filled(limit, take)
 
@@ -508,8 +515,9 @@ class RedisBackend(Backend):
         given_back: list[str] = []
 
         def take(want: int) -> list[Row]:
+            nonce = new_task_id()[-NONCE_LENGTH:]
             reply: list[Any] = self._run(
-                "claim_expired", [want, ttl, UNSTARTED_EXPIRY_LIMIT], repeatable=False
+                "claim_expired", [want, ttl, UNSTARTED_EXPIRY_LIMIT, nonce], repeatable=False
             )
             given_back.extend(queue.decode() for queue in reply[0])
             return [Row.parse(row) for row in reply[1:]]

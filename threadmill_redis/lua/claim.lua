@@ -25,7 +25,8 @@
 --   ARGV[1]  worker_entry  the worker's id, encoded for the workers hash
 --   ARGV[2]  lease_ms      lease length in milliseconds
 --   ARGV[3]  limit         most tasks to claim
---   ARGV[4..] queues       queue names, best first
+--   ARGV[4]  nonce         random text unique to this call (the same on a repeat), no '|'
+--   ARGV[5..] queues       queue names, best first
 --
 -- Reply: empty when nothing is ready; else the code (OK, or REPEAT on a
 -- repeat), then one row per claimed task, best first, payload included, as
@@ -59,6 +60,12 @@
 local worker_entry = ARGV[1]
 local lease_ms = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
+-- A token is the next number of the namespace's counter, then '-' and this
+-- call's nonce: a counter stored with the data repeats its numbers after a
+-- restore from a snapshot or a failover to a replica that lost writes, and
+-- the nonce, chosen by the client for each call, never does (Lua has no
+-- randomness of its own), so no token is ever issued twice for a task.
+local nonce = '-' .. ARGV[4]
 
 if redis.call('EXISTS', K.receipt) == 1 then
   local rows = { code('REPEAT') }
@@ -66,7 +73,7 @@ if redis.call('EXISTS', K.receipt) == 1 then
   local base = tonumber(held[1])
   for n = 1, #held - 1 do
     local t = load_task(K, held[n + 1])
-    if t ~= nil and t.status == 'RUNNING' and t.token == string.format('%d', base + n) then
+    if t ~= nil and t.status == 'RUNNING' and t.token == string.format('%d', base + n) .. nonce then
       local row = task_row(K, t, code('REPEAT'), true)
       for f = 2, 6 do
         rows[#rows + 1] = row[f]
@@ -82,7 +89,7 @@ local deadline_text = string.format('%d', deadline)
 local OK = code('OK')
 -- Every due task, as the protocol says (not a batch): the maintenance loop's
 -- promote_due keeps this backlog short.
-for i = 4, #ARGV do
+for i = 5, #ARGV do
   local queue = ARGV[i]
   -- Due means run_after <= now, so the exclusive bound is now + 1.
   local due = redis.call('ZRANGEBYLEX', K.deferred,
@@ -102,7 +109,7 @@ for i = 4, #ARGV do
 end
 
 local rows, receipt, claimed, granted = { OK }, {}, 0, 0
-local i = 4
+local i = 5
 while i <= #ARGV and claimed < limit do
   local prefix = queue_prefix(ARGV[i])
   local want = limit - claimed
@@ -133,7 +140,7 @@ while i <= #ARGV and claimed < limit do
     -- all, and the receipt holds an empty id where a token went unused.
     receipt[1] = receipt[1] or string.format('%d', first)
     for n, id in ipairs(ids) do
-      local token = string.format('%d', first + n)
+      local token = string.format('%d', first + n) .. nonce
       local state = states[n] and claimed_state(states[n], now_text, deadline_text, token)
       if state then
         local workers = (old_workers[n] or '') .. worker_entry

@@ -30,6 +30,7 @@
 --   ARGV[1]  limit            most tasks to claim
 --   ARGV[2]  claim_ms         claim length in milliseconds
 --   ARGV[3]  limit_unstarted  UNSTARTED_EXPIRY_LIMIT: most give-backs in a task's life
+--   ARGV[4]  nonce            random text unique to this call, no '|' (see lib/new_token)
 --
 -- Reply: first the queue of each task given back (a list, one entry per
 -- task, for the caller to wake their workers), then one OK row per claimed
@@ -56,6 +57,7 @@
 local limit = tonumber(ARGV[1])
 local claim_ms = tonumber(ARGV[2])
 local limit_unstarted = tonumber(ARGV[3])
+local nonce = ARGV[4]
 
 local now, now_text = now_ms()
 local given_back = {}
@@ -105,7 +107,7 @@ while claimed < limit do
         given_back[#given_back + 1] = t.queue
       else
         unindex_task(K, t)
-        t.token = new_token(K)
+        t.token = new_token(K, nonce)
         t.deadline = now + claim_ms
         t.sort = t.deadline
         save_task(K, t)
