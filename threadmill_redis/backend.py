@@ -79,6 +79,7 @@ from threadmill_core.models import (
 from threadmill_redis import arguments, clients, connections, scripts
 from threadmill_redis.boundary import call
 from threadmill_redis.clients import Client
+from threadmill_redis.errors import RedisBackendError, RedisUnavailable
 from threadmill_redis.keys import STARTS, STORE, TELEMETRY, Keys
 from threadmill_redis.options import RedisOptions, split_query
 from threadmill_redis.replies import (
@@ -247,7 +248,10 @@ class RedisBackend(Backend):
         another, each encoded while the server stores the one before and
         answered while it stores the next (`scripts.evalsha_each`); each is
         atomic on its own. A repeat after a dropped connection sends them all
-        again, which stores nothing twice (idempotent on id).
+        again, which stores nothing twice (idempotent on id). A batch that
+        fails after some calls stored their tasks raises `PartlyEnqueued`
+        naming the ids stored and not stored; one that stored nothing raises
+        the error itself.
         """
         chunks = arguments.chunks(groups, self.options.enqueue_batch)
         if not chunks:
@@ -263,18 +267,23 @@ class RedisBackend(Backend):
             )
             return enqueued(rows, chunk, now)
 
+        stored: list[list[TaskResult] | None] = [None for _ in chunks]
+
+        def answer(index: int, reply: Any) -> None:
+            now, *rows = reply
+            stored[index] = enqueued(rows, chunks[index], now)
+
         def store_all() -> list[TaskResult]:
-            stored: list[list[TaskResult]] = [[] for _ in chunks]
-
-            def answer(index: int, reply: Any) -> None:
-                now, *rows = reply
-                stored[index] = enqueued(rows, chunks[index], now)
-
             calls = (self._enqueue_call(chunk) for chunk in chunks)
             scripts.evalsha_each(self._connections, self._execute, calls, answer)
-            return [record for chunk in stored for record in chunk]
+            return [record for chunk in stored for record in chunk or ()]
 
-        return call(store_all, repeatable=True, what="enqueue", where=self.where)
+        try:
+            return call(store_all, repeatable=True, what="enqueue", where=self.where)
+        except RedisBackendError as exc:
+            if not any(chunk is not None for chunk in stored):
+                raise  # nothing stored: the error as it is
+            raise arguments.partly_enqueued(chunks, stored, exc) from exc
 
     def _enqueue_call(self, groups: Sequence[arguments.Group]) -> scripts.Call:
         """The ``enqueue.lua`` call of `groups`: its keys (a notify list per queue) and ARGV."""
@@ -504,7 +513,10 @@ class RedisBackend(Backend):
                     pipe.ltrim(self.keys.notify(queue), 0, self.options.notify_cap - 1)
                 pipe.execute()
 
-        call(push, repeatable=True, what="notify", where=self.where)
+        try:
+            call(push, repeatable=True, what="notify", where=self.where)
+        except RedisUnavailable as exc:  # out of memory, say: the change itself was made
+            log.debug("could not wake the workers of %s: %s", ", ".join(queues), exc)
 
     # --- maintenance -------------------------------------------------------------------
 
