@@ -63,3 +63,20 @@ def test_the_worker_start_scan_reads_past_a_corrupt_ready_entry(
     real_client.hset(backend.keys.store("state"), records[0].id, b"\xff garbage")
     real_client.hdel(backend.keys.store("state"), records[1].id)
     assert unregistered_waiting(backend, ["default"], known=[]) == {"app.tasks:work": 1}
+
+
+@pytest.mark.parametrize("hash_name", ["workers", "starts"])
+def test_a_garbled_worker_list_or_start_mark_never_stops_a_reaper_pass(
+    real_client: redis.Redis, harness_on: Callable[..., Harness], hash_name: str
+) -> None:
+    """A task whose worker ids or start mark are garbled is given back or reaped like its
+    neighbours; the pass goes on past it."""
+    harness = harness_on(real_client)
+    backend = harness.backend
+    backend.enqueue(tasks(3))
+    leases = backend.claim(["default"], worker="w", lease_ttl=LEASE, limit=3)
+    real_client.hset(backend.keys.store(hash_name), leases[1].task_id, b"garbage")
+    harness.advance(LEASE * 2)
+    assert backend.claim_expired(limit=10, claim_ttl=LEASE) == []
+    counts = backend.counts()["default"]
+    assert (counts.ready, counts.running) == (3, 0)
