@@ -44,8 +44,9 @@ Poison (stored bytes that do not decode, or decode to another task): `claim`
 and `claim_expired` finalize it FAILED with a `TaskQuarantined` error (see
 `threadmill_sqlite._rows.quarantine`), do not count it toward `limit`, and go
 on. `promote_due` moves it without decoding; `counts` and `purge` never
-decode; `get`, `peek`, `cancel`, `requeue` and `enqueue` of that id raise
-`PayloadError` naming the task, and change nothing.
+decode; `peek` leaves it out of the listing and logs it; `get`, `cancel`,
+`requeue` and `enqueue` of that id raise `PayloadError` naming the task,
+and change nothing.
 """
 
 from __future__ import annotations
@@ -329,9 +330,9 @@ class SQLiteBackend(Backend):
     def extend_many(self, leases: Sequence[Lease], lease_ttl: timedelta) -> list[Lease | None]:
         """`extend` for every lease, in one transaction; answers in the order given.
 
-        A renewed task whose stored bytes no longer decode raises `PayloadError`
-        and undoes the batch; its lease then lapses and `claim_expired`
-        quarantines it.
+        A renewed task whose stored bytes no longer decode is renewed too,
+        answered with the lease's own record, so its neighbours in the batch
+        are; `claim_expired` quarantines it once its lease lapses.
         """
         leases = list(leases)
         lease_ms = ttl_ms("lease_ttl", lease_ttl)
@@ -347,14 +348,15 @@ class SQLiteBackend(Backend):
                     f"RETURNING {_rows.COLUMNS}",
                     (deadline_ms, lease.task_id, lease.token),
                 ).fetchall()
+                if not rows:
+                    renewed.append(None)
+                    continue
+                try:
+                    record = _rows.decode(rows[0])
+                except PayloadError:  # poison: the holder's record; claim_expired quarantines it
+                    record = lease.record
                 renewed.append(
-                    Lease(
-                        token=lease.token,
-                        deadline=from_ms(deadline_ms),
-                        record=_rows.decode(rows[0]),
-                    )
-                    if rows
-                    else None
+                    Lease(token=lease.token, deadline=from_ms(deadline_ms), record=record)
                 )
         return renewed
 
@@ -656,7 +658,13 @@ class SQLiteBackend(Backend):
                 f"ORDER BY {SEGMENT_ORDER[status]} LIMIT ? OFFSET ?",
                 (queue, self._cutoff(now_ms), limit, offset),
             ).fetchall()
-            return [_rows.decode(row) for row in rows]
+            records = []
+            for row in rows:
+                try:
+                    records.append(_rows.decode(row))
+                except PayloadError as exc:  # poison: reported, and left out of the listing
+                    log.error("peek left out a corrupt record: %s", exc)
+            return records
 
     def rates(self, window: timedelta) -> Mapping[str, QueueRates] | None:
         """Counted in one-second buckets of the database's clock, kept for an hour."""
