@@ -575,13 +575,7 @@ class RedisBackend(Backend):
             self._ttl_ms,
         ]
         reply = self._run("peek", args, repeatable=True)
-        records = []
-        for row in reply:
-            try:
-                records.append(Row.parse(row).record())
-            except PayloadError as exc:  # corrupt: reported, and left out of the listing
-                log.error("peek left out a corrupt record: %s", exc)
-        return records
+        return [Row.parse(row).record() for row in reply]
 
     def counts(self) -> Mapping[str, QueueCounts]:
         flat = self._run("counts", [self._ttl_ms], repeatable=True)

@@ -10,6 +10,7 @@ import pytest
 import redis
 
 from tests.redis.conftest import tasks
+from threadmill_core.errors import PayloadError
 from threadmill_core.models import Decision, TaskResultStatus
 from threadmill_core.startup import unregistered_waiting
 from threadmill_core.testing import Harness
@@ -53,16 +54,23 @@ def test_a_corrupt_ready_entry_claimed_with_good_tasks_costs_them_nothing(
     assert ("missing" if damage == "missing" else "not valid") in quarantined.errors[-1].message
 
 
+@pytest.mark.parametrize("damage", ["missing", "garbled"])
 def test_the_worker_start_scan_reads_past_a_corrupt_ready_entry(
-    real_client: redis.Redis, harness_on: Callable[..., Harness]
+    real_client: redis.Redis, harness_on: Callable[..., Harness], damage: str
 ) -> None:
-    """The worker's startup look at waiting tasks neither fails nor stops at a corrupt entry."""
+    """The worker's startup look at waiting tasks never fails on a corrupt entry: reading it
+    is a PayloadError naming the task (poison, left to the claim), which the look skips."""
     harness = harness_on(real_client)
     backend = harness.backend
     records = backend.enqueue(tasks(3))
-    real_client.hset(backend.keys.store("state"), records[0].id, b"\xff garbage")
-    real_client.hdel(backend.keys.store("state"), records[1].id)
-    assert unregistered_waiting(backend, ["default"], known=[]) == {"app.tasks:work": 1}
+    bad = records[1].id
+    if damage == "missing":
+        real_client.hdel(backend.keys.store("state"), bad)
+    else:
+        real_client.hset(backend.keys.store("state"), bad, b"\xff garbage")
+    with pytest.raises(PayloadError, match=bad):
+        backend.peek("default", TaskResultStatus.READY)
+    assert unregistered_waiting(backend, ["default"], known=[]) == {}
 
 
 @pytest.mark.parametrize("hash_name", ["workers", "starts"])

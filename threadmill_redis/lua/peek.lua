@@ -18,9 +18,8 @@
 --   ARGV[4]  limit          most records to return
 --   ARGV[5]  result_ttl_ms  result retention in milliseconds
 --
--- Reply: OK rows with payload (lib/task_row), in segment order; a member
--- whose task has no stored state is skipped, one whose state is corrupt
--- answers its row as stored.
+-- Reply: OK rows with payload (lib/task_row), in segment order, one per
+-- member: a task whose state is corrupt or missing answers as stored.
 
 --@include "lib/code"
 --@include "lib/load_task"
@@ -48,10 +47,8 @@ local members = redis.call('ZRANGEBYLEX', K[string.lower(status)], low, '(' .. p
   'LIMIT', offset, limit)
 for _, member in ipairs(members) do
   local id = member_id(member)
-  local t, corrupt = load_task(K, id)
-  if t ~= nil or corrupt then
-    -- A corrupt record's row too: the caller reports it (task_row needs only the id).
-    rows[#rows + 1] = task_row(K, t or { id = id }, code('OK'), true)
-  end
+  -- A corrupt record's row (its state garbled or missing) too, as stored:
+  -- the caller reports it (task_row needs only the id).
+  rows[#rows + 1] = task_row(K, load_task(K, id) or { id = id }, code('OK'), true)
 end
 return rows

@@ -44,9 +44,8 @@ Poison (stored bytes that do not decode, or decode to another task): `claim`
 and `claim_expired` finalize it FAILED with a `TaskQuarantined` error (see
 `threadmill_sqlite._rows.quarantine`), do not count it toward `limit`, and go
 on. `promote_due` moves it without decoding; `counts` and `purge` never
-decode; `peek` leaves it out of the listing and logs it; `get`, `cancel`,
-`requeue` and `enqueue` of that id raise `PayloadError` naming the task,
-and change nothing.
+decode; `get`, `peek`, `cancel`, `requeue` and `enqueue` of that id raise
+`PayloadError` naming the task, and change nothing.
 """
 
 from __future__ import annotations
@@ -658,13 +657,7 @@ class SQLiteBackend(Backend):
                 f"ORDER BY {SEGMENT_ORDER[status]} LIMIT ? OFFSET ?",
                 (queue, self._cutoff(now_ms), limit, offset),
             ).fetchall()
-            records = []
-            for row in rows:
-                try:
-                    records.append(_rows.decode(row))
-                except PayloadError as exc:  # poison: reported, and left out of the listing
-                    log.error("peek left out a corrupt record: %s", exc)
-            return records
+            return [_rows.decode(row) for row in rows]
 
     def rates(self, window: timedelta) -> Mapping[str, QueueRates] | None:
         """Counted in one-second buckets of the database's clock, kept for an hour."""

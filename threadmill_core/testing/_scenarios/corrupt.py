@@ -16,7 +16,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from threadmill_core.errors import PayloadError
-from threadmill_core.models import Decision, Lease, TaskResult
+from threadmill_core.models import Decision, Lease, TaskResult, TaskResultStatus
 from threadmill_core.testing._scenarios.kit import (
     CLAIM_TTL,
     FAILED,
@@ -109,6 +109,26 @@ def _complete_all(harness: Harness, leases: list[Lease], after: str) -> None:
     )
 
 
+def _listed(harness: Harness, status: TaskResultStatus) -> list[TaskResult]:
+    """A segment of "default" as `peek` lists it; where a page holds a record that does not
+    decode (`PayloadError`, as the protocol allows), read one record at a time, as the
+    inspector does, leaving out those that raise."""
+    try:
+        return harness.backend.peek("default", status, offset=0, limit=100)
+    except PayloadError:
+        pass
+    listed: list[TaskResult] = []
+    for position in range(100):
+        try:
+            one = harness.backend.peek("default", status, offset=position, limit=1)
+        except PayloadError:
+            continue
+        if not one:
+            break
+        listed.extend(one)
+    return listed
+
+
 @scenario
 def a_corrupt_ready_record_never_costs_its_neighbours_their_claim(harness: Harness) -> None:
     """Corrupt READY records claimed in one batch with good ones: the good ones all run."""
@@ -196,14 +216,11 @@ def a_corrupt_finished_record_never_hides_its_neighbours(harness: Harness) -> No
     leases = harness.backend.claim(["default"], worker="w1", lease_ttl=LEASE_TTL, limit=100)
     _complete_all(harness, leases, "finished tasks")
     _damage(harness, doomed)
-    listed = [
-        record.id
-        for record in harness.backend.peek("default", SUCCESSFUL, offset=0, limit=100)
-        if record.id in good
-    ]
+    listed = [record.id for record in _listed(harness, SUCCESSFUL) if record.id in good]
     expect(
         listed == good,
-        "corrupt finished records: peek() must list every good neighbour, in order",
+        "corrupt finished records: peek() must list every good neighbour, in order (a page "
+        "that holds a corrupt record may raise PayloadError; then each one is read alone)",
         good,
         listed,
     )
