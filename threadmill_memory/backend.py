@@ -244,7 +244,10 @@ class MemoryBackend(Backend):
             return self._decode(entry)  # a repeat after a lost reply: answered as the first time
         if entry.status is not RUNNING:
             return None
-        current = self._decode(entry)
+        try:
+            current = self._decode(entry)
+        except PayloadError:  # poison: decided all the same, on the holder's record
+            current = decision.lease.record
         errors = tuple(decision.record.errors)
         if decision.retry_delay is None:
             status = decision.record.status

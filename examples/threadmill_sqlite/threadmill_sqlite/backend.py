@@ -370,8 +370,8 @@ class SQLiteBackend(Backend):
 
         Every decision is checked (`check_decision`) and its errors and return
         value encoded before the transaction, so a bad one changes nothing. A
-        decided task whose stored bytes no longer decode raises `PayloadError`
-        and undoes the batch, as in `extend_many`.
+        decided task whose stored bytes no longer decode is decided all the
+        same and answered on the lease's record, so its neighbours are.
         """
         decisions = list(decisions)
         encoded = [_encode_decision(decision) for decision in decisions]
@@ -427,7 +427,10 @@ class SQLiteBackend(Backend):
         (stored,) = conn.execute(
             f"{sql} RETURNING {_rows.COLUMNS}", (*params, row["id"])
         ).fetchall()
-        return _rows.decode(stored)
+        try:
+            return _rows.decode(stored)
+        except PayloadError:  # poison: decided all the same, answered on the holder's record
+            return _rows.decode_on(stored, decision.lease.record, decision.record)
 
     def mark_started(self, leases: Sequence[Lease]) -> list[bool]:
         """Every mark in one transaction, each fenced on its own; answers in order."""

@@ -208,6 +208,39 @@ def a_corrupt_running_record_never_stops_its_neighbours_being_reaped(harness: Ha
 
 
 @scenario
+def a_corrupt_running_record_never_costs_its_batch_its_decisions(harness: Harness) -> None:
+    """Corrupt RUNNING records decided in one batch with good ones: every good decision applies."""
+    if not harness.corruptions:
+        return
+    good, doomed = _enqueue_mixed(harness)
+    leases = harness.backend.claim(["default"], worker="w1", lease_ttl=LEASE_TTL, limit=100)
+    mark(harness.backend, *leases)
+    _damage(harness, doomed)
+    done = harness.backend.decide_many(
+        [Decision(lease=lease, record=succeeded(lease)) for lease in leases]
+    )
+    applied = [
+        lease.task_id
+        for lease, record in zip(leases, done, strict=True)
+        if record is not None and record.status is SUCCESSFUL
+    ]
+    expect(
+        set(good) <= set(applied),
+        "corrupt RUNNING records: decide_many() must apply every good decision of its batch",
+        good,
+        applied,
+    )
+    harness.advance(PAST_A_LEASE)  # a corrupt one left RUNNING is the reaper's to quarantine
+    reaped = harness.backend.claim_expired(limit=100, claim_ttl=CLAIM_TTL)
+    expect(
+        reaped == [],
+        "corrupt RUNNING records: the reaper must quarantine a corrupt record, not claim it",
+        [],
+        [lease.task_id for lease in reaped],
+    )
+
+
+@scenario
 def a_corrupt_finished_record_never_hides_its_neighbours(harness: Harness) -> None:
     """Corrupt finished records beside good ones: the good ones are listed, and purge takes all."""
     if not harness.corruptions:
