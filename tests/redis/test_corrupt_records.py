@@ -52,6 +52,9 @@ def test_a_corrupt_ready_entry_claimed_with_good_tasks_costs_them_nothing(
     assert quarantined.status is TaskResultStatus.FAILED
     assert "corrupt" in quarantined.errors[-1].message
     assert ("missing" if damage == "missing" else "not valid") in quarantined.errors[-1].message
+    rates = backend.rates(timedelta(minutes=1))
+    assert rates is not None
+    assert rates["default"].finished == 5  # the quarantined task counted as finished too
 
 
 @pytest.mark.parametrize("damage", ["missing", "garbled"])

@@ -21,7 +21,10 @@
 --   KEYS[15] counters    HASH seq and token counters
 --   KEYS[16] queues      HASH queue -> number of tasks stored
 --   KEYS[17] receipt     LIST this call's receipt (unique per call, same on a repeat): the
---                        tokens' base, then the ids granted (the n-th id's token is base + n)
+--                        tokens' base, then the ids granted (the n-th id's token is base + n,
+--                        then '-' and the nonce; an empty id where a corrupt record took n)
+--   KEYS[18] rates       HASH telemetry: "<second>|<queue>|e" (or "|f") -> tasks entered (finished)
+--   KEYS[19] rate_index  ZSET telemetry: "<second>|<queue>" -> second
 --   ARGV[1]  worker_entry  the worker's id, encoded for the workers hash
 --   ARGV[2]  lease_ms      lease length in milliseconds
 --   ARGV[3]  limit         most tasks to claim

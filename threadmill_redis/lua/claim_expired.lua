@@ -27,6 +27,8 @@
 --   KEYS[15] counters    HASH seq and token counters
 --   KEYS[16] queues      HASH queue -> number of tasks stored
 --   KEYS[17] starts      HASH id -> "<unstarted expiries>|<claim>" (see lib/load_start)
+--   KEYS[18] rates       HASH telemetry: "<second>|<queue>|e" (or "|f") -> tasks entered (finished)
+--   KEYS[19] rate_index  ZSET telemetry: "<second>|<queue>" -> second
 --   ARGV[1]  limit            most tasks to claim
 --   ARGV[2]  claim_ms         claim length in milliseconds
 --   ARGV[3]  limit_unstarted  UNSTARTED_EXPIRY_LIMIT: most give-backs in a task's life

@@ -19,6 +19,8 @@
 --   KEYS[15] counters    HASH seq and token counters
 --   KEYS[16] queues      HASH queue -> number of tasks stored
 --   KEYS[17] starts      HASH id -> "<unstarted expiries>|<claim>" (deleted with the task)
+--   KEYS[18] rates       HASH telemetry: "<second>|<queue>|e" (or "|f") -> tasks entered (finished)
+--   KEYS[19] rate_index  ZSET telemetry: "<second>|<queue>" -> second
 --   ARGV[1]  limit          most tasks to promote
 --   ARGV[2]  result_ttl_ms  result retention in milliseconds
 --   ARGV[3]  prune_batch    most expired results to delete

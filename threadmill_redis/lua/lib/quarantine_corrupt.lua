@@ -1,9 +1,11 @@
 --@include "lib/printable"
+--@include "lib/record_rates"
 --@include "lib/timed_member"
 
 -- Quarantine task `id` of `queue`, whose stored state `raw` is corrupt (false
 -- when missing; see lib/load_task): FAILED at server time `now_text`, in
--- FAILED's view and the finished index, with a TaskQuarantined error that
+-- FAILED's view and the finished index (and counted as finished in the
+-- telemetry, K.rates and K.rate_index), with a TaskQuarantined error that
 -- says what was wrong appended to its errors, its result dropped. Attempts
 -- and timestamps are unknown and left empty; the payload is kept. The caller
 -- has taken the task's member out of the segment view it was found in; this
@@ -42,6 +44,7 @@ local function quarantine_corrupt(K, id, queue, raw, now_text)
     .. queue)
   redis.call('ZADD', K.failed, '0', timed_member(queue, now_text, id))
   redis.call('ZADD', K.finished, now_text, id)
+  record_rates(K, tonumber(now_text), { [queue] = { f = 1 } })
   redis.log(redis.LOG_WARNING, 'threadmill: quarantined task ' .. printable(id) .. ' of queue '
     .. printable(queue) .. ' as FAILED: ' .. what)
   return true
