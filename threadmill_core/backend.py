@@ -85,6 +85,14 @@ An undecodable task whose unstarted claim expired may be quarantined by
 quarantines it). Operations that must return an undecodable record (`get`, `peek`, `cancel`,
 `requeue`) raise `PayloadError` naming the task; `counts` and `purge` never
 decode, so an operator can always count and purge poison.
+
+Corrupt records. Poison never hurts its neighbours: a record whose stored
+state or bytes are damaged (missing, garbled, out of range) is quarantined
+as above by whichever pass meets it (claim, promotion, reaper), or removed
+where no record is left to mark, and every other task of the same claim,
+pass or batch (renewals, decisions and start marks included) is processed
+as if it were not there. The kit's corrupt-record scenarios check this
+through `Harness.corruptions`.
 """
 
 from __future__ import annotations

@@ -211,7 +211,10 @@ class MemoryBackend(Backend):
                     renewed.append(None)
                     continue
                 self._store.put(attrs.evolve(entry, key=(deadline_ms,)))
-                record = self._decode(entry)
+                try:
+                    record = self._decode(entry)
+                except PayloadError:  # poison: the holder's record; the reaper quarantines it
+                    record = lease.record
                 renewed.append(
                     Lease(token=lease.token, deadline=from_ms(deadline_ms), record=record)
                 )
@@ -242,7 +245,10 @@ class MemoryBackend(Backend):
             return self._decode(entry)  # a repeat after a lost reply: answered as the first time
         if entry.status is not RUNNING:
             return None
-        current = self._decode(entry)
+        try:
+            current = self._decode(entry)
+        except PayloadError:  # poison: decided all the same, on the holder's record
+            current = decision.lease.record
         errors = tuple(decision.record.errors)
         if decision.retry_delay is None:
             status = decision.record.status

@@ -14,7 +14,8 @@ recorded starts (an unstarted claim that expires goes back uncharged, at
 most `UNSTARTED_EXPIRY_LIMIT` times; a started one is charged; `release`
 refuses a started one; `mark_started` is fenced and idempotent) and the orderings
 that are easy to get subtly wrong (queues, priority, FIFO for thousands of
-tasks enqueued in one call), and time on the backend's clock (due times,
+tasks enqueued in one call), corrupt records beside good ones in every
+segment (`Harness.corruptions`), and time on the backend's clock (due times,
 retry delays, result expiry, and `next_due` where the backend answers it;
 one whose `next_due` is None, the default, skips that scenario).
 `PAYLOAD_CASES` are values that must come back value for value through
@@ -24,7 +25,7 @@ its documented exception and change nothing.
 
 This module is the catalogue; the scenarios live in
 `threadmill_core.testing._scenarios` by kind (``fencing``, ``starts``,
-``ordering``, ``clock``, ``payloads``, ``bad_input``), with the helpers they
+``ordering``, ``clock``, ``corrupt``, ``payloads``, ``bad_input``), with the helpers they
 share in ``kit`` (re-exported here: `expect`, `new_task`, `claim_one`,
 `start_one`, ...), and a
 backend's own scenarios can join `SCENARIOS` with the `scenario` decorator.
@@ -37,7 +38,7 @@ them too; boundaries that need an exact clock are checked only on one.
 
 from __future__ import annotations
 
-from threadmill_core.testing._scenarios import clock, fencing, ordering, starts
+from threadmill_core.testing._scenarios import clock, corrupt, fencing, ordering, starts
 from threadmill_core.testing._scenarios.bad_input import BAD_INPUT_CASES, BadCall
 from threadmill_core.testing._scenarios.clock import (
     a_release_with_a_delay_defers_the_task_uncharged,
@@ -107,6 +108,7 @@ SCENARIOS: dict[str, Scenario] = {
     **starts.SCENARIOS,
     **ordering.SCENARIOS,
     **clock.SCENARIOS,
+    **corrupt.SCENARIOS,
 }
 
 #: Register a scenario of your own in `SCENARIOS` under its function's name.

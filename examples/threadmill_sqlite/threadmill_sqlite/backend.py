@@ -330,9 +330,9 @@ class SQLiteBackend(Backend):
     def extend_many(self, leases: Sequence[Lease], lease_ttl: timedelta) -> list[Lease | None]:
         """`extend` for every lease, in one transaction; answers in the order given.
 
-        A renewed task whose stored bytes no longer decode raises `PayloadError`
-        and undoes the batch; its lease then lapses and `claim_expired`
-        quarantines it.
+        A renewed task whose stored bytes no longer decode is renewed too,
+        answered with the lease's own record, so its neighbours in the batch
+        are; `claim_expired` quarantines it once its lease lapses.
         """
         leases = list(leases)
         lease_ms = ttl_ms("lease_ttl", lease_ttl)
@@ -348,14 +348,15 @@ class SQLiteBackend(Backend):
                     f"RETURNING {_rows.COLUMNS}",
                     (deadline_ms, lease.task_id, lease.token),
                 ).fetchall()
+                if not rows:
+                    renewed.append(None)
+                    continue
+                try:
+                    record = _rows.decode(rows[0])
+                except PayloadError:  # poison: the holder's record; claim_expired quarantines it
+                    record = lease.record
                 renewed.append(
-                    Lease(
-                        token=lease.token,
-                        deadline=from_ms(deadline_ms),
-                        record=_rows.decode(rows[0]),
-                    )
-                    if rows
-                    else None
+                    Lease(token=lease.token, deadline=from_ms(deadline_ms), record=record)
                 )
         return renewed
 
@@ -370,8 +371,8 @@ class SQLiteBackend(Backend):
 
         Every decision is checked (`check_decision`) and its errors and return
         value encoded before the transaction, so a bad one changes nothing. A
-        decided task whose stored bytes no longer decode raises `PayloadError`
-        and undoes the batch, as in `extend_many`.
+        decided task whose stored bytes no longer decode is decided all the
+        same and answered on the lease's record, so its neighbours are.
         """
         decisions = list(decisions)
         encoded = [_encode_decision(decision) for decision in decisions]
@@ -427,7 +428,10 @@ class SQLiteBackend(Backend):
         (stored,) = conn.execute(
             f"{sql} RETURNING {_rows.COLUMNS}", (*params, row["id"])
         ).fetchall()
-        return _rows.decode(stored)
+        try:
+            return _rows.decode(stored)
+        except PayloadError:  # poison: decided all the same, answered on the holder's record
+            return _rows.decode_on(stored, decision.lease.record, decision.record)
 
     def mark_started(self, leases: Sequence[Lease]) -> list[bool]:
         """Every mark in one transaction, each fenced on its own; answers in order."""
