@@ -70,6 +70,20 @@ def _worker(args: argparse.Namespace) -> int:
     return Supervisor(settings).run()
 
 
+def _health(args: argparse.Namespace) -> int:
+    from threadmill_core.health import check
+
+    url = args.broker or os.environ.get("THREADMILL_URL")
+    if not url:
+        raise _UsageError("threadmill health: give --broker URL or set THREADMILL_URL")
+    problem = check(url, args.timeout)
+    if problem is not None:
+        print(f"threadmill health: {problem}", file=sys.stderr)
+        return 2
+    print("ok")
+    return 0
+
+
 # --- inspecting and steering ---------------------------------------------------------
 
 
@@ -313,6 +327,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "demo": _demo,
     "worker": _worker,
     "backends": _backends,
+    "health": _health,
     "stats": _stats,
     "ls": _ls,
     "show": _show,
