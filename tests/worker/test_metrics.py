@@ -55,6 +55,20 @@ def spawner(n):
 
 
 @task
+def probe():
+    import sys
+
+    from threadmill_core.plugins import plugin_manager
+
+    hooks = plugin_manager().hook
+    return {
+        "prometheus_client": "prometheus_client" in sys.modules,
+        "ticked": [impl.plugin_name for impl in hooks.threadmill_worker_ticked.get_hookimpls()],
+        "started": [impl.plugin_name for impl in hooks.threadmill_task_started.get_hookimpls()],
+    }
+
+
+@task
 def hold(n):
     while not Path(os.environ["GATE"]).exists():
         time.sleep(0.02)
@@ -301,3 +315,19 @@ def test_health_exits_0_when_the_backend_answers_and_2_when_not(broker_url: str)
     assert down.returncode == 2
     assert down.stderr.startswith(f"threadmill health: {nowhere}: "), down.stderr
     assert len(down.stderr.strip().splitlines()) == 1, down.stderr
+
+
+def test_without_a_metrics_port_no_metrics_code_is_loaded(
+    project: Path, tasks: Any, broker: Broker, broker_url: str
+) -> None:
+    """Without --metrics-port a worker process neither imports prometheus_client nor has any
+    hook implemented: the claim and acknowledgement path is unchanged."""
+    record = tasks.probe.using(broker=broker).enqueue()
+    done = subprocess.run(
+        [THREADMILL, "worker", "metricsapp.tasks", "-b", broker_url, "-p", "1", "--burst"],
+        cwd=project, env={**os.environ, "GATE": "unused"}, capture_output=True, text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    answer = broker.get_result(record.id).return_value
+    assert answer == {"prometheus_client": False, "ticked": [], "started": []}
