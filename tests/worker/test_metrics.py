@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -234,6 +236,16 @@ def test_metrics_count_what_happened_across_two_worker_processes(
     for status in TaskResultStatus:  # every segment is reported, empty ones as 0
         assert ("threadmill_queue_tasks", frozenset(
             {("queue", "default"), ("status", status.value.lower())})) in after  # fmt: skip
+    # What is served is in docs/operations.md's table, and so is all the dashboard asks for.
+    docs = Path(__file__).parents[2] / "docs"
+    table = set(re.findall(r"^\| `(threadmill_\w+)`", (docs / "operations.md").read_text(), re.M))
+    dashboard = json.loads((docs / "grafana-dashboard.json").read_text())["panels"]
+    asked = {re.sub(r"_(bucket|sum|count)$", "", name)
+             for name in re.findall(r"threadmill_[a-z_]+", json.dumps(dashboard))}  # fmt: skip
+    shown = {re.sub(r"_(bucket|sum|count)$", "", name) for name, _ in after}
+    assert len(asked) >= 10
+    assert asked <= table, asked - table
+    assert shown <= table, shown - table
 
 
 def test_healthz_turns_unhealthy_while_a_worker_process_is_stuck(
