@@ -123,62 +123,108 @@ def _turned() -> Gauge:
     )  # fmt: skip
 
 
-def _labels(record: TaskResult) -> tuple[str, str]:
-    path = record.task_path
-    return record.queue, path if registered_task(path) is not None else UNREGISTERED
-
-
 class MetricsPlugin:
-    """Counts the lifecycle hooks into the metrics above; one per process."""
+    """Counts the lifecycle hooks into the metrics above; one per process.
+
+    Micro-optimization: a hook only adds to this process's tallies (a dict,
+    under a lock); `flush` writes them to the metrics, and so to the shared
+    files, at each turn of a worker's loop (`threadmill_worker_ticked`, the
+    last turn included, after the last outcome was sent) and before the
+    supervisor answers a scrape. So ``/metrics`` is at most a poll interval
+    behind, and a worker process stopped by force or killed loses at most
+    its last interval's tallies. See docs/hot-paths.md.
+    """
 
     def __init__(self) -> None:
+        self._lock = threading.Lock()
+        #: Events not yet written, by counter and label values.
+        self._counts: dict[tuple[Counter, tuple[str, ...]], int] = {}
+        #: Run times not yet written: (queue, task) and seconds.
+        self._runs: list[tuple[tuple[str, str], float]] = []
         #: `time.monotonic()` at each running attempt's start, by task id.
         self._started: dict[str, float] = {}
-        self._lock = threading.Lock()
+        #: The ``task`` label of each registered task path seen (never an unregistered one:
+        #: a task module imported later registers it).
+        self._tasks: dict[str, str] = {}
+
+    def _labels(self, record: TaskResult) -> tuple[str, str]:
+        path = record.task_path
+        label = self._tasks.get(path)
+        if label is None:
+            if registered_task(path) is None:
+                return record.queue, UNREGISTERED
+            label = self._tasks[path] = path
+        return record.queue, label
+
+    def _count(self, metric: Counter, labels: tuple[str, ...]) -> None:
+        key = (metric, labels)
+        with self._lock:
+            self._counts[key] = self._counts.get(key, 0) + 1
+
+    def flush(self) -> None:
+        """Write the tallies since the last flush to the metrics (the shared files)."""
+        with self._lock:
+            counts, self._counts = self._counts, {}
+            runs, self._runs = self._runs, []
+        for (metric, labels), count in counts.items():
+            metric.labels(*labels).inc(count)
+        histograms: dict[tuple[str, str], Histogram] = {}
+        for labels, seconds in runs:
+            histogram = histograms.get(labels)
+            if histogram is None:
+                histogram = histograms[labels] = RUN_SECONDS.labels(*labels)
+            histogram.observe(seconds)
 
     @hookimpl
     def threadmill_task_enqueued(self, record: TaskResult) -> None:
-        ENQUEUED.labels(*_labels(record)).inc()
+        self._count(ENQUEUED, self._labels(record))
 
     @hookimpl
     def threadmill_task_started(self, lease: Lease) -> None:
-        STARTED.labels(*_labels(lease.record)).inc()
+        record = lease.record
+        labels = self._labels(record)
+        now = time.monotonic()
         with self._lock:
+            key = (STARTED, labels)
+            self._counts[key] = self._counts.get(key, 0) + 1
             if len(self._started) >= _MAX_STARTS:
                 self._started.clear()
-            self._started[lease.record.id] = time.monotonic()
+            self._started[record.id] = now
 
-    def _ran(self, record: TaskResult, labels: tuple[str, str]) -> None:
+    def _ran(self, record: TaskResult, labels: tuple[str, str], metric: Counter,
+             counted: tuple[str, ...]) -> None:  # fmt: skip
+        now = time.monotonic()
         with self._lock:
+            key = (metric, counted)
+            self._counts[key] = self._counts.get(key, 0) + 1
             started = self._started.pop(record.id, None)
-        if started is not None:
-            RUN_SECONDS.labels(*labels).observe(time.monotonic() - started)
+            if started is not None:
+                self._runs.append((labels, now - started))
 
     @hookimpl
     def threadmill_task_finished(self, record: TaskResult) -> None:
-        labels = _labels(record)
-        FINISHED.labels(*labels, record.status.value.lower()).inc()
+        labels = self._labels(record)
+        self._ran(record, labels, FINISHED, (*labels, record.status.value.lower()))
         if record.errors and record.errors[-1].exception_class_path == QUARANTINE_PATH:
-            QUARANTINED.labels(*labels).inc()
-        self._ran(record, labels)
+            self._count(QUARANTINED, labels)
 
     @hookimpl
     def threadmill_task_retried(self, record: TaskResult, delay: timedelta) -> None:
-        labels = _labels(record)
-        RETRIED.labels(*labels).inc()
-        self._ran(record, labels)
+        labels = self._labels(record)
+        self._ran(record, labels, RETRIED, labels)
 
     @hookimpl
     def threadmill_lease_expired(self, record: TaskResult) -> None:
-        EXPIRED.labels(*_labels(record)).inc()
+        self._count(EXPIRED, self._labels(record))
 
     @hookimpl
     def threadmill_tasks_given_back(self, records: Sequence[TaskResult]) -> None:
         for record in records:
-            GIVEN_BACK.labels(*_labels(record)).inc()
+            self._count(GIVEN_BACK, self._labels(record))
 
     @hookimpl
     def threadmill_worker_ticked(self, worker: Worker) -> None:
+        self.flush()
         prefetched, running = worker.census()
         PREFETCHED.set(prefetched)
         RUNNING.set(running)
@@ -190,7 +236,12 @@ def install() -> None:
 
     ``PROMETHEUS_MULTIPROC_DIR`` must be set before this module is imported.
     """
-    register_plugin(_PLUGIN, PLUGIN_NAME)
+    register_plugin(PLUGIN, PLUGIN_NAME)
 
 
-_PLUGIN = MetricsPlugin()
+def flush() -> None:
+    """Write this process's tallies to the shared files (`MetricsPlugin.flush`)."""
+    PLUGIN.flush()
+
+
+PLUGIN = MetricsPlugin()
