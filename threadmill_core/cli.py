@@ -1,6 +1,7 @@
 """The ``threadmill`` command: what each of its commands does.
 
-``demo``, ``worker`` and ``backends`` run and list things; ``stats``, ``ls``,
+``demo``, ``worker`` and ``backends`` run and list things; ``health`` says whether
+the backend answers (exit 0 or 2); ``stats``, ``ls``,
 ``show``, ``requeue``, ``cancel``, ``purge`` and ``inspect`` look at queues
 and steer them (their logic is `threadmill_core.inspector`, shared with the
 TUI in `threadmill_core.tui`). The commands' arguments are parsed by

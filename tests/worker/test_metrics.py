@@ -269,6 +269,27 @@ def test_healthz_turns_unhealthy_while_a_worker_process_is_stuck(
         until("/healthz to recover", lambda: get(port, "/healthz") == (200, "ok\n"))
 
 
+def test_a_killed_worker_process_keeps_its_counts_and_loses_its_gauges(
+    project: Path, tasks: Any, broker: Broker, broker_url: str
+) -> None:
+    """A worker process killed and restarted: what it counted stays in /metrics, its gauges
+    go (only live processes' loops are reported), and /healthz stays healthy."""
+    ids = [tasks.ok.using(broker=broker).enqueue(n).id for n in range(6)]
+    port = free_port()
+    with running_worker(project, broker_url, port):
+        until("the endpoints", lambda: served(port))
+        until("the tasks", lambda: all(broker.get_result(i).is_finished for i in ids))
+        finished = "threadmill_tasks_finished_total"
+        until("the counts", lambda: value(scrape(port), finished) == 6)
+        until("both loops turning", lambda: len(loop_pids(port)) == 2)
+        killed = loop_pids(port)[0]
+        os.kill(killed, signal.SIGKILL)
+        until("a new worker process", lambda: killed not in (pids := loop_pids(port))
+              and len(pids) == 2)  # fmt: skip
+        assert value(scrape(port), finished) == 6
+        assert get(port, "/healthz") == (200, "ok\n")
+
+
 def loop_pids(port: int) -> list[int]:
     samples = scrape(port)
     return sorted(int(dict(labels)["pid"]) for (name, labels) in samples
