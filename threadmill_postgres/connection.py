@@ -26,13 +26,20 @@ one whose socket has something to read while idle was closed by the server
 before anything is sent on it. A slot of the pool whose reconnection keeps
 failing is given up after `RECONNECT_TIMEOUT` and made again when a call
 needs it, so a pool never waits out a long backoff once the server is back.
+
+A pool still open when the interpreter exits is closed by an `atexit`
+handler (`close_open_pools`), so a process that never calls `close` still
+exits at once.
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
+import os
 import select
 import time
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, TypeAlias, TypeVar
@@ -154,7 +161,9 @@ class Database:
             # Our statements are few and run again and again: prepare each at once.
             kwargs={"autocommit": True, "prepare_threshold": 0},
         )
+        self._pid = os.getpid()
         self.pool.open(wait=False)
+        _OPEN.add(self)
 
     # --- one try -------------------------------------------------------------------------
 
@@ -240,8 +249,34 @@ class Database:
                 time.sleep(0.05 * 2**attempt)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def close(self) -> None:
-        self.pool.close()
+    def close(self, timeout: float = 5.0) -> None:
+        """Close the pool, waiting up to `timeout` seconds for each of its threads to stop."""
+        _OPEN.discard(self)
+        self.pool.close(timeout)
+
+
+#: Pools opened and not yet closed (by this process or, after a fork, its parent).
+_OPEN: weakref.WeakSet[Database] = weakref.WeakSet()
+
+#: Seconds `close_open_pools` waits for each thread of a pool (they stop in milliseconds).
+EXIT_TIMEOUT = 1.0
+
+
+@atexit.register
+def close_open_pools() -> None:
+    """Close the pools this process opened and left open, while their threads can still stop.
+
+    Without it psycopg_pool stops a forgotten pool from its finalizer, during
+    interpreter shutdown, where Python 3.13 no longer runs daemon threads:
+    it waits five seconds for each of the pool's four threads and warns each
+    time, so every short-lived producer took 20 s to exit. `atexit` handlers
+    run before that, while the threads still run. A forked child leaves its
+    parent's pools alone: closing one would end the parent's sessions on the
+    sockets they share.
+    """
+    for database in list(_OPEN):
+        if database._pid == os.getpid():
+            database.close(EXIT_TIMEOUT)
 
 
 def _closed_by_server(conn: Connection) -> bool:
