@@ -360,18 +360,18 @@ class PostgresBackend(Backend):
 
     def _quarantine(self, poison: Sequence[tuple[Sequence[Any], PayloadError]]) -> None:
         """Finalize undecodable claimed tasks FAILED (fenced by the claim's token)."""
-        ids, tokens, payloads, errors = [], [], [], []
+        ids, tokens, payloads, errors, priorities = [], [], [], [], []
         for row, exc in poison:
-            token, task_id = row[rows.LEASE_TOKEN], row[rows.LEASE_ID]
-            queue, priority = row[rows.LEASE_QUEUE], row[rows.LEASE_PRIORITY]
-            stored_errors = row[rows.LEASE_ERRORS]
+            task_id, queue = row[rows.LEASE_ID], row[rows.LEASE_QUEUE]
             log.error("quarantining task %s of queue %r as FAILED: %s", task_id, queue, exc)
-            payload, error_bytes = rows.stand_in(task_id, queue, priority, stored_errors, exc)
+            made = rows.stand_in(row, exc)
             ids.append(task_id)
-            tokens.append(token)
-            payloads.append(payload)
-            errors.append(error_bytes)
-        params = {"ids": ids, "tokens": tokens, "payloads": payloads, "errors": errors}
+            tokens.append(row[rows.LEASE_TOKEN])
+            payloads.append(made[0])
+            errors.append(made[1])
+            priorities.append(made[2])
+        params = {"ids": ids, "tokens": tokens, "payloads": payloads, "errors": errors,
+                  "priorities": priorities}  # fmt: skip
         self.db.fetch(self.sql.quarantine, params, what="quarantine", repeatable=True)
 
     def extend(self, lease: Lease, lease_ttl: timedelta) -> Lease | None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 
 import attrs
@@ -54,6 +54,10 @@ class Harness:
     exact_clock: bool = False
     close: Callable[[], None] = _nothing
     result_ttl: timedelta = DEFAULT_RESULT_TTL
+    #: Named ways to damage the stored record of the task with the given id, as
+    #: a crash, a bug or a hand edit could ("payload garbled", "timestamp out of
+    #: range", ...); the kit's corrupt-record scenarios use those a backend offers.
+    corruptions: Mapping[str, Callable[[str], None]] = attrs.field(factory=dict)
 
 
 #: Builds a fresh Harness (an empty backend); the kit calls it once per test case.
