@@ -62,7 +62,7 @@ from threadmill_core.checks import (
     queue_names,
     ttl_ms,
 )
-from threadmill_core.clock import duration_ms, from_ms, to_ms
+from threadmill_core.clock import duration_ms, from_ms
 from threadmill_core.errors import InvalidOption, PayloadError
 from threadmill_core.models import (
     Decision,
@@ -84,6 +84,7 @@ from threadmill_postgres.connection import (
 from threadmill_postgres.errors import PostgresBackendError
 from threadmill_postgres.listener import Listener
 from threadmill_postgres.options import PostgresOptions, redact, split_url
+from threadmill_postgres.producing import Enqueuer
 from threadmill_postgres.statements import Statements
 
 log = logging.getLogger("threadmill_postgres")
@@ -145,6 +146,9 @@ class PostgresBackend(Backend):
             connection_class=connection_class,
             setup=self._setup,
         )
+        self._enqueuer = Enqueuer(
+            self.db, self.sql, self._ttl_ms, self.channel, self.options.enqueue_batch
+        )
         self._listener: Listener | None = None
         self._listener_lock = threading.Lock()
         self._marks = threading.local()
@@ -205,72 +209,14 @@ class PostgresBackend(Backend):
     # --- producing -------------------------------------------------------------------------
 
     def enqueue(self, records: Sequence[TaskResult]) -> list[TaskResult]:
-        """Store new tasks, `enqueue_batch` to a statement; each one's commit stores it.
+        """Store new tasks, all of a batch or none (see `producing`).
 
-        Every record is checked and encoded before the first statement is
-        sent, so a bad one leaves the whole batch unstored. A batch longer
-        than `enqueue_batch` takes one statement per slice: should one fail,
-        the slices before it are stored, and sending the whole batch again
-        stores the rest (enqueue is idempotent on id).
+        Every record is checked and encoded before anything is sent. A batch
+        of up to `enqueue_batch` tasks is one statement; a longer one is one
+        statement per slice, all in one transaction, so a failure of any
+        slice stores nothing of the batch.
         """
-        records = list(records)
-        rows.check_records(records)
-        if not records:
-            return []
-        first: dict[str, tuple[TaskResult, bytes]] = {}
-        for record in records:
-            if record.id not in first:  # the first record of an id wins
-                first[record.id] = (record, codec.encode_enqueued(record))
-        stored: dict[str, TaskResult] = {}
-        items = list(first.values())
-        size = self.options.enqueue_batch
-        for start in range(0, len(items), size):
-            self._enqueue(items[start : start + size], stored)
-        return [stored[record.id] for record in records]
-
-    def _enqueue(
-        self, items: list[tuple[TaskResult, bytes]], stored: dict[str, TaskResult]
-    ) -> None:
-        """Store one slice; put what each id holds now in `stored`.
-
-        Sent guarded first: if any id is stored already, nothing is inserted,
-        and those records are decoded (poison raises before anything
-        changes); then the rest is sent unguarded.
-        """
-        answer = self._enqueue_rows(items, guard=True)
-        known = [row for row in answer if row[3] is not None]
-        if known:
-            for row in known:
-                record = rows.record(row, 3)
-                stored[record.id] = record
-            items = [item for item in items if item[0].id not in stored]
-            answer = self._enqueue_rows(items, guard=False) if items else []
-        for (record, _payload), row in zip(items, answer, strict=True):
-            _n, now_ms, status = row[:3]
-            if status is not None:
-                stored[record.id] = rows.enqueued(record, status, now_ms)
-            elif row[3] is not None:
-                stored[record.id] = rows.record(row, 3)
-            else:  # another enqueue of this id won a race with this one: read what it stored
-                got = self.get(record.id)
-                if got is None:
-                    raise PostgresBackendError(f"task {record.id!r} was stored and is gone")
-                stored[record.id] = got
-
-    def _enqueue_rows(self, items: list[tuple[TaskResult, bytes]], *, guard: bool) -> Rows:
-        params = {
-            "ids": [record.id for record, _ in items],
-            "queues": [record.queue for record, _ in items],
-            "priorities": [record.priority for record, _ in items],
-            "run_after": [
-                None if record.run_after is None else to_ms(record.run_after) for record, _ in items
-            ],
-            "payloads": [payload for _, payload in items],
-            "ttl": self._ttl_ms,
-            "channel": self.channel,
-            "guard": guard,
-        }
-        return self.db.fetch(self.sql.enqueue, params, what="enqueue", repeatable=True)
+        return self._enqueuer.enqueue(records)
 
     # --- working ---------------------------------------------------------------------------
 

@@ -223,14 +223,17 @@ class Database:
                 time.sleep(0.05 * 2**attempt)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def transaction(self, block: Callable[[Connection], T], *, what: str) -> T:
+    def transaction(
+        self, block: Callable[[Connection], T], *, what: str, repeatable: bool = False
+    ) -> T:
         """Run `block(conn)` in one transaction and commit; its result.
 
         A driver error before the COMMIT was sent rolled everything back, so
         the block runs again (up to `REPEATS` times); one during the COMMIT
-        raises `PostgresUnavailable` (the outcome is unknown). An exception
-        of the block's own (not the driver's) rolls back and goes to the
-        caller as it is.
+        raises `PostgresUnavailable` (the outcome is unknown), unless the
+        caller says a repeat is recognised (`repeatable`): then the block
+        runs again too. An exception of the block's own (not the driver's)
+        rolls back and goes to the caller as it is.
         """
         for attempt in range(REPEATS + 1):
             committing = False
@@ -243,7 +246,7 @@ class Database:
                 failure = classify(exc, sent=committing)
                 if failure is None:
                     raise refused(exc, what) from exc
-                if attempt == REPEATS or failure.maybe_applied:
+                if attempt == REPEATS or (failure.maybe_applied and not repeatable):
                     raise unavailable(failure, what) from exc
                 log.debug("%s: %s; repeating the transaction", what, failure)
                 time.sleep(0.05 * 2**attempt)

@@ -77,7 +77,8 @@ class PostgresOptions:
     prune_batch: int = 100
     #: Most tasks one purge statement deletes; `purge` repeats until done.
     purge_batch: int = 1000
-    #: Most records one enqueue statement stores; larger batches take several.
+    #: Most records one enqueue statement stores; larger batches take several, in one
+    #: transaction (all or none of a batch is stored).
     enqueue_batch: int = 1000
 
     @classmethod
