@@ -81,9 +81,9 @@ from threadmill_postgres.connection import (
     Rows,
     unavailable,
 )
-from threadmill_postgres.errors import PostgresBackendError
+from threadmill_postgres.errors import NamespaceNotFound, PostgresBackendError
 from threadmill_postgres.listener import Listener
-from threadmill_postgres.options import PostgresOptions, redact, split_url
+from threadmill_postgres.options import PostgresOptions, place, redact, split_url
 from threadmill_postgres.producing import Enqueuer
 from threadmill_postgres.statements import Statements
 
@@ -121,7 +121,9 @@ class PostgresBackend(Backend):
     raise `InvalidOption`, a schema this code is too old for raises
     `SchemaVersionError`, and the schema is created (or upgraded) if need
     be. A server that cannot be reached is not an error: the schema is then
-    made by the first call that gets through.
+    made by the first call that gets through. With `create_schema` False
+    (what the inspecting commands pass) a namespace without a schema is not
+    made but raises `NamespaceNotFound`, naming those the database holds.
     """
 
     def __init__(
@@ -129,6 +131,7 @@ class PostgresBackend(Backend):
         conninfo: str,
         *,
         connection_class: type[Connection] = psycopg.Connection,
+        create_schema: bool = True,
         **options: object,
     ) -> None:
         self.options = PostgresOptions.from_mapping(options)
@@ -138,6 +141,7 @@ class PostgresBackend(Backend):
         self._ttl_ms = duration_ms(self.options.result_ttl)
         self._conninfo = conninfo
         self._ready = False
+        self._create_schema = create_schema
         self.db = Database(
             conninfo,
             size=self.options.pool_size,
@@ -167,8 +171,9 @@ class PostgresBackend(Backend):
         credentials go in the URL (``postgresql://user:password@host/db``).
         """
         connection_class = options.pop("connection_class", psycopg.Connection)
+        create_schema = bool(options.pop("create_schema", True))
         ours, conninfo = split_url(url, options)
-        return cls(conninfo, connection_class=connection_class, **ours)
+        return cls(conninfo, connection_class=connection_class, create_schema=create_schema, **ours)
 
     def __repr__(self) -> str:
         return f"PostgresBackend({redact(self._conninfo)!r}, namespace={self.namespace!r})"
@@ -197,6 +202,9 @@ class PostgresBackend(Backend):
 
     def _setup(self, conn: Connection) -> None:
         if not self._ready:
+            if not self._create_schema and not schema.exists(conn, self.namespace):
+                where = place(self._conninfo)
+                raise NamespaceNotFound(self.namespace, where, schema.namespaces(conn))
             schema.ensure(conn, self.namespace)
             self._ready = True
 

@@ -159,3 +159,19 @@ def redact(url: str) -> str:
         return url
     netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
     return urlunsplit(parts._replace(netloc=netloc))
+
+
+def place(conninfo: str) -> str:
+    """Where `conninfo` leads, for messages: ``database 'app' at db.internal:5432``.
+
+    Host, port and database only: no user, no password, no other parameter.
+    """
+    try:
+        given = conninfo_to_dict(conninfo)
+    except psycopg.Error:  # a message must not fail: libpq's parser refused it
+        return "<a malformed connection string>"
+    host = str(given.get("host") or given.get("hostaddr") or "localhost")
+    port = str(given.get("port") or "5432")
+    where = f"[{host}]:{port}" if ":" in host and "," not in host else f"{host}:{port}"
+    database = given.get("dbname")
+    return f"database {database!r} at {where}" if database else where
