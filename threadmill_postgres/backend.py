@@ -79,11 +79,11 @@ from threadmill_postgres.connection import (
     Database,
     Failure,
     Rows,
-    unavailable,
 )
-from threadmill_postgres.errors import NamespaceNotFound, PostgresBackendError
+from threadmill_postgres.errors import NamespaceNotFound, PostgresBackendError, PostgresUnavailable
 from threadmill_postgres.listener import Listener
 from threadmill_postgres.options import PostgresOptions, place, redact, split_url
+from threadmill_postgres.pool_log import first_line
 from threadmill_postgres.producing import Enqueuer
 from threadmill_postgres.statements import Statements
 
@@ -123,7 +123,8 @@ class PostgresBackend(Backend):
     be. A server that cannot be reached is not an error: the schema is then
     made by the first call that gets through. With `create_schema` False
     (what the inspecting commands pass) a namespace without a schema is not
-    made but raises `NamespaceNotFound`, naming those the database holds.
+    made but raises `NamespaceNotFound`, naming those the database holds,
+    and a server that cannot be reached raises `PostgresUnavailable` at once.
     """
 
     def __init__(
@@ -194,6 +195,10 @@ class PostgresBackend(Backend):
             text = str(exc).strip()
             if any(sign in text for sign in _HOPELESS):
                 raise InvalidOption(f"PostgreSQL refused the connection: {text}") from exc
+            if not self._create_schema:  # told to find the namespace, and it cannot look
+                raise PostgresUnavailable(
+                    f"PostgreSQL unavailable at {self.db.where}: {first_line(exc)}"
+                ) from exc
             log.debug("PostgreSQL is not reachable now (%s); calls will wait for it", text)
         except psycopg.Error as exc:
             raise PostgresBackendError(
@@ -269,7 +274,7 @@ class PostgresBackend(Backend):
                         return found
                     request = params["request"] = uuid.uuid4().hex
                 if attempt == REPEATS:
-                    raise unavailable(failure, "claim") from failure.cause
+                    raise self.db.unavailable(failure, "claim") from failure.cause
                 log.debug("claim: %s; repeating the call", failure)
                 time.sleep(0.05 * 2**attempt)
         raise AssertionError("unreachable")  # pragma: no cover
