@@ -53,10 +53,11 @@ class PoolLog(logging.Filter):
         pool = self._pool_of(record)
         if pool is None:
             return True
-        if record.msg == "error connecting in %r: %s" and isinstance(record.args, tuple):
-            self._errors[pool] = first_line(record.args[-1])
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug("psycopg.pool %s: %s", record.levelname, record.getMessage())
+        text = record.getMessage()
+        said = f"error connecting in {pool!r}: "  # psycopg_pool's words, formatted or not
+        if text.startswith(said):
+            self._errors[pool] = first_line(text[len(said) :])
+        log.debug("psycopg.pool %s: %s", record.levelname, text)
         return False
 
     def _pool_of(self, record: logging.LogRecord) -> str | None:
