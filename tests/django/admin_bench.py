@@ -21,10 +21,11 @@ def migrate() -> None:
         _migrated = True
 
 
-def user(*permissions: str, staff: bool = True, password: str = "pw") -> User:
-    """A new user (unique name) with `permissions` (codenames of threadmill_django)."""
+def user(*permissions: str, staff: bool = True, password: str = "pw", name: str = "u") -> User:
+    """A new user named `name` and a unique suffix, with `permissions` (codenames of
+    threadmill_django)."""
     made = User.objects.create_user(
-        username=f"u{uuid.uuid4().hex[:10]}", password=password, is_staff=staff
+        username=f"{name}-{uuid.uuid4().hex[:6]}", password=password, is_staff=staff
     )
     for codename in permissions:
         made.user_permissions.add(
@@ -44,3 +45,13 @@ def url(page: str, *parts: str) -> str:
 
 def text(response: Any) -> str:
     return str(response.content.decode())
+
+
+def core_task(task: Any) -> Any:
+    """The threadmill task a Django task is stored as (for `Broker.enqueue_many`), on its queue."""
+    from threadmill_core.task import registered_task
+    from threadmill_django import runner
+
+    found = registered_task(runner.task_path(task))
+    assert found is not None, "a decorated Django task is registered with threadmill"
+    return found.using(queue=task.queue_name)

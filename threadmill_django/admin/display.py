@@ -20,7 +20,7 @@ WHOLE = "; `threadmill show --json ID` shows all"
 
 def shown(value: object) -> str:
     """`value` as JSON, cut to `SHOWN_CHARS`."""
-    return cut(json.dumps(value, ensure_ascii=False, indent=1), SHOWN_CHARS, WHOLE)
+    return cut(json.dumps(value, ensure_ascii=False), SHOWN_CHARS, WHOLE)
 
 
 def listed_row(item: Listed, url: str) -> dict[str, Any]:

@@ -46,6 +46,8 @@ TEMPLATES = "threadmill_django/admin/"
 #: Statuses a task may be requeued from, and cancelled from.
 REQUEUEABLE = (TaskResultStatus.FAILED, TaskResultStatus.CANCELLED)
 CANCELLABLE = (TaskResultStatus.READY, TaskResultStatus.DEFERRED)
+#: A `Report`'s action as the messages say it was done.
+PAST = {"requeue": "requeued", "cancel": "cancelled"}
 
 
 if TYPE_CHECKING:
@@ -316,15 +318,14 @@ class TaskQueueAdmin(_ModelAdmin):
         given = unquote(task_id)
         report: Report = action(backend.broker, [given])
         outcome = report.outcomes[0]
+        done = PAST[report.action]
         if outcome.done:
             assert outcome.record is not None
-            text = f"{report.action}d: task {outcome.task_id} is {outcome.record.status.value}"
+            text = f"{done}: task {outcome.task_id} is {outcome.record.status.value}"
             self.log(request, f"{backend.alias}:task:{outcome.task_id}", text)
-            messages.success(request, f"Task {outcome.task_id} {report.action}d.")
+            messages.success(request, f"Task {outcome.task_id} {done}.")
         else:
-            messages.error(
-                request, f"Task {outcome.task_id} not {report.action}d: {outcome.reason}."
-            )
+            messages.error(request, f"Task {outcome.task_id} not {done}: {outcome.reason}.")
         return self.back(request, self.url("task", backend.alias, outcome.task_id))
 
     def purge_view(self, request: HttpRequest, alias: str, queue: str, status: str) -> HttpResponse:
