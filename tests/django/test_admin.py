@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from django.contrib.admin.models import CHANGE, LogEntry
-from django.test import Client
+from django.test import Client, override_settings
 
 from tests.django import admin_bench as ab
 from tests.django.bench import Bench
@@ -266,3 +266,24 @@ def test_running_tasks_cannot_be_purged(bench: Bench) -> None:
     ]
     assert ab.url("purge", "default", "default", "running") not in ab.text(response)
     assert not LogEntry.objects.exists()
+
+
+def test_the_overview_shows_every_threadmill_alias_and_no_other(bench: Bench) -> None:
+    """Each alias served by threadmill_django has its section (one with wrong settings shows
+    its problem); an alias of another backend, or of one that does not import, has none."""
+    setting = {
+        "default": {"BACKEND": "threadmill_django.TaskBackend", "QUEUES": ["default"]},
+        "reports": {"BACKEND": "threadmill_django.TaskBackend", "QUEUES": ["monthly"],
+                    "OPTIONS": {"url": "memory://"}},
+        "wrong": {"BACKEND": "threadmill_django.TaskBackend", "OPTIONS": {"thread": 8}},
+        "immediate": {"BACKEND": "django.tasks.backends.immediate.ImmediateBackend"},
+        "broken": {"BACKEND": "no.such.Backend"},
+    }  # fmt: skip
+    with override_settings(TASKS=setting):
+        page = ab.text(client_of(ab.VIEW).get(ab.url("changelist")))
+    assert '<div class="module" id="alias-default">' in page
+    assert '<div class="module" id="alias-reports">' in page
+    assert '<th scope="row">monthly</th>' in page
+    assert "TASKS[&#x27;wrong&#x27;][&#x27;OPTIONS&#x27;][&#x27;thread&#x27;]" in page
+    assert "alias-immediate" not in page
+    assert "alias-broken" not in page

@@ -20,6 +20,7 @@ from datetime import timedelta
 import attrs
 from django.conf import settings
 from django.tasks import task_backends
+from django.tasks.exceptions import InvalidTaskBackend
 
 from threadmill_core.broker import Broker
 from threadmill_core.errors import ThreadmillError
@@ -39,9 +40,21 @@ RATES_WINDOW = timedelta(hours=1)
 
 
 def served_aliases() -> list[str]:
-    """The ``TASKS`` aliases whose backend is threadmill_django's, in the setting's order."""
+    """The ``TASKS`` aliases whose backend is threadmill_django's, in the setting's order.
+
+    An alias whose backend cannot be built (a wrong ``BACKEND``) is left out:
+    it is not threadmill's to show, and Django's checks report it.
+    """
     configured: dict[str, object] = getattr(settings, "TASKS", {})
-    return [alias for alias in configured if isinstance(task_backends[alias], TaskBackend)]
+    served = []
+    for alias in configured:
+        try:
+            backend = task_backends[alias]
+        except InvalidTaskBackend:
+            continue
+        if isinstance(backend, TaskBackend):
+            served.append(alias)
+    return served
 
 
 def backend_of(alias: str) -> TaskBackend | None:
