@@ -287,3 +287,23 @@ def test_the_overview_shows_every_threadmill_alias_and_no_other(bench: Bench) ->
     assert "TASKS[&#x27;wrong&#x27;][&#x27;OPTIONS&#x27;][&#x27;thread&#x27;]" in page
     assert "alias-immediate" not in page
     assert "alias-broken" not in page
+
+
+def test_the_breadcrumbs_are_drawn_as_the_admin_draws_its_own(bench: Bench) -> None:
+    """The breadcrumbs use the installed Django admin's markup (a list from 6.1, a line
+    before), ending at the page itself."""
+    client = client_of(ab.VIEW)
+    own = re.search(
+        r'<(\w+) class="breadcrumbs">', ab.text(client.get("/admin/threadmill_django/"))
+    )
+    assert own is not None
+    page = ab.text(client.get(ab.url("list", "default", "default", "failed")))
+    ours = re.search(r'<(\w+) class="breadcrumbs">(.*?)</\1>', page, re.S)
+    assert ours is not None
+    assert ours.group(1) == own.group(1)
+    assert f'<a href="{ab.url("changelist")}">Task queues</a>' in ours.group(2)
+    assert (
+        ours.group(2)
+        .rstrip()
+        .endswith("default · default · FAILED" + ("</li>" if own.group(1) == "ol" else ""))
+    )

@@ -54,7 +54,7 @@ def live_server() -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    """A headless Chromium driven by Selenium, 1280 pixels wide."""
+    """A headless Chromium driven by Selenium, 1440 pixels wide."""
     why = _missing()
     if why is not None:
         if IN_CI:
@@ -66,7 +66,7 @@ def browser() -> Iterator[Any]:
     options = webdriver.ChromeOptions()
     options.binary_location = str(shutil.which("chromium"))
     for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
-                     "--disable-gpu", "--window-size=1280,900"):  # fmt: skip
+                     "--disable-gpu", "--window-size=1440,900"):  # fmt: skip
         options.add_argument(argument)
     driver = webdriver.Chrome(options=options, service=Service(shutil.which("chromedriver")))
     driver.set_page_load_timeout(30)
@@ -94,9 +94,9 @@ def shoot(browser: Any, name: str) -> None:
     from selenium.webdriver.common.by import By
 
     height = browser.execute_script("return document.body.scrollHeight")
-    browser.set_window_size(1280, max(600, min(int(height) + 40, 1600)))
+    browser.set_window_size(1440, max(600, min(int(height) + 40, 1600)))
     browser.find_element(By.TAG_NAME, "body").screenshot(str(DOCS / f"admin-{name}.png"))
-    browser.set_window_size(1280, 900)
+    browser.set_window_size(1440, 900)
 
 
 def field(browser: Any, name: str) -> str:

@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
+import django
 from django.contrib import admin, messages
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.admin.utils import quote, unquote
@@ -92,12 +93,31 @@ class TaskQueueAdmin(_ModelAdmin):
         name = f"{self.opts.app_label}_{self.opts.model_name}_{page}"
         return reverse(f"admin:{name}", args=[quote(p) for p in parts])
 
-    def context(self, request: HttpRequest, title: str, **extra: Any) -> dict[str, Any]:
+    def context(
+        self,
+        request: HttpRequest,
+        title: str,
+        crumbs: list[tuple[str, str]] | None,
+        **extra: Any,
+    ) -> dict[str, Any]:
+        """What every page's template gets; `crumbs` are the breadcrumbs past the overview
+        (text, URL; no URL for the page itself), None on the overview."""
+        overview = ("Task queues", "" if crumbs is None else self.url("changelist"))
+        trail = [
+            ("Home", reverse("admin:index")),
+            (
+                str(self.opts.app_config.verbose_name),
+                reverse("admin:app_list", kwargs={"app_label": self.opts.app_label}),
+            ),
+            overview,
+            *(crumbs or []),
+        ]
         return {
             **self.admin_site.each_context(request),
             "opts": self.opts,
             "title": title,
-            "overview_url": self.url("changelist"),
+            "trail": trail,
+            "breadcrumbs_as_list": django.VERSION >= (6, 1),
             "can_change": self.has_change_permission(request),
             **extra,
         }
@@ -168,6 +188,7 @@ class TaskQueueAdmin(_ModelAdmin):
             self.context(
                 request,
                 "Task queues",
+                None,
                 aliases=aliases,
                 statuses=[s.value for s in STATUSES],
                 find_url=self.url("find"),
@@ -199,7 +220,9 @@ class TaskQueueAdmin(_ModelAdmin):
         return TemplateResponse(
             request,
             TEMPLATES + "found.html",
-            self.context(request, title, given=given, found=rows, find_url=self.url("find")),
+            self.context(
+                request, title, [(title, "")], given=given, found=rows, find_url=self.url("find")
+            ),
             status=200 if rows or not given else 404,
         )
 
@@ -237,6 +260,7 @@ class TaskQueueAdmin(_ModelAdmin):
             self.context(
                 request,
                 f"{state.value} tasks of {queue_name!r} ({backend.alias})",
+                [(f"{backend.alias} · {queue_name} · {state.value}", "")],
                 alias=backend.alias,
                 queue=queue_name,
                 status=state.value,
@@ -268,7 +292,13 @@ class TaskQueueAdmin(_ModelAdmin):
             return TemplateResponse(
                 request,
                 TEMPLATES + "task.html",
-                self.context(request, f"Task {given}", alias=backend.alias, poison=str(exc)),
+                self.context(
+                    request,
+                    f"Task {given}",
+                    [(f"Task {given}", "")],
+                    alias=backend.alias,
+                    poison=str(exc),
+                ),
             )
         if found.task_id is not None and found.task_id != given:
             return HttpResponseRedirect(self.url("task", backend.alias, found.task_id))
@@ -278,21 +308,32 @@ class TaskQueueAdmin(_ModelAdmin):
             return TemplateResponse(
                 request,
                 TEMPLATES + "task.html",
-                self.context(request, f"Task {given}", alias=backend.alias, missing=reason),
+                self.context(
+                    request,
+                    f"Task {given}",
+                    [(f"Task {given}", "")],
+                    alias=backend.alias,
+                    missing=reason,
+                ),
                 status=404,
             )
         record = found.matches[0]
+        list_url = self.url("list", backend.alias, record.queue, record.status.value.lower())
         return TemplateResponse(
             request,
             TEMPLATES + "task.html",
             self.context(
                 request,
                 f"Task {record.id}",
+                [
+                    (f"{backend.alias} · {record.queue} · {record.status.value}", list_url),
+                    (f"Task {record.id}", ""),
+                ],
                 alias=backend.alias,
                 record=record,
                 fields=task_fields(record),
                 errors=[error_text(error) for error in record.errors],
-                list_url=self.url("list", backend.alias, record.queue, record.status.value.lower()),
+                list_url=list_url,
                 requeue_url=self.url("requeue", backend.alias, record.id)
                 if record.status in REQUEUEABLE
                 else "",
@@ -352,6 +393,7 @@ class TaskQueueAdmin(_ModelAdmin):
             self.context(
                 request,
                 "Are you sure?",
+                [(f"{backend.alias} · {queue_name} · {state.value}", list_url), ("Purge", "")],
                 alias=backend.alias,
                 queue=queue_name,
                 status=state.value,
