@@ -15,8 +15,9 @@ from django.test import Client, override_settings
 from tests.django import admin_bench as ab
 from tests.django.bench import Bench
 from tests.django.djapp import tasks
-from threadmill_core import TaskNotFound, TaskResultStatus
+from threadmill_core import TaskNotFound, TaskResultStatus, connect
 from threadmill_django.admin.reading import PER_PAGE
+from threadmill_django.testing import use_broker
 
 
 @pytest.fixture(autouse=True)
@@ -307,3 +308,18 @@ def test_the_breadcrumbs_are_drawn_as_the_admin_draws_its_own(bench: Bench) -> N
         .rstrip()
         .endswith("default · default · FAILED" + ("</li>" if own.group(1) == "ol" else ""))
     )
+
+
+def test_a_backend_that_cannot_be_reached_answers_503_saying_so(bench: Bench) -> None:
+    """With the alias's server down, a list answers 503 with the backend's error, and the
+    overview shows the error in that alias's place."""
+    broker = connect("redis://127.0.0.1:9/0?socket_timeout=0.5")  # nothing listens there
+    client = client_of(ab.VIEW)
+    with use_broker("default", broker):
+        listed = client.get(ab.url("list", "default", "default", "failed"))
+        overview = ab.text(client.get(ab.url("changelist")))
+    broker.close()
+    assert listed.status_code == 503
+    assert "127.0.0.1:9" in ab.text(listed)
+    assert '<p class="errornote">' in overview
+    assert "127.0.0.1:9" in overview

@@ -19,6 +19,7 @@ Django message. Reads go through `threadmill_core.inspector` only.
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
@@ -35,7 +36,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from threadmill_core.checks import check_purgeable
-from threadmill_core.errors import PayloadError
+from threadmill_core.errors import PayloadError, ThreadmillError
 from threadmill_core.inspector import STATUSES, Report, cancel, find_task, requeue
 from threadmill_core.models import TaskResult, TaskResultStatus
 from threadmill_django.admin import reading
@@ -70,7 +71,7 @@ class TaskQueueAdmin(_ModelAdmin):
         name = f"{self.opts.app_label}_{self.opts.model_name}"
 
         def wrap(view: Any) -> Any:
-            return self.admin_site.admin_view(view)
+            return self.admin_site.admin_view(self.reporting_outages(view))
 
         segment = "<str:alias>/queues/<str:queue>/<str:status>/"
         task = "<str:alias>/tasks/<str:task_id>/"
@@ -87,6 +88,28 @@ class TaskQueueAdmin(_ModelAdmin):
         ]
 
     # --- helpers ---------------------------------------------------------------------
+
+    def reporting_outages(self, view: Any) -> Any:
+        """`view`, answering 503 with the backend's error when threadmill cannot be read or
+        acted on (its server down, say), instead of a server error."""
+
+        @functools.wraps(view)
+        def guarded(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            try:
+                response: HttpResponse = view(request, *args, **kwargs)
+            except ThreadmillError as exc:
+                title = "The task backend cannot be reached"
+                return TemplateResponse(
+                    request,
+                    TEMPLATES + "unavailable.html",
+                    self.context(
+                        request, title, [(title, "")], problem=f"{type(exc).__name__}: {exc}"
+                    ),
+                    status=503,
+                )
+            return response
+
+        return guarded
 
     def url(self, page: str, *parts: str) -> str:
         """The URL of one of these pages, its parts quoted as the admin quotes keys."""
