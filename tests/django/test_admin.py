@@ -323,3 +323,20 @@ def test_a_backend_that_cannot_be_reached_answers_503_saying_so(bench: Bench) ->
     assert "127.0.0.1:9" in ab.text(listed)
     assert '<p class="errornote">' in overview
     assert "127.0.0.1:9" in overview
+
+
+def test_the_shipped_migration_matches_the_model() -> None:
+    """``makemigrations --check`` finds nothing to add for threadmill_django."""
+    from django.core.management import call_command
+
+    call_command("makemigrations", "threadmill_django", check=True, dry_run=True, verbosity=0)
+
+
+def test_migrate_creates_the_two_permissions() -> None:
+    """After ``migrate``, view_taskqueue and change_taskqueue exist, and nothing else of
+    threadmill_django's (no add or delete: the pages neither add nor delete)."""
+    from django.contrib.auth.models import Permission
+
+    ab.migrate()
+    codenames = Permission.objects.filter(content_type__app_label="threadmill_django")
+    assert sorted(p.codename for p in codenames) == [ab.CHANGE, ab.VIEW]
