@@ -13,11 +13,13 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
 import attrs
 import pytest
+import redis
 
 from tests.conftest import IN_CI, RedisServer, free_port
 
@@ -246,3 +248,90 @@ class Cluster:
     def close(self) -> None:
         for node in self.nodes:
             node.close()
+
+
+# --- Sentinel ------------------------------------------------------------------------
+
+
+class SentinelServer(Server):
+    """The redis-server binary running as a sentinel (``--sentinel``) that monitors `master`.
+
+    A sentinel rewrites its configuration file as it learns, so each has a
+    file of its own in its data dir. A master is judged down after a second
+    without an answer, and a failover gives up after five.
+    """
+
+    def __init__(self, name: str, master_port: int, quorum: int) -> None:
+        executable = require("redis-server")
+        self.port = free_port()
+        self.dir = Path(tempfile.mkdtemp(prefix="threadmill-sentinel-"))
+        config = self.dir / "sentinel.conf"
+        config.write_text(
+            f"sentinel monitor {name} 127.0.0.1 {master_port} {quorum}\n"
+            f"sentinel down-after-milliseconds {name} 1000\n"
+            f"sentinel failover-timeout {name} 5000\n"
+            f"sentinel parallel-syncs {name} 1\n"
+        )
+        self.args = [
+            executable, str(config), "--sentinel",
+            "--port", str(self.port),
+            "--bind", "127.0.0.1",
+            "--dir", str(self.dir),
+            "--daemonize", "no",
+        ]  # fmt: skip
+        self.process = None
+        self.start()
+
+
+class SentinelDeployment:
+    """A master, one replica of it and three sentinels (quorum 2), on loopback ports."""
+
+    def __init__(self, name: str = "threadmill-master") -> None:
+        self.name = name
+        self.servers: list[Server] = []
+        self.sentinels: list[SentinelServer] = []
+        try:
+            self.master = Server()
+            self.servers.append(self.master)
+            self.replica = Server("--replicaof", "127.0.0.1", str(self.master.port))
+            self.servers.append(self.replica)
+            for _ in range(3):
+                self.sentinels.append(SentinelServer(name, self.master.port, quorum=2))
+            self._wait_until_watched()
+        except BaseException:
+            self.close()
+            raise
+
+    def url(self, namespace: str, db: int = 0) -> str:
+        hosts = ",".join(f"127.0.0.1:{sentinel.port}" for sentinel in self.sentinels)
+        return f"redis+sentinel://{hosts}/{self.name}/{db}?namespace={namespace}"
+
+    def master_port(self) -> int:
+        """The port of the master the sentinels name now."""
+        with redis.Redis(port=self.sentinels[0].port) as sentinel:
+            _host, port = sentinel.sentinel_get_master_addr_by_name(self.name)
+        return int(port)
+
+    def _wait_until_watched(self) -> None:
+        """Until the replica is in sync and every sentinel knows the replica and the others."""
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self._watched():
+                return
+            time.sleep(0.1)
+        pytest.fail("the sentinels did not find the replica and each other within 30 s")
+
+    def _watched(self) -> bool:
+        with redis.Redis(port=self.replica.port) as replica:
+            if replica.info("replication").get("master_link_status") != "up":
+                return False
+        for server in self.sentinels:
+            with redis.Redis(port=server.port, decode_responses=True) as sentinel:
+                state = sentinel.sentinel_master(self.name)
+                if int(state["num-slaves"]) < 1 or int(state["num-other-sentinels"]) < 2:
+                    return False
+        return True
+
+    def close(self) -> None:
+        for server in [*self.sentinels, *self.servers]:
+            server.close()
