@@ -20,6 +20,7 @@ The options (all optional):
 ``shutdown_timeout``  the worker's ``--shutdown-timeout`` (seconds or timedelta)
 ``connect_timeout``   the worker's ``--connect-timeout`` (seconds or timedelta)
 ``log_level``       the worker's ``--log-level``
+``log_format``      the worker's ``--log-format``: ``"text"`` or ``"json"``
 ``task_modules``    modules of tasks for the worker beyond the apps' ``tasks``
 ==================  ===========================================================
 
@@ -43,6 +44,7 @@ from threadmill_core.errors import InvalidOption
 from threadmill_core.plugins import KNOWN_EXTRAS, installed_backends
 from threadmill_core.task import DEFAULT_QUEUE, validate_queue
 from threadmill_core.urls import redact
+from threadmill_core.worker_logging import LOG_FORMATS
 
 DEFAULT_URL = "memory://"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -77,6 +79,12 @@ def _log_level(value: object) -> object:
     return value
 
 
+def _log_format(value: object) -> object:
+    if value not in LOG_FORMATS:
+        raise ValueError(f"must be one of {', '.join(LOG_FORMATS)}, got {value!r}")
+    return value
+
+
 def _modules(value: object) -> object:
     if isinstance(value, str) or not isinstance(value, list | tuple):
         raise ValueError(f"must be a list of module names, got {value!r}")
@@ -104,6 +112,7 @@ WORKER_FLAGS: Mapping[str, tuple[str, Callable[[object], object]]] = {
     "shutdown_timeout": ("--shutdown-timeout", _seconds),
     "connect_timeout": ("--connect-timeout", _seconds),
     "log_level": ("--log-level", _log_level),
+    "log_format": ("--log-format", _log_format),
 }
 
 _CHECKS: Mapping[str, Callable[[object], object]] = {
