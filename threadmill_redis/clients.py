@@ -35,7 +35,12 @@ from threadmill_core.urls import redact
 from threadmill_redis.boundary import UNAVAILABLE, call
 from threadmill_redis.errors import RedisBackendError, RedisUnavailable
 from threadmill_redis.keys import Keys
-from threadmill_redis.sentinel import is_sentinel_url, sentinel_client, sentinel_location
+from threadmill_redis.sentinel import (
+    check_sentinels,
+    is_sentinel_url,
+    sentinel_client,
+    sentinel_location,
+)
 
 log = logging.getLogger("threadmill_redis")
 
@@ -255,10 +260,14 @@ def check_server(client: Client, keys: Keys, where: str | None = None) -> None:
 
     Refused credentials, a server certificate that does not verify, a
     database the server does not have (``redis://host/99`` on a server of
-    16) and a Redis user that may not use this namespace's keys will not go
-    away by waiting, so they fail here. A server that cannot be reached now is
-    not an error: workers start during an outage too, and ride it out.
+    16), a master name no sentinel knows or sentinel credentials they all
+    refuse (`threadmill_redis.sentinel.check_sentinels`) and a Redis user
+    that may not use this namespace's keys will not go away by waiting, so
+    they fail here. A server that cannot be reached now is not an error:
+    workers start during an outage too, and ride it out.
     """
+    if isinstance(client, redis.Redis):
+        check_sentinels(client)  # a master name or sentinel credentials that cannot work
     state = keys.store("state")
     try:
         # One read of a namespace key settles credentials, certificate and key permissions.

@@ -151,6 +151,46 @@ def _master_and_db(path: str, url: str) -> tuple[str, int]:
     return name, int(db or 0)
 
 
+def check_sentinels(client: redis.Redis) -> None:
+    """Ask a Sentinel client's sentinels for its master once, as a backend is built.
+
+    `InvalidOption` when none of them can help and waiting will not change
+    that: every sentinel that answered knows no master by the URL's name (a
+    typo), or every one refused the sentinel credentials. Sentinels that
+    cannot be reached are an outage, which workers wait out: nothing is
+    raised for them. Does nothing for another client.
+    """
+    pool = client.connection_pool
+    if not isinstance(pool, SentinelConnectionPool):
+        return
+    answered = refused = 0
+    for sentinel in pool.sentinel_manager.sentinels:
+        try:
+            address = sentinel.sentinel_get_master_addr_by_name(pool.service_name)
+        except redis.AuthenticationError:
+            refused += 1
+            continue
+        except (redis.ConnectionError, redis.TimeoutError):
+            continue
+        except redis.ResponseError as exc:
+            if "NOAUTH" in str(exc) or "WRONGPASS" in str(exc):
+                refused += 1
+            continue
+        if address:
+            return
+        answered += 1
+    where = sentinel_location(client)
+    if refused and not answered:
+        raise InvalidOption(
+            f"the sentinels refused the credentials (sentinel_username, sentinel_password) "
+            f"given in {where!r}"
+        )
+    if answered:
+        raise InvalidOption(
+            f"the sentinels of {where!r} monitor no master named {pool.service_name!r}"
+        )
+
+
 def sentinel_location(client: redis.Redis) -> str | None:
     """Where a Sentinel client connects, as a URL without credentials; None for another client."""
     pool = client.connection_pool

@@ -261,7 +261,9 @@ class SentinelServer(Server):
     without an answer, and a failover gives up after five.
     """
 
-    def __init__(self, name: str, master_port: int, quorum: int) -> None:
+    def __init__(
+        self, name: str, master_port: int, quorum: int, passwords: tuple[str, str] | None = None
+    ) -> None:
         executable = require("redis-server")
         self.port = free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="threadmill-sentinel-"))
@@ -272,6 +274,10 @@ class SentinelServer(Server):
             f"sentinel failover-timeout {name} 5000\n"
             f"sentinel parallel-syncs {name} 1\n"
         )
+        if passwords is not None:  # (the master's, the sentinels' own)
+            master_password, own = passwords
+            with config.open("a") as out:
+                out.write(f"sentinel auth-pass {name} {master_password}\nrequirepass {own}\n")
         self.args = [
             executable, str(config), "--sentinel",
             "--port", str(self.port),
@@ -284,19 +290,30 @@ class SentinelServer(Server):
 
 
 class SentinelDeployment:
-    """A master, one replica of it and three sentinels (quorum 2), on loopback ports."""
+    """A master, one replica of it and three sentinels (quorum 2), on loopback ports.
 
-    def __init__(self, name: str = "threadmill-master") -> None:
+    With `passwords` (the master's, the sentinels'), the master and the
+    replica want the first (``requirepass``, ``masterauth``), the sentinels
+    the second.
+    """
+
+    def __init__(
+        self, name: str = "threadmill-master", passwords: tuple[str, str] | None = None
+    ) -> None:
         self.name = name
+        self.passwords = passwords
+        auth: list[str] = []
+        if passwords is not None:
+            auth = ["--requirepass", passwords[0], "--masterauth", passwords[0]]
         self.servers: list[Server] = []
         self.sentinels: list[SentinelServer] = []
         try:
-            self.master = Server()
+            self.master = Server(*auth)
             self.servers.append(self.master)
-            self.replica = Server("--replicaof", "127.0.0.1", str(self.master.port))
+            self.replica = Server(*auth, "--replicaof", "127.0.0.1", str(self.master.port))
             self.servers.append(self.replica)
             for _ in range(3):
-                self.sentinels.append(SentinelServer(name, self.master.port, quorum=2))
+                self.sentinels.append(SentinelServer(name, self.master.port, 2, passwords))
             self._wait_until_watched()
         except BaseException:
             self.close()
@@ -308,7 +325,7 @@ class SentinelDeployment:
 
     def master_port(self) -> int:
         """The port of the master the sentinels name now."""
-        with redis.Redis(port=self.sentinels[0].port) as sentinel:
+        with self._sentinel(0) as sentinel:
             _host, port = sentinel.sentinel_get_master_addr_by_name(self.name)
         return int(port)
 
@@ -321,12 +338,17 @@ class SentinelDeployment:
             time.sleep(0.1)
         pytest.fail("the sentinels did not find the replica and each other within 30 s")
 
+    def _sentinel(self, index: int, **options: object) -> redis.Redis:
+        password = self.passwords[1] if self.passwords else None
+        return redis.Redis(port=self.sentinels[index].port, password=password, **options)  # type: ignore[arg-type]  # redis-py's keywords
+
     def _watched(self) -> bool:
-        with redis.Redis(port=self.replica.port) as replica:
+        password = self.passwords[0] if self.passwords else None
+        with redis.Redis(port=self.replica.port, password=password) as replica:
             if replica.info("replication").get("master_link_status") != "up":
                 return False
-        for server in self.sentinels:
-            with redis.Redis(port=server.port, decode_responses=True) as sentinel:
+        for index in range(len(self.sentinels)):
+            with self._sentinel(index, decode_responses=True) as sentinel:
                 state = sentinel.sentinel_master(self.name)
                 if int(state["num-slaves"]) < 1 or int(state["num-other-sentinels"]) < 2:
                     return False

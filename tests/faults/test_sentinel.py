@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 import threading
+import uuid
 from collections.abc import Iterator
 from datetime import timedelta
 
@@ -21,6 +22,8 @@ from tests.faults.runs import wait_until
 from tests.faults.servers import SentinelDeployment, Server
 from tests.redis.conftest import tasks
 from threadmill_core import BackendUnavailable, InvalidOption, TaskResultStatus, connect
+from threadmill_core.errors import UnknownBackend
+from threadmill_core.urls import redact
 from threadmill_redis import RedisBackend
 
 pytestmark = pytest.mark.redis
@@ -120,6 +123,65 @@ def test_an_idle_wait_follows_a_coordinated_failover_and_is_woken_on_the_new_mas
         blocked.join(timeout=30)
         waiter.close()
         producer.close()
+
+
+@pytest.fixture(scope="module")
+def guarded() -> Iterator[SentinelDeployment]:
+    """A deployment whose master and replica want one password, and its sentinels another."""
+    made = SentinelDeployment(passwords=("m-secret", "s-secret"))
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+def guarded_url(deployment: SentinelDeployment, master: str, sentinel: str | None) -> str:
+    url = deployment.url(f"guarded-{uuid.uuid4().hex[:8]}")
+    url = url.replace("://", f"://:{master}@", 1)
+    return url if sentinel is None else f"{url}&sentinel_password={sentinel}"
+
+
+def test_the_masters_password_is_in_the_url_and_the_sentinels_in_the_query(
+    guarded: SentinelDeployment,
+) -> None:
+    """user:password@ authenticates to the master, sentinel_password to the sentinels; neither
+    is shown in the backend's repr."""
+    url = guarded_url(guarded, "m-secret", "s-secret")
+    with connect(url) as broker:
+        broker.backend.enqueue(tasks(2))
+        assert broker.counts()["default"].ready == 2
+        assert "secret" not in repr(broker) + repr(broker.backend)
+    assert "secret" not in redact(url).replace("sentinel_password", "")
+
+
+@pytest.mark.parametrize(
+    ("master", "sentinel", "problem"),
+    [
+        ("m-secret", "wrong", "the sentinels refused the credentials"),
+        ("m-secret", None, "the sentinels refused the credentials"),
+        ("wrong", "s-secret", "Redis refused the credentials"),
+    ],
+)
+def test_refused_credentials_fail_at_connect(
+    guarded: SentinelDeployment, master: str, sentinel: str | None, problem: str
+) -> None:
+    """Credentials the sentinels or the master refuse are an InvalidOption at connect(), not an
+    outage to wait out."""
+    with pytest.raises(InvalidOption, match=problem):
+        connect(guarded_url(guarded, master, sentinel))
+
+
+def test_a_master_name_no_sentinel_knows_fails_at_connect(guarded: SentinelDeployment) -> None:
+    """The sentinels answer, and know no master by the URL's name: an InvalidOption naming it."""
+    url = guarded_url(guarded, "m-secret", "s-secret").replace(f"/{guarded.name}/", "/typo/")
+    with pytest.raises(InvalidOption, match="monitor no master named 'typo'"):
+        connect(url)
+
+
+def test_an_unknown_scheme_error_lists_the_sentinel_schemes() -> None:
+    """connect() with a scheme nobody serves lists the Sentinel schemes among the installed."""
+    with pytest.raises(UnknownBackend, match=r"redis\+sentinel://, rediss://, rediss\+sentinel://"):
+        connect("redis+sentinal://127.0.0.1:26379/m")
 
 
 @pytest.mark.parametrize(
