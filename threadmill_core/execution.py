@@ -39,7 +39,7 @@ from threadmill_core.outage import Outage
 from threadmill_core.plugins import notify
 from threadmill_core.retry import decide
 from threadmill_core.task import Task, registered_task
-from threadmill_core.worker_logging import running_task, task_fields
+from threadmill_core.worker_logging import running_task, task_fields, task_tagging
 
 log = logging.getLogger("threadmill.worker")
 
@@ -111,12 +111,15 @@ def execute(
             "task %s (%s) attempt %d started", record.id, record.task_path, record.attempts,
             extra=task_fields(record),
         )  # fmt: skip
-    running_task(record)  # what the task logs names it (`--log-format json`)
+    tagged = task_tagging.on  # what the task logs names it (`--log-format json`)
+    if tagged:
+        running_task(record)
     started = time.monotonic()
     try:
         decision = call(task, lease, context)
     finally:
-        running_task(None)
+        if tagged:
+            running_task(None)
     held.duration = time.monotonic() - started
     if held.lost:
         log.warning(

@@ -27,15 +27,19 @@ def worker(broker_url: str, *options: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(command, capture_output=True, text=True, timeout=120)
 
 
-def test_json_log_lines_name_the_fields_of_each_event(broker: Broker, broker_url: str) -> None:
+@pytest.mark.parametrize("start", [(), ("--spawn",)], ids=["forked", "spawned"])
+def test_json_log_lines_name_the_fields_of_each_event(
+    broker: Broker, broker_url: str, start: tuple[str, ...]
+) -> None:
     """Every stderr line of a JSON-logging worker command is one JSON object with the time,
     level, logger, message and process; worker lines name the worker, task events and what a
-    task logs name the task, and a logged exception carries its traceback."""
+    task logs name the task, and a logged exception carries its traceback; in worker processes
+    forked from the supervisor and in spawned ones alike."""
     chatty = broker.enqueue(logging_tasks.chatty, 7)
     caught = broker.enqueue(logging_tasks.caught)
     broken = broker.enqueue(logging_tasks.broken)
 
-    done = worker(broker_url, "--log-format", "json", "--log-level", "DEBUG")
+    done = worker(broker_url, "--log-format", "json", "--log-level", "DEBUG", *start)
 
     assert done.returncode == 0, done.stderr
     assert broker.get_result(broken.id).status is TaskResultStatus.FAILED
