@@ -15,6 +15,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import attrs
@@ -262,7 +263,12 @@ class SentinelServer(Server):
     """
 
     def __init__(
-        self, name: str, master_port: int, quorum: int, passwords: tuple[str, str] | None = None
+        self,
+        name: str,
+        master_port: int,
+        quorum: int,
+        passwords: tuple[str, str] | None = None,
+        extra: Sequence[str] = (),
     ) -> None:
         executable = require("redis-server")
         self.port = free_port()
@@ -284,6 +290,7 @@ class SentinelServer(Server):
             "--bind", "127.0.0.1",
             "--dir", str(self.dir),
             "--daemonize", "no",
+            *extra,
         ]  # fmt: skip
         self.process = None
         self.start()
@@ -294,33 +301,71 @@ class SentinelDeployment:
 
     With `passwords` (the master's, the sentinels'), the master and the
     replica want the first (``requirepass``, ``masterauth``), the sentinels
-    the second.
+    the second. With `tls`, every one of them also listens for TLS on a port
+    of its own, and they speak TLS to each other: the sentinels name
+    those ports, and `url` is a ``rediss+sentinel://`` one. `master_at` and
+    `replica_at` are the ports the sentinels name for the two servers.
     """
 
     def __init__(
-        self, name: str = "threadmill-master", passwords: tuple[str, str] | None = None
+        self,
+        name: str = "threadmill-master",
+        passwords: tuple[str, str] | None = None,
+        tls: TlsFiles | None = None,
     ) -> None:
         self.name = name
         self.passwords = passwords
-        auth: list[str] = []
+        self.tls = tls
+        # No wait before a full sync (Redis 7 waits 5 s for more replicas by default).
+        data = ["--repl-diskless-sync-delay", "0"]
         if passwords is not None:
-            auth = ["--requirepass", passwords[0], "--masterauth", passwords[0]]
+            data += ["--requirepass", passwords[0], "--masterauth", passwords[0]]
         self.servers: list[Server] = []
         self.sentinels: list[SentinelServer] = []
+        self.sentinel_ports: list[int] = []
         try:
-            self.master = Server(*auth)
+            master_tls, self.master_at = self._tls()
+            self.master = Server(*data, *master_tls)
             self.servers.append(self.master)
-            self.replica = Server(*auth, "--replicaof", "127.0.0.1", str(self.master.port))
+            self.master_at = self.master_at or self.master.port
+            replica_tls, self.replica_at = self._tls()
+            replicating = ["--replicaof", "127.0.0.1", str(self.master_at)]
+            self.replica = Server(*data, *replica_tls, *replicating)
             self.servers.append(self.replica)
+            self.replica_at = self.replica_at or self.replica.port
             for _ in range(3):
-                self.sentinels.append(SentinelServer(name, self.master.port, 2, passwords))
+                sentinel_tls, port = self._tls()
+                self.sentinels.append(
+                    SentinelServer(name, self.master_at, 2, passwords, sentinel_tls)
+                )
+                self.sentinel_ports.append(port or self.sentinels[-1].port)
             self._wait_until_watched()
         except BaseException:
             self.close()
             raise
 
+    def _tls(self) -> tuple[list[str], int]:
+        """Options for one more server with TLS on a port of its own, and that port (0: no TLS)."""
+        if self.tls is None:
+            return [], 0
+        port = free_port()
+        files = self.tls
+        return [
+            "--tls-port", str(port),
+            "--tls-cert-file", str(files.server_cert),
+            "--tls-key-file", str(files.server_key),
+            "--tls-ca-cert-file", str(files.ca),
+            "--tls-auth-clients", "no",
+            "--tls-replication", "yes",
+        ], port  # fmt: skip
+
     def url(self, namespace: str, db: int = 0) -> str:
-        hosts = ",".join(f"127.0.0.1:{sentinel.port}" for sentinel in self.sentinels)
+        hosts = ",".join(f"127.0.0.1:{port}" for port in self.sentinel_ports)
+        if self.tls is not None:
+            return (
+                f"rediss+sentinel://{hosts}/{self.name}/{db}?namespace={namespace}"
+                f"&ssl_ca_certs={self.tls.ca}"
+            )
         return f"redis+sentinel://{hosts}/{self.name}/{db}?namespace={namespace}"
 
     def master_port(self) -> int:

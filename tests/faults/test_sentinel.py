@@ -19,7 +19,7 @@ import redis
 
 from tests.faults import sentinel_tasks
 from tests.faults.runs import wait_until
-from tests.faults.servers import SentinelDeployment, Server
+from tests.faults.servers import SentinelDeployment, Server, TlsFiles
 from tests.redis.conftest import tasks
 from threadmill_core import BackendUnavailable, InvalidOption, TaskResultStatus, connect
 from threadmill_core.errors import UnknownBackend
@@ -72,7 +72,7 @@ def test_a_worker_follows_a_failover_mid_run_and_every_task_succeeds(
                 worker.kill()
                 worker.communicate()
         assert worker.returncode == 0, output
-        assert deployment.master_port() == deployment.replica.port
+        assert deployment.master_port() == deployment.replica_at
         counts = broker.counts()["default"]
         assert (counts.successful, counts.ready, counts.running) == (TOTAL, 0, 0), counts
         results = [broker.get_result(record.id) for record in records]
@@ -107,7 +107,7 @@ def test_an_idle_wait_follows_a_coordinated_failover_and_is_woken_on_the_new_mas
             )
         with redis.Redis(port=deployment.sentinels[0].port) as sentinel:
             sentinel.execute_command("SENTINEL", "FAILOVER", deployment.name)
-        wait_until(lambda: deployment.master_port() == deployment.replica.port, 20, "the failover")
+        wait_until(lambda: deployment.master_port() == deployment.replica_at, 20, "the failover")
         with redis.Redis(port=deployment.replica.port) as promoted:
             wait_until(
                 lambda: promoted.info("clients")["blocked_clients"] == 1,
@@ -123,6 +123,34 @@ def test_an_idle_wait_follows_a_coordinated_failover_and_is_woken_on_the_new_mas
         blocked.join(timeout=30)
         waiter.close()
         producer.close()
+
+
+def test_over_tls_a_producer_follows_a_failover(tls_files: TlsFiles, namespace: str) -> None:
+    """rediss+sentinel:// speaks TLS to the sentinels and to each master (the sentinels name
+    TLS ports only): once the master is SIGKILLed and the replica promoted, the same producer
+    reaches the new master by itself, and finds every task it had enqueued."""
+    deployment = SentinelDeployment(tls=tls_files)
+    try:
+        backend = RedisBackend.from_url(deployment.url(namespace))
+        assert backend.where.startswith("rediss+sentinel://")
+        backend.enqueue(tasks(10))
+        with redis.Redis(port=deployment.master.port) as master:
+            assert master.wait(1, 5000) == 1
+        deployment.master.kill()
+        wait_until(lambda: deployment.master_port() == deployment.replica_at, 20, "the failover")
+
+        def enqueued() -> bool:
+            try:
+                backend.enqueue(tasks(1))
+            except BackendUnavailable:  # the client learns of the failover by failing
+                return False
+            return True
+
+        wait_until(enqueued, 20, "an enqueue on the promoted replica")
+        assert backend.counts()["default"].ready == 11
+        backend.close()
+    finally:
+        deployment.close()
 
 
 @pytest.fixture(scope="module")
