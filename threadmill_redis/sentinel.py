@@ -60,10 +60,10 @@ def sentinel_client(url: str, query: str, common: Callable[[], dict[str, Any]]) 
 
     `query` holds redis-py's connection options and `SENTINEL_QUERY_OPTIONS`
     only (see `threadmill_redis.options.split_query`); `common()` gives the
-    keywords every client
-    and sentinel connection gets (no retries inside redis-py, ...). No
-    connection is made here: the first call asks the sentinels. A URL that
-    cannot work is an `InvalidOption` naming what is wrong in it.
+    keywords every client, the master's and the sentinels', gets (no retries
+    inside redis-py, ...). No connection is made here: the first call asks
+    the sentinels. A URL that cannot work is an `InvalidOption` naming what
+    is wrong in it.
     """
     scheme, _, rest = url.partition("://")
     rest = rest.partition("?")[0].partition("#")[0]  # the query comes as `query`
@@ -120,12 +120,9 @@ def _sentinels(hosts: str, url: str) -> list[tuple[str, int]]:
         try:
             parts = urlsplit(f"//{member}")
             host, port = parts.hostname, parts.port
-        except ValueError:
+        except ValueError:  # a port that is not a number from 0 to 65535
             host = port = None
-            bad = True
-        else:
-            bad = not host
-        if bad or host is None:
+        if not host:
             raise InvalidOption(
                 f"the sentinel {member!r} in {redact(url)!r} is not a host:port with a port "
                 f"from 0 to 65535"
