@@ -18,6 +18,7 @@ from threadmill_core.errors import BackendUnavailable
 from threadmill_core.held import HeldTasks, Outcome
 from threadmill_core.models import Decision, TaskResult, TaskResultStatus
 from threadmill_core.plugins import notify, notify_each
+from threadmill_core.worker_logging import failure_fields, task_fields
 
 log = logging.getLogger("threadmill.worker")
 
@@ -68,7 +69,7 @@ def _decide_one(backend: Backend, decision: Decision) -> TaskResult | None:
         raise
     except Exception:
         log.exception("task %s: acknowledgement failed; its lease will lapse and be reaped",
-                      decision.lease.task_id)  # fmt: skip
+                      decision.lease.task_id, extra=task_fields(decision.record))  # fmt: skip
         return None
 
 
@@ -76,7 +77,7 @@ def _log_refusal(decision: Decision) -> None:
     record = decision.record
     log.warning(
         "task %s (%s) attempt %d: acknowledgement refused, the lease was lost",
-        record.id, record.task_path, record.attempts,
+        record.id, record.task_path, record.attempts, extra=task_fields(record),
     )  # fmt: skip
 
 
@@ -94,6 +95,7 @@ def _announce(item: Outcome, decision: Decision, stored: TaskResult) -> bool:
             "task %s (%s) attempt %d failed after %.3f s (%s); retry in %.3f s",
             record.id, record.task_path, record.attempts, item.held.duration,
             record.errors[-1].exception_class_path, decision.retry_delay.total_seconds(),
+            extra=failure_fields(record),
         )  # fmt: skip
         notify("threadmill_task_retried", record=stored, delay=decision.retry_delay)
         return False
@@ -105,5 +107,6 @@ def _announce(item: Outcome, decision: Decision, stored: TaskResult) -> bool:
             "task %s (%s) attempt %d %s in %.3f s",
             record.id, record.task_path, record.attempts, stored.status.value,
             item.held.duration,
+            extra=task_fields(record) if level == logging.DEBUG else failure_fields(record),
         )  # fmt: skip
     return True

@@ -59,7 +59,7 @@ def _worker(args: argparse.Namespace) -> int:
     from threadmill_core.supervisor import Supervisor
     from threadmill_core.worker_logging import configure_worker_logging
 
-    configure_worker_logging(args.log_level)
+    configure_worker_logging(args.log_level, args.log_format)
     url = args.broker or os.environ.get("THREADMILL_URL")
     if not url:
         print("threadmill worker: give --broker URL or set THREADMILL_URL", file=sys.stderr)

@@ -32,6 +32,8 @@ KNOWN_EXTRAS: Mapping[str, str] = {
     "rediss": "redis",
     "unix": "redis",
     "redis+cluster": "redis",
+    "redis+sentinel": "redis",
+    "rediss+sentinel": "redis",
     "postgresql": "postgres",
     "postgres": "postgres",
 }

@@ -20,6 +20,7 @@ The options (all optional):
 ``shutdown_timeout``  the worker's ``--shutdown-timeout`` (seconds or timedelta)
 ``connect_timeout``   the worker's ``--connect-timeout`` (seconds or timedelta)
 ``log_level``       the worker's ``--log-level``
+``log_format``      the worker's ``--log-format``: ``"text"`` or ``"json"``
 ``task_modules``    modules of tasks for the worker beyond the apps' ``tasks``
 ``enqueue_on_commit``  True: an enqueue inside ``transaction.atomic()`` is stored
                     when the transaction commits (`threadmill_django.on_commit`)
@@ -45,6 +46,7 @@ from threadmill_core.errors import InvalidOption
 from threadmill_core.plugins import KNOWN_EXTRAS, installed_backends
 from threadmill_core.task import DEFAULT_QUEUE, validate_queue
 from threadmill_core.urls import redact
+from threadmill_core.worker_logging import LOG_FORMATS
 
 DEFAULT_URL = "memory://"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -76,6 +78,12 @@ def _seconds(value: object) -> object:
 def _log_level(value: object) -> object:
     if value not in LOG_LEVELS:
         raise ValueError(f"must be one of {', '.join(LOG_LEVELS)}, got {value!r}")
+    return value
+
+
+def _log_format(value: object) -> object:
+    if value not in LOG_FORMATS:
+        raise ValueError(f"must be one of {', '.join(LOG_FORMATS)}, got {value!r}")
     return value
 
 
@@ -112,6 +120,7 @@ WORKER_FLAGS: Mapping[str, tuple[str, Callable[[object], object]]] = {
     "shutdown_timeout": ("--shutdown-timeout", _seconds),
     "connect_timeout": ("--connect-timeout", _seconds),
     "log_level": ("--log-level", _log_level),
+    "log_format": ("--log-format", _log_format),
 }
 
 _CHECKS: Mapping[str, Callable[[object], object]] = {
