@@ -116,6 +116,8 @@ class Broker:
         self,
         task: Enqueueable,
         calls: Iterable[tuple[Sequence[Any], Mapping[str, Any]]],
+        *,
+        ids: Sequence[str] | None = None,
     ) -> list[TaskResult]:
         """Store many calls of `task` in one backend call; all are checked before any is stored.
 
@@ -124,15 +126,28 @@ class Broker:
         `index` in the batch, one the codec cannot carry `UnsupportedValue`
         naming it, one of more than `max_payload_bytes` `PayloadTooLarge`
         with its `index`; in each case none of the calls is stored.
+
+        `ids`, one per call, are the tasks' ids, for a caller that had to name
+        them before storing (`threadmill_core.ids.new_task_id` makes them); by default each call
+        gets a new one. As enqueue is idempotent on id, a call whose id is
+        stored already is not stored again: its stored record is returned.
+        A count of `ids` other than the calls' raises `ValueError`, storing
+        nothing.
         """
         shared = self._shared(task)
         calls = list(calls)
+        if ids is None:
+            ids = new_task_ids(len(calls))
+        elif isinstance(ids, str) or len(ids) != len(calls):
+            raise ValueError(
+                f"enqueue_many: ids must be one id per call ({len(calls)}), got {ids!r}"
+            )
         check = task.call_check
         if check is not None:
             check.check_all(shared.task_path, calls)
         made: list[TaskCall] = [
             (task_id, list(args), dict(kwargs))
-            for task_id, (args, kwargs) in zip(new_task_ids(len(calls)), calls, strict=True)
+            for task_id, (args, kwargs) in zip(ids, calls, strict=True)
         ]
         payload_limit.check_batch(shared.task_path, made, self.max_payload_bytes)
         stored = self.backend.enqueue_calls(shared, made)

@@ -60,7 +60,7 @@ def _worker(args: argparse.Namespace) -> int:
     from threadmill_core.supervisor import Supervisor
     from threadmill_core.worker_logging import configure_worker_logging
 
-    configure_worker_logging(args.log_level)
+    configure_worker_logging(args.log_level, args.log_format)
     url = args.broker or os.environ.get("THREADMILL_URL")
     if not url:
         print("threadmill worker: give --broker URL or set THREADMILL_URL", file=sys.stderr)
@@ -90,17 +90,23 @@ def _health(args: argparse.Namespace) -> int:
 
 @contextlib.contextmanager
 def _opened(args: argparse.Namespace) -> Iterator[Broker]:
-    """The broker given to `main`, else one connected to ``--broker`` and closed afterwards."""
+    """The broker given to `main`, else one connected to ``--broker`` and closed afterwards.
+
+    A backend reached through ``--broker`` makes no storage that is missing (a
+    PostgreSQL namespace's schema, say): it says what is missing instead.
+    """
     given: Broker | None = args.given_broker
     if given is not None:
         yield given
         return
-    from threadmill_core.broker import connect
+    from threadmill_core.broker import Broker
+    from threadmill_core.plugins import backend_for_url
 
     url = args.broker or os.environ.get("THREADMILL_URL")
     if not url:
         raise _UsageError(f"threadmill {args.command}: give --broker URL or set THREADMILL_URL")
-    with connect(url) as broker:
+    # Looking creates nothing: a namespace that does not exist is an error, not an empty queue.
+    with Broker(backend_for_url(url, {}, create=False), url=url) as broker:
         yield broker
 
 

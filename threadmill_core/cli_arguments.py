@@ -249,6 +249,15 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
         help="(default: %(default)s)",
     )
+    worker.add_argument(
+        "--log-format",
+        default="text",
+        metavar="{text,json}",
+        help="text: one line per event for people; json: one JSON object per line for log "
+        "pipelines, each field named (time, level, logger, message, process, worker_id and "
+        "worker_index, task_id, task_name and queue for an event about a task, exception) "
+        "(default: %(default)s)",
+    )
 
     health = commands.add_parser(
         "health",
@@ -299,6 +308,7 @@ def worker_settings(args: argparse.Namespace, broker_url: str, **more: Any) -> W
         shutdown_timeout=timedelta(seconds=args.shutdown_timeout),
         connect_timeout=timedelta(seconds=args.connect_timeout),
         log_level=args.log_level,
+        log_format=args.log_format,
         fork=not args.spawn,
         metrics_port=args.metrics_port,
         metrics_host=args.metrics_host,

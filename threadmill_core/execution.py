@@ -40,6 +40,7 @@ from threadmill_core.outage import Outage
 from threadmill_core.plugins import notify
 from threadmill_core.retry import decide
 from threadmill_core.task import Task, registered_task
+from threadmill_core.worker_logging import running_task, task_fields, task_tagging
 
 log = logging.getLogger("threadmill.worker")
 
@@ -69,7 +70,10 @@ def execute(
     back when the lease was lost, before the task started or while it ran.
     """
     if held.lost:
-        log.warning("task %s: lease lost before it started; not run", held.lease.task_id)
+        log.warning(
+            "task %s: lease lost before it started; not run",
+            held.lease.task_id, extra=task_fields(held.lease.record),
+        )  # fmt: skip
         return None
     lease = held.lease
     record = lease.record
@@ -88,7 +92,10 @@ def execute(
             outage.failed(exc, 1, started)
             renewed = lease
         if renewed is None:
-            log.warning("task %s: lease lost before it started; not run", record.id)
+            log.warning(
+                "task %s: lease lost before it started; not run", record.id,
+                extra=task_fields(record),
+            )  # fmt: skip
             return None
         held.lease = lease = renewed
         held.lease_ttl = task.lease_ttl
@@ -101,14 +108,24 @@ def execute(
     held.started = True
     notify("threadmill_task_started", lease=lease)
     if log.isEnabledFor(logging.DEBUG):
-        log.debug("task %s (%s) attempt %d started", record.id, record.task_path, record.attempts)
+        log.debug(
+            "task %s (%s) attempt %d started", record.id, record.task_path, record.attempts,
+            extra=task_fields(record),
+        )  # fmt: skip
+    tagged = task_tagging.on  # what the task logs names it (`--log-format json`)
+    if tagged:
+        running_task(record)
     started = time.monotonic()
-    decision = call(task, lease, context)
+    try:
+        decision = call(task, lease, context)
+    finally:
+        if tagged:
+            running_task(None)
     held.duration = time.monotonic() - started
     if held.lost:
         log.warning(
             "task %s (%s) attempt %d finished after its lease was lost; outcome not written",
-            record.id, record.task_path, record.attempts,
+            record.id, record.task_path, record.attempts, extra=task_fields(record),
         )  # fmt: skip
         return None
     # Still held while the outcome is sent, so that heartbeats keep the
@@ -178,6 +195,7 @@ def unknown(lease: Lease, *, backend: Backend, outage: Outage) -> Decision | Non
         log.warning(
             "task %s (%s) is not registered here; the backend is unavailable, so its lease "
             "lapses and it goes back uncharged", record.id, record.task_path,
+            extra=task_fields(record),
         )  # fmt: skip
         return None
     if back is not None:
@@ -185,6 +203,7 @@ def unknown(lease: Lease, *, backend: Backend, outage: Outage) -> Decision | Non
             "task %s (%s) is not registered here: given back for another worker, due in %s, "
             "uncharged (quarantined if still unknown %s after its enqueue)",
             record.id, record.task_path, UNKNOWN_TASK_DELAY, UNKNOWN_TASK_GRACE,
+            extra=task_fields(record),
         )  # fmt: skip
     return None
 
@@ -194,5 +213,5 @@ def quarantine(lease: Lease, why: str) -> Decision:
     record = lease.record
     error = TaskError(exception_class_path=QUARANTINE_PATH, message=why)
     failed = attrs.evolve(record, status=TaskResultStatus.FAILED, errors=(*record.errors, error))
-    log.error("task %s quarantined as FAILED: %s", record.id, why)
+    log.error("task %s quarantined as FAILED: %s", record.id, why, extra=task_fields(record))
     return Decision(lease=lease, record=failed)

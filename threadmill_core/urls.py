@@ -12,7 +12,7 @@ import re
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 #: Query parameters and libpq keywords that carry a secret (redis-py and libpq read these).
-SECRET_PARAMETERS = frozenset({"password", "passwd", "pass", "sslpassword"})
+SECRET_PARAMETERS = frozenset({"password", "passwd", "pass", "sslpassword", "sentinel_password"})
 
 #: What `redact` shows instead of a secret.
 MASK = "***"

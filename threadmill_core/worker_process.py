@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING
 
 from threadmill_core.outage import Outage
 from threadmill_core.worker import Worker, default_worker_id
-from threadmill_core.worker_logging import configure_worker_logging
+from threadmill_core.worker_logging import configure_worker_logging, identify_worker
 from threadmill_core.worker_settings import (
     EXIT_ABANDONED,
     EXIT_CONFIG_ERROR,
@@ -87,7 +87,7 @@ def forked_main(settings: WorkerSettings, index: int, ran: TaskCount) -> None:
 
 def spawned_main(settings: WorkerSettings, index: int, ran: TaskCount) -> None:
     """A spawned worker process: load the tasks, then work until told to stop."""
-    configure_worker_logging(settings.log_level)
+    configure_worker_logging(settings.log_level, settings.log_format)
     _default_to(settings.broker_url)  # before the task modules, which may enqueue on import
     try:
         prepare_process(settings)
@@ -110,6 +110,8 @@ def _serve(settings: WorkerSettings, index: int, ran: TaskCount) -> None:
     # Ctrl-C reaches the whole process group; the supervisor turns it into a
     # SIGTERM for us, so taking SIGINT too would count one Ctrl-C twice.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    worker_id = default_worker_id()
+    identify_worker(index, worker_id)
     try:
         outage = Outage(logging.getLogger("threadmill.worker"), settings.reconnect_backoff)
         broker = connect_when_reachable(settings.broker_url, outage, time.sleep)
@@ -126,7 +128,7 @@ def _serve(settings: WorkerSettings, index: int, ran: TaskCount) -> None:
         lease_ttl=settings.lease_ttl,
         poll_interval=settings.poll_interval,
         maintenance=False,
-        worker_id=default_worker_id(),
+        worker_id=worker_id,
         reconnect_backoff=settings.reconnect_backoff,
     )
 

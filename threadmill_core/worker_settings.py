@@ -49,6 +49,7 @@ from threadmill_core.startup import (
     put_on_import_path,
 )
 from threadmill_core.urls import redact
+from threadmill_core.worker_logging import check_log_format
 
 # The supervisor's logger, in its worker processes too: a process that cannot start says so there.
 log = logging.getLogger("threadmill.supervisor")
@@ -97,6 +98,8 @@ class WorkerSettings:
     burst: bool = False
     shutdown_timeout: timedelta = timedelta(seconds=30)
     log_level: str = "INFO"
+    #: ``text`` or ``json`` (see `threadmill_core.worker_logging`).
+    log_format: str = "text"
     #: Spaces out attempts to reach an unavailable backend (see `Worker`).
     reconnect_backoff: ExponentialBackoff = RECONNECT_BACKOFF
     #: How long the supervisor waits at start for the backend's first answer before
@@ -136,6 +139,7 @@ class WorkerSettings:
             raise InvalidOption(f"connect_timeout must be positive, got {self.connect_timeout}")
         if self.max_tasks_jitter < 0:
             raise InvalidOption(f"max_tasks_jitter must be 0 or more, got {self.max_tasks_jitter}")
+        check_log_format(self.log_format)
         if self.setup is not None:
             _check_setup(self.setup)
 

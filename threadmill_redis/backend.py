@@ -41,7 +41,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
-from urllib.parse import urlsplit
 
 import redis
 
@@ -82,7 +81,7 @@ from threadmill_redis.boundary import call
 from threadmill_redis.clients import Client
 from threadmill_redis.errors import RedisBackendError, RedisUnavailable
 from threadmill_redis.keys import STARTS, STORE, TELEMETRY, Keys
-from threadmill_redis.options import RedisOptions, split_query
+from threadmill_redis.options import RedisOptions, split_url
 from threadmill_redis.replies import (
     Row,
     answer,
@@ -146,7 +145,8 @@ class RedisBackend(Backend):
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> RedisBackend:
-        """Build from a ``redis://``, ``rediss://``, ``unix://`` or ``redis+cluster://`` URL.
+        """Build from a ``redis://``, ``rediss://``, ``unix://``, ``redis+cluster://``,
+        ``redis+sentinel://`` or ``rediss+sentinel://`` URL.
 
         Our options come from the query string or keywords; other query
         parameters go to redis-py (``ssl_ca_certs``, ``socket_timeout``,
@@ -155,11 +155,8 @@ class RedisBackend(Backend):
         the URL's host. Refused credentials are an `InvalidOption` here, not
         an outage; a cluster none of whose nodes answers is `RedisUnavailable`.
         """
-        parts = urlsplit(url)
-        if parts.scheme not in SCHEMES:
-            raise InvalidOption(f"not a Redis URL (schemes: {', '.join(SCHEMES)}): {url!r}")
         client = options.pop("client", None)
-        ours, driver_query = split_query(parts.query, options)
+        ours, driver_query = split_url(url, options, SCHEMES)
         if client is not None:
             return cls(client, **ours)
         # No retries inside redis-py: this backend decides what may be repeated.

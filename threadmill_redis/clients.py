@@ -2,7 +2,9 @@
 
 Schemes: ``redis://`` and ``rediss://`` (TLS) and ``unix://`` reach one
 server; ``redis+cluster://host:port`` reaches a Redis Cluster through any of
-its nodes, with redis-py's cluster client. Every key of a namespace shares
+its nodes, with redis-py's cluster client; ``redis+sentinel://`` and
+``rediss+sentinel://`` reach the master that Redis Sentinel names (see
+`threadmill_redis.sentinel`), with redis-py's Sentinel client. Every key of a namespace shares
 one hash tag (see `threadmill_redis.keys`), so each script runs on the one
 shard that holds the namespace, and a cluster scales by spreading namespaces
 over its shards.
@@ -33,6 +35,12 @@ from threadmill_core.urls import redact
 from threadmill_redis.boundary import UNAVAILABLE, call
 from threadmill_redis.errors import RedisBackendError, RedisUnavailable
 from threadmill_redis.keys import Keys
+from threadmill_redis.sentinel import (
+    check_sentinels,
+    is_sentinel_url,
+    sentinel_client,
+    sentinel_location,
+)
 
 log = logging.getLogger("threadmill_redis")
 
@@ -40,7 +48,14 @@ log = logging.getLogger("threadmill_redis")
 Client: TypeAlias = redis.Redis | redis.RedisCluster
 
 #: Our URL schemes, and the scheme redis-py is given for each.
-SCHEMES = {"redis": "redis", "rediss": "rediss", "unix": "unix", "redis+cluster": "redis"}
+SCHEMES = {
+    "redis": "redis",
+    "rediss": "rediss",
+    "unix": "unix",
+    "redis+cluster": "redis",
+    "redis+sentinel": "redis",
+    "rediss+sentinel": "rediss",
+}
 CLUSTER_SCHEMES = frozenset({"redis+cluster"})
 
 
@@ -49,15 +64,19 @@ def client_from_url(url: str, query: str) -> Client:
 
     A cluster client learns the topology when it is built, so it raises
     `RedisUnavailable` when no node answers; a single-server client connects
-    on first use.
+    on first use, as does a Sentinel client (`threadmill_redis.sentinel`).
     """
+    no_retries = Retry(NoBackoff(), 0)
+    protocol = parse_qs(query).get("protocol", [None])[-1]
+    if is_sentinel_url(url):
+        return sentinel_client(
+            url, query, lambda: {"retry": no_retries, **_driver_options(redis.Redis, protocol)}
+        )
     parts = urlsplit(url)
     check_database(parts.scheme, parts.path, url)
     driver_url = urlunsplit(parts._replace(scheme=SCHEMES[parts.scheme], query=query))
     if not parts.netloc:  # urlunsplit writes "unix:/path"; redis-py reads only "unix:///path"
         driver_url = driver_url.replace(":", "://", 1)
-    no_retries = Retry(NoBackoff(), 0)
-    protocol = parse_qs(query).get("protocol", [None])[-1]
     try:
         if parts.scheme in CLUSTER_SCHEMES:
             return redis.RedisCluster.from_url(
@@ -155,6 +174,9 @@ def location(client: Client) -> str:
         return (
             f"redis+cluster://{node.host}:{node.port}" if node is not None else "redis+cluster://"
         )
+    sentinel = sentinel_location(client)
+    if sentinel is not None:
+        return sentinel
     pool = client.connection_pool
     kwargs = pool.connection_kwargs
     db = kwargs.get("db", 0)
@@ -196,13 +218,25 @@ def certificate_refused(exc: BaseException) -> bool:
     return any(isinstance(e, ssl.SSLCertVerificationError) for e in _chain(exc))
 
 
+#: The socket timeout of a connection not told one: none before redis-py 8, 5 s since.
+DEFAULT_SOCKET_TIMEOUT = (
+    inspect.signature(redis.connection.AbstractConnection.__init__)
+    .parameters["socket_timeout"]
+    .default
+)
+
+
 def socket_timeout(client: Client) -> float | None:
-    """The client's socket timeout in seconds, or None for none."""
+    """The client's socket timeout in seconds, or None for none.
+
+    A client built from a URL without ``socket_timeout`` leaves it out of
+    its connection settings, and its connections take redis-py's default.
+    """
     if isinstance(client, redis.RedisCluster):
         kwargs: dict[str, Any] = client.nodes_manager.connection_kwargs
     else:
         kwargs = client.connection_pool.connection_kwargs
-    value = kwargs.get("socket_timeout")
+    value = kwargs.get("socket_timeout", DEFAULT_SOCKET_TIMEOUT)
     return float(value) if value else None
 
 
@@ -226,10 +260,14 @@ def check_server(client: Client, keys: Keys, where: str | None = None) -> None:
 
     Refused credentials, a server certificate that does not verify, a
     database the server does not have (``redis://host/99`` on a server of
-    16) and a Redis user that may not use this namespace's keys will not go
-    away by waiting, so they fail here. A server that cannot be reached now is
-    not an error: workers start during an outage too, and ride it out.
+    16), a master name no sentinel knows or sentinel credentials they all
+    refuse (`threadmill_redis.sentinel.check_sentinels`) and a Redis user
+    that may not use this namespace's keys will not go away by waiting, so
+    they fail here. A server that cannot be reached now is not an error:
+    workers start during an outage too, and ride it out.
     """
+    if isinstance(client, redis.Redis):
+        check_sentinels(client)  # a master name or sentinel credentials that cannot work
     state = keys.store("state")
     try:
         # One read of a namespace key settles credentials, certificate and key permissions.

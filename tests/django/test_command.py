@@ -132,6 +132,23 @@ def test_the_worker_needs_a_settings_module(monkeypatch: pytest.MonkeyPatch) -> 
         call_command("threadmill", "worker", "--burst")
 
 
+def test_an_unknown_log_format_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--log-format xml: the worker command refuses it in one line naming the formats, code 2."""
+    monkeypatch.setenv("DJANGO_SETTINGS_MODULE", "tests.django.unused_settings")
+    params = {
+        "BACKEND": "threadmill_django.TaskBackend",
+        "OPTIONS": {"url": "redis://127.0.0.1:1/0"},
+    }
+    with (
+        override_settings(TASKS={"default": params}),
+        pytest.raises(
+            CommandError, match="unknown log format 'xml': --log-format takes text or json"
+        ) as refused,
+    ):
+        call_command("threadmill", "worker", "--burst", "--log-format", "xml")
+    assert refused.value.returncode == 2
+
+
 # --- the worker's command line -----------------------------------------------------------
 
 
@@ -148,14 +165,15 @@ def options(**given: Any) -> Any:
 def test_worker_defaults_come_from_the_alias() -> None:
     """QUEUES and the worker OPTIONS become threadmill worker's defaults."""
     alias = options(threads=3, processes=2, lease_ttl=timedelta(seconds=45), result_ttl=600,
-                    max_tasks=100, log_level="WARNING", connect_timeout=5)  # fmt: skip
+                    max_tasks=100, log_level="WARNING", log_format="json",
+                    connect_timeout=5)  # fmt: skip
     args, modules = parse_worker_args(alias, [])
     settings = worker_settings(alias, args)
     assert settings.queues == ("high", "default")
     assert (settings.threads, settings.processes, settings.max_tasks) == (3, 2, 100)
     assert settings.lease_ttl == timedelta(seconds=45)
     assert settings.connect_timeout == timedelta(seconds=5)
-    assert settings.log_level == "WARNING"
+    assert (settings.log_level, settings.log_format) == ("WARNING", "json")
     assert settings.broker_url == "redis://127.0.0.1:1/0?result_ttl=600"
     assert "tests.django.djapp.tasks" in modules
     assert settings.modules == tuple(modules)

@@ -63,6 +63,9 @@ class Harness:
     exact_clock: bool = False
     close: Callable[[], None] = _nothing
     result_ttl: timedelta = DEFAULT_RESULT_TTL
+    #: Named ways to damage the stored record of the task with the given id, as
+    #: a crash, a bug or a hand edit could ("payload garbled", "timestamp out of
+    #: range", ...); the kit's corrupt-record scenarios use those a backend offers.
     corruptions: Mapping[str, Callable[[str], None]] = attrs.field(factory=dict)
 
 

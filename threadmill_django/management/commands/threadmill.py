@@ -97,5 +97,5 @@ class Command(BaseCommand):
             settings = worker_settings(backend.options_checked, args)
         except (WorkerUsageError, ThreadmillError) as exc:
             raise CommandError(str(exc), returncode=2) from exc
-        configure_worker_logging(args.log_level)
+        configure_worker_logging(args.log_level, args.log_format)
         return Supervisor(settings).run()
