@@ -364,3 +364,16 @@ def test_without_a_metrics_port_no_metrics_code_is_loaded(
     assert done.returncode == 0, done.stdout + done.stderr
     answer = broker.get_result(record.id).return_value
     assert answer == {"prometheus_client": False, "ticked": [], "started": []}
+
+
+@pytest.mark.parametrize("port", ["0", "65536", "http"])
+def test_a_metrics_port_out_of_range_is_a_usage_error(
+    port: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--metrics-port takes 1 to 65535: anything else is refused by the parser, naming it."""
+    from threadmill_core.cli import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main(["worker", "metricsapp.tasks", "-b", "redis://127.0.0.1:1/0", "--metrics-port", port])
+    assert stopped.value.code == 2
+    assert f"a port is a number from 1 to 65535, got {port!r}" in capsys.readouterr().err
