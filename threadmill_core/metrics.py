@@ -161,6 +161,11 @@ class MetricsPlugin:
         with self._lock:
             self._counts[key] = self._counts.get(key, 0) + 1
 
+    def forget(self) -> None:
+        """Drop every tally: a forked process starts with none of its parent's."""
+        self._lock = threading.Lock()
+        self._counts, self._runs, self._started = {}, [], {}
+
     def flush(self) -> None:
         """Write the tallies since the last flush to the metrics (the shared files)."""
         with self._lock:
@@ -245,3 +250,5 @@ def flush() -> None:
 
 
 PLUGIN = MetricsPlugin()
+# A worker process forked from the supervisor must not count the supervisor's tallies again.
+os.register_at_fork(after_in_child=PLUGIN.forget)

@@ -290,6 +290,33 @@ def test_a_killed_worker_process_keeps_its_counts_and_loses_its_gauges(
         assert get(port, "/healthz") == (200, "ok\n")
 
 
+def test_an_enqueue_made_before_the_fork_is_counted_once(
+    project: Path, broker: Broker, broker_url: str
+) -> None:
+    """A task module that enqueues as it is imported (in the supervisor, before the worker
+    processes are forked from it) is counted once, not once more per forked process."""
+    (project / "metricsapp" / "eager.py").write_text(
+        "from metricsapp.tasks import ok\n\nok.enqueue(-1)\n"
+    )
+    port = free_port()
+    env = {**os.environ, "GATE": "unused", "THREADMILL_URL": broker_url}
+    with subprocess.Popen(
+        [THREADMILL, "worker", "metricsapp.tasks", "metricsapp.eager", "-b", broker_url,
+         "-p", "2", "--metrics-port", str(port)],
+        cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    ) as process:  # fmt: skip
+        try:
+            until("the endpoints", lambda: served(port))
+            finished = "threadmill_tasks_finished_total"
+            until("the task", lambda: value(scrape(port), finished) == 1)
+            time.sleep(1.5)  # a loop turn or more of each worker process: each has flushed
+            assert value(scrape(port), "threadmill_tasks_enqueued_total") == 1
+        finally:
+            process.send_signal(signal.SIGTERM)
+            out, _ = process.communicate(timeout=60)
+    assert process.returncode == 0, out
+
+
 def loop_pids(port: int) -> list[int]:
     samples = scrape(port)
     return sorted(int(dict(labels)["pid"]) for (name, labels) in samples
