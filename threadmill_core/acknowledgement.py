@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from datetime import timedelta
 
 from threadmill_core.backend import Backend
 from threadmill_core.errors import BackendUnavailable
 from threadmill_core.held import HeldTasks, Outcome
-from threadmill_core.models import Decision, TaskResult, TaskResultStatus
+from threadmill_core.models import Decision, Lease, TaskResult, TaskResultStatus
 from threadmill_core.plugins import notify, notify_each
 from threadmill_core.worker_logging import failure_fields, task_fields
 
@@ -60,6 +61,21 @@ def send_outcomes(backend: Backend, outcomes: Sequence[Outcome], held: HeldTasks
             notify("threadmill_tasks_finished", records=finished)
     held.forget_all([item.held for item in outcomes])
     return taken
+
+
+def give_back_leases(
+    backend: Backend, leases: Sequence[Lease], delay: timedelta | None = None
+) -> list[TaskResult | None]:
+    """`Backend.release` of `leases` (unstarted claims), announcing the ones it took.
+
+    ``threadmill_tasks_given_back`` gets the records the backend stored, once
+    per call; errors go to the caller, as from `Backend.release`.
+    """
+    released = backend.release(leases) if delay is None else backend.release(leases, delay)
+    back = [record for record in released if record is not None]
+    if back:
+        notify("threadmill_tasks_given_back", records=back)
+    return released
 
 
 def _decide_one(backend: Backend, decision: Decision) -> TaskResult | None:

@@ -1,6 +1,7 @@
 """The ``threadmill`` command: what each of its commands does.
 
-``demo``, ``worker`` and ``backends`` run and list things; ``stats``, ``ls``,
+``demo``, ``worker`` and ``backends`` run and list things; ``health`` says whether
+the backend answers (exit 0 or 2); ``stats``, ``ls``,
 ``show``, ``requeue``, ``cancel``, ``purge`` and ``inspect`` look at queues
 and steer them (their logic is `threadmill_core.inspector`, shared with the
 TUI in `threadmill_core.tui`). The commands' arguments are parsed by
@@ -68,6 +69,20 @@ def _worker(args: argparse.Namespace) -> int:
     # run next to myapp/, imports it.
     settings = worker_settings(args, url, import_path=(os.getcwd(),))
     return Supervisor(settings).run()
+
+
+def _health(args: argparse.Namespace) -> int:
+    from threadmill_core.health import check
+
+    url = args.broker or os.environ.get("THREADMILL_URL")
+    if not url:
+        raise _UsageError("threadmill health: give --broker URL or set THREADMILL_URL")
+    problem = check(url, args.timeout)
+    if problem is not None:
+        print(f"threadmill health: {problem}", file=sys.stderr)
+        return 2
+    print("ok")
+    return 0
 
 
 # --- inspecting and steering ---------------------------------------------------------
@@ -319,6 +334,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "demo": _demo,
     "worker": _worker,
     "backends": _backends,
+    "health": _health,
     "stats": _stats,
     "ls": _ls,
     "show": _show,

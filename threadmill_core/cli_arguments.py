@@ -52,6 +52,16 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is a number from 1 to 65535, got {text!r}")
+    return value
+
+
 def _positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -219,6 +229,21 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: %(default)s)",
     )
     worker.add_argument(
+        "--metrics-port",
+        type=_port,
+        metavar="PORT",
+        help="serve Prometheus /metrics (every process of this command together), /healthz "
+        "and /readyz on this port (needs: pip install 'threadmill[metrics]'); a port in use "
+        "stops the command at once (code 3)",
+    )
+    worker.add_argument(
+        "--metrics-host",
+        default="127.0.0.1",
+        metavar="HOST",
+        help="the address --metrics-port binds (default: %(default)s, this host only; in a "
+        "container, 0.0.0.0 lets probes and scrapes from outside it in)",
+    )
+    worker.add_argument(
         "--log-level",
         default="INFO",
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
@@ -232,6 +257,22 @@ def build_parser() -> argparse.ArgumentParser:
         "pipelines, each field named (time, level, logger, message, process, worker_id and "
         "worker_index, task_id, task_name and queue for an event about a task, exception) "
         "(default: %(default)s)",
+    )
+
+    health = commands.add_parser(
+        "health",
+        help="exit 0 if the backend answers, 2 if not",
+        description="Ask the backend the time, for scripts and probes: exit 0 when it answers "
+        "within --timeout, else 2 with one line saying why. A worker command's own liveness "
+        "is on its --metrics-port (/healthz, /readyz).",
+    )
+    health.add_argument("--broker", metavar="URL", help="the backend (default: $THREADMILL_URL)")
+    health.add_argument(
+        "--timeout",
+        type=_positive_float,
+        default=5.0,
+        metavar="SECONDS",
+        help="how long to wait for the connection and the answer (default: %(default)s)",
     )
 
     commands.add_parser(
@@ -269,6 +310,8 @@ def worker_settings(args: argparse.Namespace, broker_url: str, **more: Any) -> W
         log_level=args.log_level,
         log_format=args.log_format,
         fork=not args.spawn,
+        metrics_port=args.metrics_port,
+        metrics_host=args.metrics_host,
         **more,
     )
 

@@ -24,6 +24,7 @@ from typing import Any
 import attrs
 
 from threadmill_core import codec
+from threadmill_core.acknowledgement import give_back_leases
 from threadmill_core.backend import Backend
 from threadmill_core.errors import BackendUnavailable, TaskQuarantined, UnsupportedValue
 from threadmill_core.held import HeldTask
@@ -187,7 +188,7 @@ def unknown(lease: Lease, *, backend: Backend, outage: Outage) -> Decision | Non
         )
     started = time.monotonic()
     try:
-        [back] = backend.release([lease], UNKNOWN_TASK_DELAY)
+        [back] = give_back_leases(backend, [lease], UNKNOWN_TASK_DELAY)
         outage.reached(started)
     except BackendUnavailable as exc:
         outage.failed(exc, 1, started)

@@ -88,6 +88,7 @@ from threadmill_core.broker import Broker
 from threadmill_core.errors import BackendUnavailable
 from threadmill_core.maintenance import promote, reap
 from threadmill_core.models import TaskResultStatus
+from threadmill_core.monitor import Monitor, monitored
 from threadmill_core.outage import Outage
 from threadmill_core.startup import log_start, warn_unregistered_waiting
 from threadmill_core.task import registered_tasks
@@ -172,6 +173,7 @@ class Supervisor:
         self._failures = 0
         self._retry_at = 0.0
         self._reap_at = 0.0  # time.monotonic() of the reaper's next turn
+        self.monitor = Monitor(settings)  # --metrics-port's endpoints
 
     # --- processes -----------------------------------------------------------------------
 
@@ -226,8 +228,8 @@ class Supervisor:
                     os.kill(process.pid, sig)
 
     def pids(self) -> list[int]:
-        """Process ids of the live worker processes (tests kill them)."""
-        return [p.pid for p in self._children.values() if p.is_alive() and p.pid is not None]
+        """Process ids of the live worker processes; from any thread (``/healthz`` asks)."""
+        return [p.pid for p in list(self._children.values()) if p.is_alive() and p.pid is not None]
 
     # --- signals -------------------------------------------------------------------------
 
@@ -252,6 +254,7 @@ class Supervisor:
 
     # --- the loop ------------------------------------------------------------------------
 
+    @monitored
     def run(self) -> int:
         """Supervise until stopped (or, in burst mode, until the work is done); the exit code."""
         settings = self.settings
@@ -325,6 +328,7 @@ class Supervisor:
                     elif left is not None and left.due_in is not None:
                         # The mover's pass when it falls due, not at the reaper's turn.
                         next_pass = min(next_pass, time.monotonic() + left.due_in)
+                self.monitor.turned(backend)
                 self._wake.wait(min(tick, max(next_pass - time.monotonic(), 0.0)))
         finally:
             backend.close()

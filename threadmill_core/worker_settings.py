@@ -114,6 +114,11 @@ class WorkerSettings:
     #: Fork the first worker processes from the supervisor (the fast start), where
     #: that is safe; False spawns every one (see `threadmill_core.supervisor`).
     fork: bool = True
+    #: Serve ``/metrics``, ``/healthz`` and ``/readyz`` on this port (see
+    #: `threadmill_core.monitor`); None serves nothing and loads no metrics code.
+    metrics_port: int | None = None
+    #: The address the endpoints bind: this host only, unless told otherwise.
+    metrics_host: str = "127.0.0.1"
 
     def __attrs_post_init__(self) -> None:
         for module in self.modules:
@@ -163,6 +168,10 @@ def prepare_process(settings: WorkerSettings) -> dict[str, list[str]]:
     configuration error: the process does not start. A module that does
     not import raises `threadmill_core.startup.TaskModuleError`.
     """
+    if settings.metrics_port is not None:  # first: the app's own metrics must reach the files
+        from threadmill_core.metrics import install
+
+        install()
     put_on_import_path(settings.import_path)
     if settings.setup is not None:
         settings.setup()

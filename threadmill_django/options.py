@@ -87,6 +87,12 @@ def _log_format(value: object) -> object:
     return value
 
 
+def _host(value: object) -> object:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"must be a host name or address, got {value!r}")
+    return value
+
+
 def _modules(value: object) -> object:
     if isinstance(value, str) or not isinstance(value, list | tuple):
         raise ValueError(f"must be a list of module names, got {value!r}")
@@ -121,6 +127,8 @@ WORKER_FLAGS: Mapping[str, tuple[str, Callable[[object], object]]] = {
     "connect_timeout": ("--connect-timeout", _seconds),
     "log_level": ("--log-level", _log_level),
     "log_format": ("--log-format", _log_format),
+    "metrics_port": ("--metrics-port", _count(1)),
+    "metrics_host": ("--metrics-host", _host),
 }
 
 _CHECKS: Mapping[str, Callable[[object], object]] = {

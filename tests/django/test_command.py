@@ -194,6 +194,16 @@ def test_the_command_line_wins_over_the_alias() -> None:
     ]
 
 
+def test_the_metrics_port_comes_from_the_alias_or_the_command_line() -> None:
+    """OPTIONS ``metrics_port`` and ``metrics_host`` serve the worker's metrics; the flags win."""
+    alias = options(metrics_port=9100, metrics_host="0.0.0.0")
+    settings = worker_settings(alias, parse_worker_args(alias, [])[0])
+    assert (settings.metrics_port, settings.metrics_host) == (9100, "0.0.0.0")
+    args, _modules = parse_worker_args(alias, ["--metrics-port", "9200"])
+    assert worker_settings(alias, args).metrics_port == 9200
+    assert worker_settings(options(), parse_worker_args(options(), [])[0]).metrics_port is None
+
+
 def test_every_worker_option_reaches_the_supervisor() -> None:
     """Each option of `threadmill worker` is mapped: a new one fails here until it is."""
     args, _modules = parse_worker_args(options(), [])
