@@ -30,6 +30,7 @@ from threadmill_core.models import (
     TaskResult,
     TaskResultStatus,
 )
+from threadmill_core.periodic import InvalidSchedule, Tick, periodic, tick_of
 from threadmill_core.retry import ExponentialBackoff
 from threadmill_core.task import Task, task
 from threadmill_core.worker import Worker
@@ -46,6 +47,7 @@ __all__ = [
     "FakeClock",
     "InvalidCall",
     "InvalidOption",
+    "InvalidSchedule",
     "InvalidTaskDefinition",
     "Lease",
     "PayloadError",
@@ -62,6 +64,7 @@ __all__ = [
     "TaskResult",
     "TaskResultStatus",
     "ThreadmillError",
+    "Tick",
     "UnknownBackend",
     "UnsupportedValue",
     "WaitTimeout",
@@ -69,5 +72,7 @@ __all__ = [
     "connect",
     "default_broker",
     "hookimpl",
+    "periodic",
     "task",
+    "tick_of",
 ]

@@ -193,6 +193,13 @@ def build_parser() -> argparse.ArgumentParser:
         "modules that open a connection when imported, which forked processes would share",
     )
     worker.add_argument(
+        "--no-schedules",
+        dest="schedules",
+        action="store_false",
+        help="do not store the ticks of the modules' @periodic schedules (by default every "
+        "worker does: each tick is stored once, however many do)",
+    )
+    worker.add_argument(
         "--burst",
         action="store_true",
         help="exit once nothing is ready or running in the queues, and no deferred task "
@@ -259,6 +266,7 @@ def worker_settings(args: argparse.Namespace, broker_url: str, **more: Any) -> W
         connect_timeout=timedelta(seconds=args.connect_timeout),
         log_level=args.log_level,
         fork=not args.spawn,
+        schedules=getattr(args, "schedules", True),
         **more,
     )
 

@@ -89,6 +89,7 @@ from threadmill_core.errors import BackendUnavailable
 from threadmill_core.maintenance import promote, reap
 from threadmill_core.models import TaskResultStatus
 from threadmill_core.outage import Outage
+from threadmill_core.scheduling import start_scheduler
 from threadmill_core.startup import log_start, warn_unregistered_waiting
 from threadmill_core.task import registered_tasks
 from threadmill_core.wakeup import Wakeup
@@ -296,6 +297,8 @@ class Supervisor:
         if broker is None:
             return self._stopped(self._drain())
         backend = broker.backend
+        # After the fork (a forked child must not inherit the thread): see `scheduling`.
+        scheduler = start_scheduler(backend) if settings.schedules else None
         # The children and the signals are looked after every poll interval (that
         # costs the backend nothing); the backend is called when maintenance is due.
         tick = settings.poll_interval.total_seconds()
@@ -327,6 +330,8 @@ class Supervisor:
                         next_pass = min(next_pass, time.monotonic() + left.due_in)
                 self._wake.wait(min(tick, max(next_pass - time.monotonic(), 0.0)))
         finally:
+            if scheduler is not None:  # its thread and the event that stops it
+                scheduler[1].set()
             backend.close()
 
     def _stopped(self, code: int) -> int:

@@ -111,6 +111,9 @@ class WorkerSettings:
     #: Fork the first worker processes from the supervisor (the fast start), where
     #: that is safe; False spawns every one (see `threadmill_core.supervisor`).
     fork: bool = True
+    #: Run a scheduler of the modules' `@periodic` schedules in the supervisor
+    #: (see `threadmill_core.scheduling`); False: ``--no-schedules``.
+    schedules: bool = True
 
     def __attrs_post_init__(self) -> None:
         for module in self.modules:
