@@ -73,6 +73,12 @@ def _worker(args: argparse.Namespace) -> int:
 # --- inspecting and steering ---------------------------------------------------------
 
 
+def _schedules(args: argparse.Namespace) -> int:
+    from threadmill_core import schedules_cli
+
+    return schedules_cli.run(args, lambda: _opened(args))
+
+
 @contextlib.contextmanager
 def _opened(args: argparse.Namespace) -> Iterator[Broker]:
     """The broker given to `main`, else one connected to ``--broker`` and closed afterwards."""
@@ -320,6 +326,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "cancel": _cancel,
     "purge": _purge,
     "inspect": _inspect,
+    "schedules": lambda args: _schedules(args),
 }
 
 

@@ -81,6 +81,7 @@ from threadmill_redis.boundary import call
 from threadmill_redis.clients import Client
 from threadmill_redis.keys import STARTS, STORE, TELEMETRY, Keys
 from threadmill_redis.options import RedisOptions, split_query
+from threadmill_redis.pauses import RedisPauses
 from threadmill_redis.replies import (
     Row,
     answer,
@@ -103,7 +104,7 @@ SCHEMES = tuple(clients.SCHEMES)
 SCHEMA = frozenset(STORE + TELEMETRY + STARTS)
 
 
-class RedisBackend(Backend):
+class RedisBackend(RedisPauses, Backend):
     """Tasks stored in Redis under one namespace (see `threadmill_redis.keys`).
 
     `client` (a `redis.Redis` or `redis.RedisCluster`) must not decode

@@ -19,6 +19,8 @@ retry delays, result expiry, and `next_due` where the backend answers it;
 one whose `next_due` is None, the default, skips that scenario).
 `PAYLOAD_CASES` are values that must come back value for value through
 enqueue, claim, complete and get (`check_payload_round_trip`).
+`schedules` holds N schedulers storing each tick once (what ``@periodic``
+rests on: `enqueue` idempotent on id) and the schedules' pause states.
 `BAD_INPUT_CASES` each make one call with a bad argument, which must raise
 its documented exception and change nothing.
 
@@ -37,7 +39,7 @@ them too; boundaries that need an exact clock are checked only on one.
 
 from __future__ import annotations
 
-from threadmill_core.testing._scenarios import clock, fencing, ordering, starts
+from threadmill_core.testing._scenarios import clock, fencing, ordering, schedules, starts
 from threadmill_core.testing._scenarios.bad_input import BAD_INPUT_CASES, BadCall
 from threadmill_core.testing._scenarios.clock import (
     deferred_tasks_fall_due_on_the_backend_clock,
@@ -106,6 +108,7 @@ SCENARIOS: dict[str, Scenario] = {
     **starts.SCENARIOS,
     **ordering.SCENARIOS,
     **clock.SCENARIOS,
+    **schedules.SCENARIOS,
 }
 
 #: Register a scenario of your own in `SCENARIOS` under its function's name.
