@@ -381,15 +381,25 @@ class Tick:
 _hashes: dict[int, str] = {}
 
 
-def tick_of(source: TaskContext | TaskResult) -> Tick | None:
-    """The schedule and tick a task's record came from; None if not from a schedule here.
+def tick_of(source: TaskContext | TaskResult | Any) -> Tick | None:
+    """The schedule and tick a task came from; None if not from a schedule declared here.
 
-    Read from its id (see `tick_id`): the schedule must be declared in this
-    process, as it is in a worker that imported the schedule's module.
+    `source` is the task's context (threadmill's `TaskContext`, or Django's,
+    whose ``task_result`` is read) or its record. Read from the id (see
+    `tick_id`): the schedule must be declared in this process, as it is in a
+    worker that imported the schedule's module.
     """
-    record = source.record if isinstance(source, TaskContext) else source
+    task_id: object
+    if isinstance(source, TaskContext):
+        task_id = source.record.id
+    elif isinstance(source, TaskResult):
+        task_id = source.id
+    else:  # Django's TaskContext, or its TaskResult
+        task_id = getattr(getattr(source, "task_result", source), "id", None)
+    if not isinstance(task_id, str):
+        return None
     try:
-        value = int(record.id.replace("-", ""), 16)
+        value = int(task_id.replace("-", ""), 16)
     except ValueError:
         return None
     if value >> 76 & 0xF != 7 or value.bit_length() > 128:

@@ -198,9 +198,11 @@ class Scheduler:
                          ", ".join(t.isoformat() for t in found.ticks))  # fmt: skip
                 continue
             if found.skipped:
-                log.warning("schedule %s: %d missed tick(s) older than its catch-up window (%s, "
-                            "at most %d ticks) skipped", name, found.skipped, schedule.catch_up,
-                            CATCH_UP_TICKS)  # fmt: skip
+                # At start, earlier schedulers may well have stored them: not news.
+                level = logging.WARNING if name in self._seen else logging.INFO
+                log.log(level, "schedule %s: %d missed tick(s) older than its catch-up window "
+                        "(%s, at most %d ticks) skipped", name, found.skipped, schedule.catch_up,
+                        CATCH_UP_TICKS)  # fmt: skip
             for tick in found.ticks:
                 if not schedule.overlap and self._overlaps(schedule, tick):
                     continue
