@@ -25,6 +25,8 @@ from threadmill_core.periodic import (
 
 @pytest.fixture(autouse=True)
 def _no_schedules_left() -> Iterator[None]:
+    for name in registered_schedules():  # what a document's example declared, say
+        unregister_schedule(name)
     yield
     for name in registered_schedules():
         unregister_schedule(name)

@@ -20,6 +20,8 @@ from threadmill_django import periodic
 @pytest.fixture(autouse=True)
 def _fresh() -> Iterator[None]:
     tasks.RUNS.clear()
+    for name in registered_schedules():
+        unregister_schedule(name)
     yield
     for name in registered_schedules():
         unregister_schedule(name)
