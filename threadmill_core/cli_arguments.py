@@ -198,7 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
         dest="schedules",
         action="store_false",
         help="do not store the ticks of the modules' @periodic schedules (by default every "
-        "worker does: each tick is stored once, however many do)",
+        "worker does, but for a --burst: each tick is stored once, however many do)",
     )
     worker.add_argument(
         "--burst",

@@ -297,8 +297,9 @@ class Supervisor:
         if broker is None:
             return self._stopped(self._drain())
         backend = broker.backend
-        # After the fork (a forked child must not inherit the thread): see `scheduling`.
-        scheduler = start_scheduler(backend) if settings.schedules else None
+        # After the fork (a forked child must not inherit the thread); a burst drains, and
+        # stores no new ticks. See `scheduling`.
+        scheduler = start_scheduler(backend) if settings.schedules and not settings.burst else None
         # The children and the signals are looked after every poll interval (that
         # costs the backend nothing); the backend is called when maintenance is due.
         tick = settings.poll_interval.total_seconds()

@@ -112,7 +112,7 @@ class WorkerSettings:
     #: that is safe; False spawns every one (see `threadmill_core.supervisor`).
     fork: bool = True
     #: Run a scheduler of the modules' `@periodic` schedules in the supervisor
-    #: (see `threadmill_core.scheduling`); False: ``--no-schedules``.
+    #: (see `threadmill_core.scheduling`), unless `burst`; False: ``--no-schedules``.
     schedules: bool = True
 
     def __attrs_post_init__(self) -> None:

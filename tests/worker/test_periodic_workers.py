@@ -105,3 +105,28 @@ def test_three_workers_store_and_run_each_tick_once_and_a_pause_holds_for_all(
         at = int(record.run_after.timestamp() * 1000)  # type: ignore[union-attr]
         assert ran[at] == record.attempts, (record.id, ran[at], record.attempts)
         assert ran[at] == 1 or (record.attempts > 1 and record.errors), record
+
+
+@pytest.mark.parametrize("flag", ["--no-schedules", "--burst"])
+def test_a_worker_told_not_to_schedule_stores_no_tick(
+    redis_server: RedisServer, events: tuple[dict[str, str], redis.Redis, str], flag: str
+) -> None:
+    """A worker with --no-schedules (or a --burst) stores no tick of its modules' schedules."""
+    env, _client, _key = events
+    url = f"{redis_server.url}?namespace=periodic_{uuid.uuid4().hex[:10]}"
+    quiet = subprocess.Popen(
+        [sys.executable, "-m", "threadmill_core.cli", "worker", MODULE, "--broker", url,
+         "--processes", "1", "--poll-interval", "0.2", flag],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+    )  # fmt: skip
+    try:
+        time.sleep(3)
+    finally:
+        if quiet.poll() is None:
+            quiet.send_signal(signal.SIGTERM)
+        output = quiet.communicate(timeout=60)[0]
+    assert quiet.returncode == 0, output  # it ran, and stopped (or finished its burst) cleanly
+    with connect(url) as broker:
+        counts = broker.backend.counts()
+    stored = sum(c.pending + c.of(TaskResultStatus.SUCCESSFUL) for c in counts.values())
+    assert stored == 0, output
