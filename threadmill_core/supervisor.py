@@ -333,6 +333,7 @@ class Supervisor:
         finally:
             if scheduler is not None:  # its thread and the event that stops it
                 scheduler[1].set()
+                scheduler[0].join(timeout=2.0)  # a pass under way ends before the close
             backend.close()
 
     def _stopped(self, code: int) -> int:
