@@ -33,7 +33,7 @@ def _no_schedules_left() -> Iterator[None]:
 
 
 def declare(**options: object) -> Schedule:
-    return add_schedule(periodic_tasks.poll, **options)  # type: ignore[arg-type]
+    return add_schedule(periodic_tasks.poll, **options)
 
 
 def test_stacked_decorators_register_both_schedules_and_return_the_task() -> None:

@@ -44,8 +44,8 @@ def test_the_listing_shows_each_schedule_its_next_and_last_tick_and_pause(
 ) -> None:
     """schedules --json: name, task, expression, zone, next tick, last tick's outcome, paused."""
     broker, _clock = on_clock
-    minutely = add_schedule(periodic_tasks.poll, cron="* * * * *", tz="Europe/Berlin")  # type: ignore[arg-type]
-    add_schedule(periodic_tasks.poll, every=timedelta(hours=1), name="hourly")  # type: ignore[arg-type]
+    minutely = add_schedule(periodic_tasks.poll, cron="* * * * *", tz="Europe/Berlin")
+    add_schedule(periodic_tasks.poll, every=timedelta(hours=1), name="hourly")
     Scheduler(broker.backend, [minutely]).run_pass(broker.backend.now())
     broker.backend.set_schedule_paused("hourly", True)
     assert main(["schedules", "--json"], broker=broker) == 0
@@ -74,7 +74,7 @@ def test_pause_and_resume_are_stored_in_the_backend_for_every_scheduler(
 ) -> None:
     """schedules pause NAME: no scheduler stores its ticks; resume NAME: the next tick is."""
     broker, clock = on_clock
-    schedule = add_schedule(periodic_tasks.poll, every=timedelta(minutes=1), name="poll")  # type: ignore[arg-type]
+    schedule = add_schedule(periodic_tasks.poll, every=timedelta(minutes=1), name="poll")
     assert main(["schedules", "pause", "poll"], broker=broker) == 0
     assert "poll: paused since 2026-06-01T12:00:30" in capsys.readouterr().out
     clock.advance(timedelta(minutes=5))
@@ -93,7 +93,7 @@ def test_run_enqueues_one_run_now_under_an_id_of_its_own(
 ) -> None:
     """schedules run NAME: one READY task with the schedule's arguments, marked a manual run."""
     broker, _clock = on_clock
-    add_schedule(periodic_tasks.poll, cron="0 3 * * *", kwargs={"region": "eu"}, name="nightly")  # type: ignore[arg-type]
+    add_schedule(periodic_tasks.poll, cron="0 3 * * *", kwargs={"region": "eu"}, name="nightly")
     assert main(["schedules", "run", "nightly", "--json"], broker=broker) == 0
     task_id = json.loads(capsys.readouterr().out)["id"]
     record = broker.get_result(task_id)

@@ -21,6 +21,7 @@ from threadmill_core.periodic import (
     unregister_schedule,
 )
 from threadmill_core.scheduling import Scheduler, due
+from threadmill_core.testing.scenarios import succeeded
 from threadmill_memory import MemoryBackend
 
 START = datetime(2026, 6, 1, 12, 0, 0, 250_000, tzinfo=UTC)
@@ -36,7 +37,7 @@ def _no_schedules_left() -> Iterator[None]:
 
 
 def every(seconds: float, **options: object) -> Schedule:
-    return add_schedule(periodic_tasks.poll, every=timedelta(seconds=seconds), **options)  # type: ignore[arg-type]
+    return add_schedule(periodic_tasks.poll, every=timedelta(seconds=seconds), **options)
 
 
 def stored_ids(backend: MemoryBackend) -> list[str]:
@@ -126,16 +127,10 @@ def test_overlap_false_skips_ticks_while_the_previous_runs(
             scheduler.run_pass(clock.now())
     assert stored_ids(backend) == [first]
     assert "(overlap=False)" in caplog.text
-    backend.complete(lease, _successful(lease.record))
+    backend.complete(lease, succeeded(lease))
     clock.advance(timedelta(seconds=10))
     scheduler.run_pass(clock.now())
     assert stored_ids(backend) == [tick_id(schedule.name, clock.now().replace(microsecond=0))]
-
-
-def _successful(record: object) -> object:
-    import attrs
-
-    return attrs.evolve(record, status=TaskResultStatus.SUCCESSFUL)  # type: ignore[misc]
 
 
 def test_a_paused_schedule_stores_nothing_and_does_not_catch_up_when_resumed() -> None:
@@ -155,3 +150,24 @@ def test_a_paused_schedule_stores_nothing_and_does_not_catch_up_when_resumed() -
     clock.advance(timedelta(minutes=1))
     fresh.run_pass(clock.now())
     assert len(stored_ids(backend)) == 1
+
+
+def test_a_ticks_task_reads_its_schedule_and_tick_from_its_context() -> None:
+    """A worker running a tick's task gives it a context that tick_of reads: schedule, time."""
+    from threadmill_core import Broker, Tick, Worker
+
+    clock = FakeClock(START)
+    backend = MemoryBackend(clock=clock)
+    schedule = add_schedule(
+        periodic_tasks.where_from, every=timedelta(minutes=1), name="where", catch_up=timedelta(0)
+    )
+    periodic_tasks.seen.clear()
+    clock.advance(timedelta(seconds=30))  # 12:00:30.25, the 12:00 tick 30 s late: not stored
+    Scheduler(backend, [schedule]).run_pass(clock.now())
+    clock.advance(timedelta(seconds=30))
+    Scheduler(backend, [schedule]).run_pass(clock.now())
+    with Broker(backend) as broker:
+        assert Worker(broker, queues=["default"], threads=1).run(burst=True) == 1
+    assert periodic_tasks.seen == [
+        Tick(schedule="where", at=datetime(2026, 6, 1, 12, 1, tzinfo=UTC))
+    ]
