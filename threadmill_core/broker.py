@@ -2,7 +2,12 @@
 
 ``connect(url)`` picks the backend by URL scheme through the plugin manager;
 `default_broker()` is the one ``Task.enqueue`` uses when a task names none:
-``THREADMILL_URL`` from the environment, else ``memory://``.
+``THREADMILL_URL`` from the environment, else ``memory://``. Inside the
+worker processes of ``threadmill worker`` that is the worker's own URL (see
+`threadmill_core.worker_process`), so a task that enqueues a follow-up task
+sends it where the worker claims. A producer whose default is ``memory://``
+because ``THREADMILL_URL`` is unset, with no `Worker` made in its process,
+gets a `MemoryBrokerWarning` at its first enqueue (`producer_broker`).
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import functools
 import os
 import threading
 import time
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -21,7 +27,7 @@ from threadmill_core import payload_limit
 from threadmill_core.backend import Backend
 from threadmill_core.calls import CallCheck
 from threadmill_core.clock import from_ms, to_ms
-from threadmill_core.errors import TaskNotFound, WaitTimeout
+from threadmill_core.errors import MemoryBrokerWarning, TaskNotFound, WaitTimeout
 from threadmill_core.ids import new_task_id, new_task_ids
 from threadmill_core.models import (
     QueueCounts,
@@ -110,6 +116,8 @@ class Broker:
         self,
         task: Enqueueable,
         calls: Iterable[tuple[Sequence[Any], Mapping[str, Any]]],
+        *,
+        ids: Sequence[str] | None = None,
     ) -> list[TaskResult]:
         """Store many calls of `task` in one backend call; all are checked before any is stored.
 
@@ -118,15 +126,28 @@ class Broker:
         `index` in the batch, one the codec cannot carry `UnsupportedValue`
         naming it, one of more than `max_payload_bytes` `PayloadTooLarge`
         with its `index`; in each case none of the calls is stored.
+
+        `ids`, one per call, are the tasks' ids, for a caller that had to name
+        them before storing (`threadmill_core.ids.new_task_id` makes them); by default each call
+        gets a new one. As enqueue is idempotent on id, a call whose id is
+        stored already is not stored again: its stored record is returned.
+        A count of `ids` other than the calls' raises `ValueError`, storing
+        nothing.
         """
         shared = self._shared(task)
         calls = list(calls)
+        if ids is None:
+            ids = new_task_ids(len(calls))
+        elif isinstance(ids, str) or len(ids) != len(calls):
+            raise ValueError(
+                f"enqueue_many: ids must be one id per call ({len(calls)}), got {ids!r}"
+            )
         check = task.call_check
         if check is not None:
             check.check_all(shared.task_path, calls)
         made: list[TaskCall] = [
             (task_id, list(args), dict(kwargs))
-            for task_id, (args, kwargs) in zip(new_task_ids(len(calls)), calls, strict=True)
+            for task_id, (args, kwargs) in zip(ids, calls, strict=True)
         ]
         payload_limit.check_batch(shared.task_path, made, self.max_payload_bytes)
         stored = self.backend.enqueue_calls(shared, made)
@@ -247,3 +268,35 @@ def default_broker() -> Broker:
     url = os.environ.get("THREADMILL_URL") or DEFAULT_URL
     with _default_lock:
         return _default_broker(url)
+
+
+#: Whether a producer's enqueue may still have to warn (`producer_broker`): true
+#: until the first warning, or until a `Worker` is made in this process.
+_may_warn = True
+
+
+def worker_made() -> None:
+    """Note that this process runs a `Worker`: its memory broker has a consumer."""
+    global _may_warn
+    _may_warn = False
+
+
+def producer_broker() -> Broker:
+    """`default_broker()` for a task that names none; warns once if tasks would vanish there.
+
+    The warning (`MemoryBrokerWarning`) comes when ``THREADMILL_URL`` is
+    unset, so the default is ``memory://`` by omission, and no `Worker` was
+    made in this process: nothing else could ever run the task. It comes
+    before the task is stored, so a warnings filter that makes it an error
+    stores nothing.
+    """
+    if _may_warn and not os.environ.get("THREADMILL_URL"):
+        worker_made()  # once: the flag is cleared before warning
+        warnings.warn(
+            "this task goes to the default broker, memory://, which no other process sees, "
+            "and no Worker runs in this process: set THREADMILL_URL (memory:// to keep "
+            "this one), or name a broker with task.using(broker=...)",
+            MemoryBrokerWarning,
+            stacklevel=3,
+        )
+    return default_broker()

@@ -81,17 +81,23 @@ def _schedules(args: argparse.Namespace) -> int:
 
 @contextlib.contextmanager
 def _opened(args: argparse.Namespace) -> Iterator[Broker]:
-    """The broker given to `main`, else one connected to ``--broker`` and closed afterwards."""
+    """The broker given to `main`, else one connected to ``--broker`` and closed afterwards.
+
+    A backend reached through ``--broker`` makes no storage that is missing (a
+    PostgreSQL namespace's schema, say): it says what is missing instead.
+    """
     given: Broker | None = args.given_broker
     if given is not None:
         yield given
         return
-    from threadmill_core.broker import connect
+    from threadmill_core.broker import Broker
+    from threadmill_core.plugins import backend_for_url
 
     url = args.broker or os.environ.get("THREADMILL_URL")
     if not url:
         raise _UsageError(f"threadmill {args.command}: give --broker URL or set THREADMILL_URL")
-    with connect(url) as broker:
+    # Looking creates nothing: a namespace that does not exist is an error, not an empty queue.
+    with Broker(backend_for_url(url, {}, create=False), url=url) as broker:
         yield broker
 
 

@@ -153,6 +153,16 @@ class WaitTimeout(ThreadmillError, TimeoutError):
         super().__init__(f"task {task_id!r} did not finish within {timeout:g} s")
 
 
+class MemoryBrokerWarning(UserWarning):
+    """A task went to the ``memory://`` default broker with no worker in this process.
+
+    Warned once per process, by the first such `Task.enqueue`: no other
+    process can see that task, so unless a `Worker` runs here it never runs.
+    Set ``THREADMILL_URL`` (``memory://`` too, to say it is meant), or name a
+    broker with ``using(broker=...)``; or filter this class, as any warning.
+    """
+
+
 class AcknowledgementTimeout(ThreadmillError):
     """Recorded as a task error when a lease expired before the worker acknowledged it.
 
@@ -164,7 +174,8 @@ class AcknowledgementTimeout(ThreadmillError):
 class TaskQuarantined(ThreadmillError):
     """Recorded as a task error when a stored task cannot run at all (guarantee 6).
 
-    Used when the task's function or retry policy is not registered with the
-    worker, or the stored record does not decode; the task is finalized FAILED
-    instead of cycling through retries.
+    Used when the stored record does not decode, its retry policy is not
+    registered with the worker, or its function was not registered with any
+    worker that claimed it within `threadmill_core.execution.UNKNOWN_TASK_GRACE`
+    of its enqueue; the task is finalized FAILED instead of cycling.
     """

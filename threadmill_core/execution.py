@@ -2,9 +2,14 @@
 
 `execute` is what a task thread does with a task from the prefetch. The
 task's own exceptions (any `BaseException`) become decisions (through its
-retry policy, by `threadmill_core.retry.decide`); a record naming a task the worker may not
-run is quarantined: finalized FAILED with a `TaskQuarantined` error, and
-nothing is imported on the record's say-so.
+retry policy, by `threadmill_core.retry.decide`). Nothing is imported on a
+record's say-so: a task this worker did not load is never run here. It is
+given back for another worker (`Backend.release` with `UNKNOWN_TASK_DELAY`:
+uncharged, due again a few seconds later), as happens during a rolling
+deploy while some workers still run the old code; it is quarantined (FAILED
+with a `TaskQuarantined` error) only when claimed by a worker that does not
+know it `UNKNOWN_TASK_GRACE` or more after its enqueue, on the backend's
+clock: then no worker loaded it in all that time.
 """
 
 from __future__ import annotations
@@ -39,6 +44,13 @@ log = logging.getLogger("threadmill.worker")
 
 QUARANTINE_PATH = f"{TaskQuarantined.__module__}.{TaskQuarantined.__qualname__}"
 
+#: How long after its enqueue a task this worker did not load is given back for
+#: another worker; a worker that claims it later, and does not know it either,
+#: quarantines it.
+UNKNOWN_TASK_GRACE = timedelta(minutes=10)
+#: How long a task given back by a worker that did not load it waits (DEFERRED).
+UNKNOWN_TASK_DELAY = timedelta(seconds=5)
+
 
 def execute(
     held: HeldTask,
@@ -63,7 +75,7 @@ def execute(
     # One lookup per task: copying the whole registry here would sit on the hot path.
     task = tasks.get(record.task_path) if tasks is not None else registered_task(record.task_path)
     if task is None:
-        return quarantine(lease, f"task {record.task_path} is not registered")
+        return unknown(lease, backend=backend, outage=outage)
     if task.lease_ttl is not None and task.lease_ttl != lease_ttl:
         started = time.monotonic()
         try:
@@ -135,6 +147,45 @@ def call(task: Task[Any, Any], lease: Lease, context: TaskContext | None) -> Dec
         return decide(lease, TaskError.from_exception(exc, traceback.format_exc()))
     done = evolved(record, status=TaskResultStatus.SUCCESSFUL, return_value=value)
     return Decision(lease=lease, record=done)
+
+
+def unknown(lease: Lease, *, backend: Backend, outage: Outage) -> Decision | None:
+    """A task this worker did not load: given back for another worker, or quarantined.
+
+    Given back (`Backend.release`, DEFERRED for `UNKNOWN_TASK_DELAY`, the
+    claim undone: no attempt, no error) while the claim came less than
+    `UNKNOWN_TASK_GRACE` after the task's enqueue, both on the backend's
+    clock; None then, as nothing is left to acknowledge. Past that, the
+    decision that quarantines it. A give-back lost in an outage leaves the
+    lease to lapse, and an unstarted claim that lapses goes back uncharged.
+    """
+    record = lease.record
+    # Both on the backend's clock, set by its claim and its enqueue (never None here).
+    claimed, enqueued = record.last_attempted_at, record.enqueued_at
+    if claimed is None or enqueued is None or claimed - enqueued >= UNKNOWN_TASK_GRACE:
+        return quarantine(
+            lease,
+            f"task {record.task_path} is not registered: no worker that claimed it in the "
+            f"{UNKNOWN_TASK_GRACE} after its enqueue had loaded it",
+        )
+    started = time.monotonic()
+    try:
+        [back] = backend.release([lease], UNKNOWN_TASK_DELAY)
+        outage.reached(started)
+    except BackendUnavailable as exc:
+        outage.failed(exc, 1, started)
+        log.warning(
+            "task %s (%s) is not registered here; the backend is unavailable, so its lease "
+            "lapses and it goes back uncharged", record.id, record.task_path,
+        )  # fmt: skip
+        return None
+    if back is not None:
+        log.warning(
+            "task %s (%s) is not registered here: given back for another worker, due in %s, "
+            "uncharged (quarantined if still unknown %s after its enqueue)",
+            record.id, record.task_path, UNKNOWN_TASK_DELAY, UNKNOWN_TASK_GRACE,
+        )  # fmt: skip
+    return None
 
 
 def quarantine(lease: Lease, why: str) -> Decision:

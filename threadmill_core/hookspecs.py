@@ -60,12 +60,20 @@ def threadmill_backend_schemes() -> list[BackendScheme]:  # type: ignore[empty-b
 
 
 @hookspec(firstresult=True)
-def threadmill_backend_for_url(url: str, scheme: str, options: Mapping[str, Any]) -> Backend | None:
+def threadmill_backend_for_url(
+    url: str, scheme: str, options: Mapping[str, Any], create: bool
+) -> Backend | None:
     """Build a backend for `url`, or return None if `scheme` is not this plugin's.
 
     `options` are the keyword arguments given to `connect`; unknown or
     malformed options (in `options` or the URL's query) must raise
     `threadmill_core.errors.InvalidOption` naming them.
+
+    `create` is False when the caller only looks at what is stored (the
+    command line's inspecting commands): a backend that makes its storage on
+    first use (a schema, tables) should then make nothing, and raise an error
+    saying that what the URL names does not exist (and what does). An
+    implementation that makes nothing on first use need not take it.
     """
 
 

@@ -119,8 +119,12 @@ def _served_schemes() -> dict[str, tuple[hookspecs.BackendScheme, str]]:
     return found
 
 
-def backend_for_url(url: str, options: Mapping[str, Any]) -> Backend:
-    """Build the backend the URL's scheme selects, or raise `UnknownBackend`."""
+def backend_for_url(url: str, options: Mapping[str, Any], *, create: bool = True) -> Backend:
+    """Build the backend the URL's scheme selects, or raise `UnknownBackend`.
+
+    `create` False: the backend must not make its storage if it is missing
+    (see `hookspecs.threadmill_backend_for_url`).
+    """
     if not isinstance(url, str) or "://" not in url:
         shown = redact(url) if isinstance(url, str) else url  # a conninfo string's password too
         raise InvalidOption(
@@ -133,7 +137,7 @@ def backend_for_url(url: str, options: Mapping[str, Any]) -> Backend:
         hint = f"install it with: pip install 'threadmill[{extra}]'" if extra else None
         raise UnknownBackend(url, scheme, installed, hint)
     backend = plugin_manager().hook.threadmill_backend_for_url(
-        url=url, scheme=scheme, options=dict(options)
+        url=url, scheme=scheme, options=dict(options), create=create
     )
     if backend is None:  # a plugin listed the scheme but built nothing: its bug, say so
         raise UnknownBackend(url, scheme, installed, "its plugin returned no backend")

@@ -5,6 +5,13 @@ A retry policy is any callable taking a `TaskContext` and returning a
 importable by its path (``module:qualname``) so the record can name it, and a
 worker uses it only if it knows the path from the tasks it loaded.
 
+A task that names no policy has `DEFAULT_RETRY`: an interrupted attempt
+(its lease expired: the worker died, was stopped hard, or its
+acknowledgement was lost in an outage) is retried, at most
+`INTERRUPTION_RETRIES` times; the task's own exceptions are never retried.
+A task that names a policy, `no_retry` included, leaves every decision to
+it, interruptions too.
+
 `decide` is the single place where a failure becomes a retry or a final
 FAILED: the worker calls it for an exception raised by a task, the reaper for
 an expired lease (with an `AcknowledgementTimeout` error). Sharing it is what
@@ -22,7 +29,7 @@ from typing import Any, Never
 
 import attrs
 
-from threadmill_core.errors import InvalidOption, ThreadmillError
+from threadmill_core.errors import AcknowledgementTimeout, InvalidOption, ThreadmillError
 from threadmill_core.models import (
     Decision,
     Lease,
@@ -188,8 +195,27 @@ class ExponentialBackoff:
 
 
 def no_retry(context: TaskContext) -> timedelta | None:
-    """The default policy: every failure is final."""
+    """Every failure is final, an interruption too (unlike `DEFAULT_RETRY`)."""
     return None
+
+
+#: How many times `DEFAULT_RETRY` retries a task whose attempts were interrupted.
+INTERRUPTION_RETRIES = 3
+
+#: The policy of a task that names none (guarantee 10): an attempt interrupted
+#: by the infrastructure (an `AcknowledgementTimeout`: a lease that expired, a
+#: task abandoned at a hard stop, an acknowledgement lost in an outage) is
+#: retried after 1, 2 and 4 s (plus up to a tenth), until attempt
+#: `INTERRUPTION_RETRIES` + 1; then, and on any exception the task raised
+#: itself, the task is FAILED. The bound counts attempts, which a requeue keeps.
+#: It is a plain `ExponentialBackoff`, so a task can name the same policy, or
+#: widen its `retry_on`, explicitly.
+DEFAULT_RETRY = ExponentialBackoff(
+    base_delay=1,
+    max_delay=60,
+    max_retries=INTERRUPTION_RETRIES,
+    retry_on=(AcknowledgementTimeout,),
+)
 
 
 # --- storing and finding policies ------------------------------------------------------
@@ -243,9 +269,12 @@ class UnknownRetryPolicy(ThreadmillError, LookupError):
 
 
 def resolve_policy(spec: RetryPolicySpec | None) -> RetryPolicy:
-    """The policy a stored spec names, if this process registered it; else `UnknownRetryPolicy`."""
+    """The policy a stored spec names, if this process registered it; else `UnknownRetryPolicy`.
+
+    No spec (a task that named no policy) is `DEFAULT_RETRY`.
+    """
     if spec is None:
-        return no_retry
+        return DEFAULT_RETRY
     known = _KNOWN_POLICIES.get(spec.path)
     if known is None:
         raise UnknownRetryPolicy(

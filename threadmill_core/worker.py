@@ -66,7 +66,7 @@ import attrs
 from threadmill_core import heartbeat, scheduler
 from threadmill_core.acknowledgement import send_outcomes
 from threadmill_core.backend import NOTHING_DEFERRED
-from threadmill_core.broker import Broker
+from threadmill_core.broker import Broker, worker_made
 from threadmill_core.errors import BackendUnavailable, PayloadError
 from threadmill_core.execution import execute
 from threadmill_core.held import HeldTask, HeldTasks, Outcome
@@ -183,6 +183,7 @@ class Worker:
         if type(prefetch) is not int or prefetch < 0:
             raise ValueError(f"prefetch must be an int >= 0, got {prefetch!r}")
         self.broker = broker
+        worker_made()  # a memory:// default broker has a consumer here: no warning
         self.backend = broker.backend
         self.threads = threads
         self.prefetch = prefetch

@@ -24,6 +24,12 @@ Each adds the tasks it ran to an outcome to the supervisor's counter
 (`Supervisor.ran`) as it exits, however it was stopped, unless
 it was killed.
 
+Inside a worker process the default broker (`threadmill_core.default_broker`,
+used by a task that enqueues a follow-up without naming a broker) is the
+worker's own: each entry point sets ``THREADMILL_URL`` to
+`WorkerSettings.broker_url` first, for every thread of the process and the
+processes it starts.
+
 Both entry points are top-level functions: `multiprocessing` hands a
 spawned process its target by reference, with its `WorkerSettings` pickled.
 """
@@ -75,18 +81,26 @@ def forked_main(settings: WorkerSettings, index: int, ran: TaskCount) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, FORK_BLOCKED - _WORKER_SIGNALS)
+    _default_to(settings.broker_url)
     _serve(settings, index, ran)
 
 
 def spawned_main(settings: WorkerSettings, index: int, ran: TaskCount) -> None:
     """A spawned worker process: load the tasks, then work until told to stop."""
     configure_worker_logging(settings.log_level)
+    _default_to(settings.broker_url)  # before the task modules, which may enqueue on import
     try:
         prepare_process(settings)
     except Exception as exc:
         cannot_start(f"worker {index} cannot start", exc)
         sys.exit(EXIT_CONFIG_ERROR)
     _serve(settings, index, ran)
+
+
+def _default_to(url: str) -> None:
+    """Make `url` this process's default broker, and its children's: follow-up tasks go there."""
+    # This process is the worker's own, so its environment is ours to set.
+    os.environ["THREADMILL_URL"] = url
 
 
 def _serve(settings: WorkerSettings, index: int, ran: TaskCount) -> None:

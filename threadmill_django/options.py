@@ -21,6 +21,8 @@ The options (all optional):
 ``connect_timeout``   the worker's ``--connect-timeout`` (seconds or timedelta)
 ``log_level``       the worker's ``--log-level``
 ``task_modules``    modules of tasks for the worker beyond the apps' ``tasks``
+``enqueue_on_commit``  True: an enqueue inside ``transaction.atomic()`` is stored
+                    when the transaction commits (`threadmill_django.on_commit`)
 ==================  ===========================================================
 
 A backend's own options (a Redis namespace, a cluster's nodes) go in the
@@ -86,6 +88,12 @@ def _modules(value: object) -> object:
     return tuple(value)
 
 
+def _flag(value: object) -> object:
+    if not isinstance(value, bool):
+        raise ValueError(f"must be True or False, got {value!r}")
+    return value
+
+
 def _url(value: object) -> object:
     if not isinstance(value, str) or "://" not in value:
         raise ValueError(f"must be a backend URL such as 'redis://host:6379/0', got {value!r}")
@@ -110,6 +118,7 @@ _CHECKS: Mapping[str, Callable[[object], object]] = {
     "url": _url,
     "result_ttl": _seconds,
     "task_modules": _modules,
+    "enqueue_on_commit": _flag,
     **{name: check for name, (_flag, check) in WORKER_FLAGS.items()},
 }
 KNOWN = tuple(sorted(_CHECKS))
@@ -129,6 +138,8 @@ class BackendOptions:
     task_modules: tuple[str, ...] = ()
     #: QUEUES in the order given: the worker claims from them, most preferred first.
     queues: tuple[str, ...] = (DEFAULT_QUEUE,)
+    #: Enqueue inside a transaction stores at its commit (`threadmill_django.on_commit`).
+    enqueue_on_commit: bool = False
 
     @property
     def scheme(self) -> str:
@@ -199,6 +210,7 @@ def parse(alias: str, params: Mapping[str, Any]) -> tuple[BackendOptions | None,
         url=url,
         result_ttl=checked.pop("result_ttl", None),
         task_modules=checked.pop("task_modules", ()),
+        enqueue_on_commit=checked.pop("enqueue_on_commit", False),
         worker=checked,
         queues=tuple(dict.fromkeys(queues)),
     )

@@ -78,7 +78,8 @@ class PostgresOptions:
     prune_batch: int = 100
     #: Most tasks one purge statement deletes; `purge` repeats until done.
     purge_batch: int = 1000
-    #: Most records one enqueue statement stores; larger batches take several.
+    #: Most records one enqueue statement stores; larger batches take several, in one
+    #: transaction (all or none of a batch is stored).
     enqueue_batch: int = 1000
 
     @classmethod
@@ -149,3 +150,19 @@ def split_url(url: str, keywords: Mapping[str, Any]) -> tuple[dict[str, object],
             f"{', '.join(sorted(OPTION_NAMES))})"
         ) from None
     return ours, libpq_url
+
+
+def place(conninfo: str) -> str:
+    """Where `conninfo` leads, for messages: ``database 'app' at db.internal:5432``.
+
+    Host, port and database only: no user, no password, no other parameter.
+    """
+    try:
+        given = conninfo_to_dict(conninfo)
+    except psycopg.Error:  # a message must not fail: libpq's parser refused it
+        return "<a malformed connection string>"
+    host = str(given.get("host") or given.get("hostaddr") or "localhost")
+    port = str(given.get("port") or "5432")
+    where = f"[{host}]:{port}" if ":" in host and "," not in host else f"{host}:{port}"
+    database = given.get("dbname")
+    return f"database {database!r} at {where}" if database else where

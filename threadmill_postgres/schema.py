@@ -142,6 +142,24 @@ def ensure(
     return at
 
 
+def namespaces(conn: psycopg.Connection[tuple[object, ...]]) -> list[str]:
+    """The namespaces of the database: schemas holding a ``meta`` and a ``tasks`` table."""
+    found = conn.execute(
+        "SELECT n.nspname FROM pg_catalog.pg_namespace n WHERE"
+        " EXISTS (SELECT 1 FROM pg_catalog.pg_class c"
+        "         WHERE c.relnamespace = n.oid AND c.relname = 'meta')"
+        " AND EXISTS (SELECT 1 FROM pg_catalog.pg_class c"
+        "             WHERE c.relnamespace = n.oid AND c.relname = 'tasks')"
+        " ORDER BY 1"
+    ).fetchall()
+    return [str(row[0]) for row in found]
+
+
+def exists(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> bool:
+    """Whether `schema` holds a namespace made by threadmill (any version)."""
+    return _versions(conn, schema) is not None
+
+
 def _check(schema: str, version: int, oldest: int, known: int) -> None:
     if oldest > known:
         raise SchemaVersionError(schema, version, oldest, known)

@@ -56,6 +56,7 @@ from threadmill_core.backend import (
 from threadmill_core.checks import (
     check_calls,
     check_decision,
+    check_delay,
     check_limit,
     check_offset,
     check_purgeable,
@@ -79,6 +80,7 @@ from threadmill_core.models import (
 from threadmill_redis import arguments, clients, connections, scripts
 from threadmill_redis.boundary import call
 from threadmill_redis.clients import Client
+from threadmill_redis.errors import RedisBackendError, RedisUnavailable
 from threadmill_redis.keys import STARTS, STORE, TELEMETRY, Keys
 from threadmill_redis.options import RedisOptions, split_query
 from threadmill_redis.pauses import RedisPauses
@@ -99,6 +101,12 @@ log = logging.getLogger("threadmill_redis")
 
 SCHEMES = tuple(clients.SCHEMES)
 
+
+#: Hex digits of a task id's random tail (`new_task_id`) that a claim call
+#: sends as the nonce of its tokens: 48 random bits, so a token repeated
+#: after a rollback of the data (which repeats the counter's numbers) needs
+#: two calls to draw the same 48 bits.
+NONCE_LENGTH = 12
 
 #: The names of the namespace-wide keys a script header may declare.
 SCHEMA = frozenset(STORE + TELEMETRY + STARTS)
@@ -243,7 +251,10 @@ class RedisBackend(RedisPauses, Backend):
         another, each encoded while the server stores the one before and
         answered while it stores the next (`scripts.evalsha_each`); each is
         atomic on its own. A repeat after a dropped connection sends them all
-        again, which stores nothing twice (idempotent on id).
+        again, which stores nothing twice (idempotent on id). A batch that
+        fails after some calls stored their tasks raises `PartlyEnqueued`
+        naming the ids stored and not stored; one that stored nothing raises
+        the error itself.
         """
         chunks = arguments.chunks(groups, self.options.enqueue_batch)
         if not chunks:
@@ -259,18 +270,23 @@ class RedisBackend(RedisPauses, Backend):
             )
             return enqueued(rows, chunk, now)
 
+        stored: list[list[TaskResult] | None] = [None for _ in chunks]
+
+        def answer(index: int, reply: Any) -> None:
+            now, *rows = reply
+            stored[index] = enqueued(rows, chunks[index], now)
+
         def store_all() -> list[TaskResult]:
-            stored: list[list[TaskResult]] = [[] for _ in chunks]
-
-            def answer(index: int, reply: Any) -> None:
-                now, *rows = reply
-                stored[index] = enqueued(rows, chunks[index], now)
-
             calls = (self._enqueue_call(chunk) for chunk in chunks)
             scripts.evalsha_each(self._connections, self._execute, calls, answer)
-            return [record for chunk in stored for record in chunk]
+            return [record for chunk in stored for record in chunk or ()]
 
-        return call(store_all, repeatable=True, what="enqueue", where=self.where)
+        try:
+            return call(store_all, repeatable=True, what="enqueue", where=self.where)
+        except RedisBackendError as exc:
+            if not any(chunk is not None for chunk in stored):
+                raise  # nothing stored: the error as it is
+            raise arguments.partly_enqueued(chunks, stored, exc) from exc
 
     def _enqueue_call(self, groups: Sequence[arguments.Group]) -> scripts.Call:
         """The ``enqueue.lua`` call of `groups`: its keys (a notify list per queue) and ARGV."""
@@ -298,10 +314,11 @@ class RedisBackend(RedisPauses, Backend):
             # is answered with the leases the first send granted. Its name is
             # made as task ids are, from random bytes read ahead, so a woken
             # worker's claim makes no system call for it (uuid4 would).
-            receipt = self.keys.claim_receipt(new_task_id())
-            return claimed_rows(
-                self._run("claim", [*head, want, *names], repeatable=True, receipt=receipt)
-            )
+            # Its random tail is also the nonce of the call's tokens (see claim.lua).
+            request = new_task_id()
+            receipt = self.keys.claim_receipt(request)
+            args = [*head, want, request[-NONCE_LENGTH:], *names]
+            return claimed_rows(self._run("claim", args, repeatable=True, receipt=receipt))
 
         return self._filled(limit, take)
 
@@ -437,10 +454,13 @@ class RedisBackend(RedisPauses, Backend):
         head = [self._ttl_ms, self.options.prune_batch, self.options.notify_cap]
         return self._run("decide_many", head + decisions, repeatable=True, extra_keys=notify)
 
-    def release(self, leases: Sequence[Lease]) -> list[TaskResult | None]:
+    def release(
+        self, leases: Sequence[Lease], delay: timedelta = timedelta(0)
+    ) -> list[TaskResult | None]:
+        wait_ms = check_delay(delay)
         if not leases:
             return []
-        args: list[Any] = []
+        args: list[Any] = [wait_ms]
         for lease in leases:
             args += [lease.task_id, lease.token]
         # Repeatable: the first send clears the tokens, so a repeat is refused, changing nothing.
@@ -499,7 +519,10 @@ class RedisBackend(RedisPauses, Backend):
                     pipe.ltrim(self.keys.notify(queue), 0, self.options.notify_cap - 1)
                 pipe.execute()
 
-        call(push, repeatable=True, what="notify", where=self.where)
+        try:
+            call(push, repeatable=True, what="notify", where=self.where)
+        except RedisUnavailable as exc:  # out of memory, say: the change itself was made
+            log.debug("could not wake the workers of %s: %s", ", ".join(queues), exc)
 
     # --- maintenance -------------------------------------------------------------------
 
@@ -510,8 +533,9 @@ class RedisBackend(RedisPauses, Backend):
         given_back: list[str] = []
 
         def take(want: int) -> list[Row]:
+            nonce = new_task_id()[-NONCE_LENGTH:]
             reply: list[Any] = self._run(
-                "claim_expired", [want, ttl, UNSTARTED_EXPIRY_LIMIT], repeatable=False
+                "claim_expired", [want, ttl, UNSTARTED_EXPIRY_LIMIT, nonce], repeatable=False
             )
             given_back.extend(queue.decode() for queue in reply[0])
             return [Row.parse(row) for row in reply[1:]]

@@ -75,6 +75,12 @@ def call(fn: Callable[[], T], *, repeatable: bool, what: str, where: str | None 
                 time.sleep(0.05 * 2**attempt)
                 continue
             at = f" at {where}" if where else ""
+            if isinstance(exc, OutOfMemoryError):
+                raise RedisUnavailable(
+                    f"Redis{at} is out of memory (used memory over maxmemory; it refuses "
+                    f"writes that would grow it) during {what}: the refused write changed "
+                    "nothing, and writes work again once memory is freed"
+                ) from exc
             raise RedisUnavailable(f"Redis unavailable{at} ({_reason(exc)}) during {what}") from exc
         except redis.RedisError as exc:
             raise RedisBackendError(f"Redis failed during {what}: {exc}") from exc

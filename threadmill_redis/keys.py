@@ -61,13 +61,17 @@ the protocol's order::
 
 Bookkeeping and wake-ups::
 
-    {ns}:counters     HASH  seq -> last entered-READY sequence, token -> last fencing token
+    {ns}:counters     HASH  seq -> last entered-READY sequence, token -> the last number
+                            of a fencing token (a token is "<number>-<nonce>", the nonce
+                            random text of the client's for each script call, so a rollback
+                            of the data, which repeats numbers, never repeats a token)
     {ns}:queues       HASH  queue -> number of tasks stored (queues listed by counts())
     {ns}:notify:<q>   LIST  wake-up tokens for workers idle on queue q, capped
     {ns}:claim:<r>    LIST  receipt of claim call r: a base, then the ids it granted, the
-                            n-th id's token being base + n (a call's tokens come from
-                            one counter, in order); expires with the leases it granted
-                            (PEXPIRE lease_ms)
+                            n-th id's token being base + n and the call's nonce (a call's
+                            tokens come from one counter, in order; an empty id where a
+                            corrupt record took a number); expires with the leases it
+                            granted (PEXPIRE lease_ms)
 
 Telemetry (`RedisBackend.rates`): tasks that entered each queue (new ids
 stored by enqueue, requeues) and finished (reached SUCCESSFUL, FAILED or

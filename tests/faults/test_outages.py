@@ -190,7 +190,8 @@ def test_an_acknowledgement_is_refused_once_the_reaper_took_the_task_over(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """If the lease of a started task expires and is reaped during the outage, the late
-    acknowledgement is refused and the reaper's decision stands."""
+    acknowledgement is refused and the reaper's decision stands: under the default policy a
+    retry, which runs when due and succeeds, the AcknowledgementTimeout kept."""
     caplog.set_level(logging.INFO, logger="threadmill")
     record = wait_for_release.using(broker=broker).enqueue()
 
@@ -208,11 +209,19 @@ def test_an_acknowledgement_is_refused_once_the_reaper_took_the_task_over(
     finally:
         release.set()
         runner.join(timeout=30)
-    final = broker.get_result(record.id)
-    assert final.status is TaskResultStatus.FAILED  # no retry policy: the reaper decided
-    assert final.errors[-1].exception_class_path.endswith("AcknowledgementTimeout")
-    assert final.return_value is None
+    retried = broker.get_result(record.id)
+    assert retried.status is TaskResultStatus.DEFERRED  # the default retries an interruption
+    assert retried.return_value is None
     assert len(lines(caplog, "acknowledgement refused")) == 1
+    clock.advance(timedelta(seconds=2))
+    worker(broker, maintenance=False).run(burst=True)
+    final = broker.get_result(record.id)
+    assert (final.status, final.return_value, final.attempts) == (
+        TaskResultStatus.SUCCESSFUL, "released", 2,
+    )  # fmt: skip
+    assert [e.exception_class_path.rpartition(".")[2] for e in final.errors] == [
+        "AcknowledgementTimeout"
+    ]
 
 
 def test_a_task_whose_start_was_not_recorded_runs_again_when_its_acknowledgement_is_late(

@@ -242,7 +242,7 @@ def test_a_task_that_kills_its_worker_before_its_start_is_recorded_is_charged_af
     read_events: Callable[[str], list[str]],
 ) -> None:
     """A task that SIGKILLs its worker at once is never marked: it goes back uncharged
-    UNSTARTED_EXPIRY_LIMIT times, then the next expiry is charged (no retry policy: FAILED)."""
+    UNSTARTED_EXPIRY_LIMIT times, then the next expiry is charged (no_retry: FAILED)."""
     record = fault_tasks.kills_its_worker.using(broker=broker).enqueue(log_url, namespace)
     process = start_cli(broker_url)
     try:

@@ -176,11 +176,19 @@ def test_a_backend_that_comes_up_within_the_connect_timeout_is_waited_for(
              "--connect-timeout", "30"],
             cwd=project, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         ) as running:  # fmt: skip
-            time.sleep(1.0)  # the worker meets a refused connection first
+            assert running.stdout is not None
+            seen = []
+            deadline = time.monotonic() + 30
+            # The worker meets a refused connection first (however slow its start).
+            while not any("backend unavailable" in line for line in seen):
+                assert time.monotonic() < deadline, "".join(seen)
+                line = running.stdout.readline()
+                assert line, "".join(seen)  # the worker ended before it said so
+                seen.append(line)
             server.start()
-            out, _ = running.communicate(timeout=60)
+            rest, _ = running.communicate(timeout=60)
+        out = "".join(seen) + rest
         assert running.returncode == 0, out
-        assert "backend unavailable" in out
         assert "backend reachable again" in out
     finally:
         server.close()

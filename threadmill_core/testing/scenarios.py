@@ -14,7 +14,8 @@ recorded starts (an unstarted claim that expires goes back uncharged, at
 most `UNSTARTED_EXPIRY_LIMIT` times; a started one is charged; `release`
 refuses a started one; `mark_started` is fenced and idempotent) and the orderings
 that are easy to get subtly wrong (queues, priority, FIFO for thousands of
-tasks enqueued in one call), and time on the backend's clock (due times,
+tasks enqueued in one call), corrupt records beside good ones in every
+segment (`Harness.corruptions`), and time on the backend's clock (due times,
 retry delays, result expiry, and `next_due` where the backend answers it;
 one whose `next_due` is None, the default, skips that scenario).
 `PAYLOAD_CASES` are values that must come back value for value through
@@ -26,7 +27,7 @@ its documented exception and change nothing.
 
 This module is the catalogue; the scenarios live in
 `threadmill_core.testing._scenarios` by kind (``fencing``, ``starts``,
-``ordering``, ``clock``, ``payloads``, ``bad_input``), with the helpers they
+``ordering``, ``clock``, ``corrupt``, ``payloads``, ``bad_input``), with the helpers they
 share in ``kit`` (re-exported here: `expect`, `new_task`, `claim_one`,
 `start_one`, ...), and a
 backend's own scenarios can join `SCENARIOS` with the `scenario` decorator.
@@ -39,9 +40,10 @@ them too; boundaries that need an exact clock are checked only on one.
 
 from __future__ import annotations
 
-from threadmill_core.testing._scenarios import clock, fencing, ordering, schedules, starts
+from threadmill_core.testing._scenarios import clock, corrupt, fencing, ordering, schedules, starts
 from threadmill_core.testing._scenarios.bad_input import BAD_INPUT_CASES, BadCall
 from threadmill_core.testing._scenarios.clock import (
+    a_release_with_a_delay_defers_the_task_uncharged,
     deferred_tasks_fall_due_on_the_backend_clock,
     finished_tasks_are_kept_for_result_ttl_then_gone,
     next_due_counts_down_to_the_earliest_deferred_task,
@@ -108,6 +110,7 @@ SCENARIOS: dict[str, Scenario] = {
     **starts.SCENARIOS,
     **ordering.SCENARIOS,
     **clock.SCENARIOS,
+    **corrupt.SCENARIOS,
     **schedules.SCENARIOS,
 }
 
@@ -131,6 +134,7 @@ __all__ = [
     "Scenario",
     "a_lease_from_before_a_purge_cannot_decide_the_id_enqueued_again",
     "a_reaper_pass_gives_back_the_unstarted_claims_it_meets_beyond_its_limit",
+    "a_release_with_a_delay_defers_the_task_uncharged",
     "a_started_claim_that_expires_is_charged",
     "an_unstarted_claim_is_given_back_at_most_the_bound_times",
     "an_unstarted_claim_that_expires_goes_back_uncharged",
