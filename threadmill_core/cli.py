@@ -310,6 +310,11 @@ def _inspect(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.modules:  # for the schedules screen
+        from threadmill_core.startup import import_task_modules, put_on_import_path
+
+        put_on_import_path([os.getcwd()])
+        import_task_modules(args.modules)
     with _opened(args) as broker:
         app = InspectorApp(
             broker,

@@ -395,9 +395,14 @@ def _add_inspecting_commands(commands: argparse._SubParsersAction[argparse.Argum
         "inspect",
         "a live terminal UI over the queues (needs the 'tui' extra)",
         "A live view of the queues: counts and rates per segment, the tasks of a segment, a "
-        "task's record with its error history, and requeue / cancel with confirmation. "
-        "Needs Textual: pip install 'threadmill[tui]'.",
+        "task's record with its error history, and requeue / cancel with confirmation; "
+        "s shows the schedules of the MODULEs named (and every one paused in the backend), "
+        "p there pauses or resumes one. Needs Textual: pip install 'threadmill[tui]'.",
     )
+    inspect.add_argument(
+        "modules", nargs="*", metavar="MODULE",
+        help="modules whose @periodic schedules the schedules screen shows",
+    )  # fmt: skip
     inspect.add_argument(
         "--interval", type=_positive_float, default=1.0, metavar="SECONDS",
         help="seconds between refreshes (default: %(default)s)",

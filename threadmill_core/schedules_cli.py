@@ -109,11 +109,11 @@ def run(args: argparse.Namespace, opened: Callable[[], AbstractContextManager[Br
             _say(args, {"name": name, "id": record.id},
                  f"{name}: run {record.id} enqueued")  # fmt: skip
             return ExitCode.DONE
-        rows = list(_rows(broker, declared))
+        listed = list(rows(broker, declared))
     if args.json:
-        _say(args, rows, "")
+        _say(args, listed, "")
     else:
-        print(_table(rows), flush=True)
+        print(_table(listed), flush=True)
     return ExitCode.DONE
 
 
@@ -143,7 +143,8 @@ def _run_now(broker: Broker, schedule: Schedule) -> Any:
     return stored
 
 
-def _rows(broker: Broker, declared: dict[str, Schedule]) -> Iterator[dict[str, Any]]:
+def rows(broker: Broker, declared: dict[str, Schedule]) -> Iterator[dict[str, Any]]:
+    """One listing row per schedule: `declared`, and every name with a stored pause state."""
     from threadmill_core.periodic import tick_id
 
     backend = broker.backend
