@@ -126,6 +126,7 @@ from threadmill_core.models import (
     TaskResult,
     TaskResultStatus,
 )
+from threadmill_core.pauses import SchedulePause, check_schedule_name
 
 __all__ = [
     "NOTHING_DEFERRED",
@@ -134,6 +135,7 @@ __all__ = [
     "RATE_HISTORY",
     "UNSTARTED_EXPIRY_LIMIT",
     "Backend",
+    "SchedulePause",
     "TaskCall",
     "call_record",
     "check_calls",
@@ -143,6 +145,7 @@ __all__ = [
     "check_offset",
     "check_purgeable",
     "check_records",
+    "check_schedule_name",
     "check_window",
     "queue_names",
     "ttl_ms",
@@ -520,6 +523,28 @@ class Backend(abc.ABC):
         RUNNING cannot be purged (`ValueError`): a running task belongs to its
         lease holder.
         """
+
+    # --- schedules ---------------------------------------------------------------------
+
+    def set_schedule_paused(self, name: str, paused: bool) -> SchedulePause:
+        """Store that the schedule `name` is paused (or not), as of `now()`; return that.
+
+        For every scheduler on the store (see `threadmill_core.scheduling`):
+        a paused schedule stores no ticks, and a resumed one never catches
+        up a tick at or before its `since`. Setting the state it already has
+        changes nothing and returns the stored state. `name` is checked
+        (`check_schedule_name`, `ValueError`) before anything changes. Not
+        abstract, so that older backends still build; the default raises
+        `NotImplementedError` (schedules then cannot be paused).
+        """
+        raise NotImplementedError(f"{type(self).__name__} keeps no schedule state")
+
+    def schedule_pauses(self) -> dict[str, SchedulePause]:
+        """The state `set_schedule_paused` stored for each schedule named so far, by name.
+
+        The default raises `NotImplementedError` (see `set_schedule_paused`).
+        """
+        raise NotImplementedError(f"{type(self).__name__} keeps no schedule state")
 
     # --- lifecycle -------------------------------------------------------------------
 

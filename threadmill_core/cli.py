@@ -88,6 +88,12 @@ def _health(args: argparse.Namespace) -> int:
 # --- inspecting and steering ---------------------------------------------------------
 
 
+def _schedules(args: argparse.Namespace) -> int:
+    from threadmill_core import schedules_cli
+
+    return schedules_cli.run(args, lambda: _opened(args))
+
+
 @contextlib.contextmanager
 def _opened(args: argparse.Namespace) -> Iterator[Broker]:
     """The broker given to `main`, else one connected to ``--broker`` and closed afterwards.
@@ -319,6 +325,11 @@ def _inspect(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.modules:  # for the schedules screen
+        from threadmill_core.startup import import_task_modules, put_on_import_path
+
+        put_on_import_path([os.getcwd()])
+        import_task_modules(args.modules)
     with _opened(args) as broker:
         app = InspectorApp(
             broker,
@@ -342,6 +353,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "cancel": _cancel,
     "purge": _purge,
     "inspect": _inspect,
+    "schedules": lambda args: _schedules(args),
 }
 
 

@@ -13,6 +13,7 @@ import os
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from threadmill_core import schedules_cli
 from threadmill_core.exit_codes import EXIT_CODES_HELP
 from threadmill_core.models import TaskResultStatus
 
@@ -203,6 +204,13 @@ def build_parser() -> argparse.ArgumentParser:
         "modules that open a connection when imported, which forked processes would share",
     )
     worker.add_argument(
+        "--no-schedules",
+        dest="schedules",
+        action="store_false",
+        help="do not store the ticks of the modules' @periodic schedules (by default every "
+        "worker does, but for a --burst: each tick is stored once, however many do)",
+    )
+    worker.add_argument(
         "--burst",
         action="store_true",
         help="exit once nothing is ready or running in the queues, and no deferred task "
@@ -282,6 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     _add_inspecting_commands(commands)
+    schedules_cli.add_parser(commands)
     return parser
 
 
@@ -312,6 +321,7 @@ def worker_settings(args: argparse.Namespace, broker_url: str, **more: Any) -> W
         fork=not args.spawn,
         metrics_port=args.metrics_port,
         metrics_host=args.metrics_host,
+        schedules=getattr(args, "schedules", True),
         **more,
     )
 
@@ -438,9 +448,14 @@ def _add_inspecting_commands(commands: argparse._SubParsersAction[argparse.Argum
         "inspect",
         "a live terminal UI over the queues (needs the 'tui' extra)",
         "A live view of the queues: counts and rates per segment, the tasks of a segment, a "
-        "task's record with its error history, and requeue / cancel with confirmation. "
-        "Needs Textual: pip install 'threadmill[tui]'.",
+        "task's record with its error history, and requeue / cancel with confirmation; "
+        "s shows the schedules of the MODULEs named (and every one paused in the backend), "
+        "p there pauses or resumes one. Needs Textual: pip install 'threadmill[tui]'.",
     )
+    inspect.add_argument(
+        "modules", nargs="*", metavar="MODULE",
+        help="modules whose @periodic schedules the schedules screen shows",
+    )  # fmt: skip
     inspect.add_argument(
         "--interval", type=_positive_float, default=1.0, metavar="SECONDS",
         help="seconds between refreshes (default: %(default)s)",

@@ -90,6 +90,7 @@ from threadmill_core.maintenance import promote, reap
 from threadmill_core.models import TaskResultStatus
 from threadmill_core.monitor import Monitor, monitored
 from threadmill_core.outage import Outage
+from threadmill_core.scheduling import start_scheduler
 from threadmill_core.startup import log_start, warn_unregistered_waiting
 from threadmill_core.task import registered_tasks
 from threadmill_core.wakeup import Wakeup
@@ -299,6 +300,9 @@ class Supervisor:
         if broker is None:
             return self._stopped(self._drain())
         backend = broker.backend
+        # After the fork (a forked child must not inherit the thread); a burst drains, and
+        # stores no new ticks. See `scheduling`.
+        scheduler = start_scheduler(backend) if settings.schedules and not settings.burst else None
         # The children and the signals are looked after every poll interval (that
         # costs the backend nothing); the backend is called when maintenance is due.
         tick = settings.poll_interval.total_seconds()
@@ -331,6 +335,9 @@ class Supervisor:
                 self.monitor.turned(backend)
                 self._wake.wait(min(tick, max(next_pass - time.monotonic(), 0.0)))
         finally:
+            if scheduler is not None:  # its thread and the event that stops it
+                scheduler[1].set()
+                scheduler[0].join(timeout=2.0)  # a pass under way ends before the close
             backend.close()
 
     def _stopped(self, code: int) -> int:

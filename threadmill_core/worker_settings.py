@@ -119,6 +119,9 @@ class WorkerSettings:
     metrics_port: int | None = None
     #: The address the endpoints bind: this host only, unless told otherwise.
     metrics_host: str = "127.0.0.1"
+    #: Run a scheduler of the modules' `@periodic` schedules in the supervisor
+    #: (see `threadmill_core.scheduling`), unless `burst`; False: ``--no-schedules``.
+    schedules: bool = True
 
     def __attrs_post_init__(self) -> None:
         for module in self.modules:

@@ -82,6 +82,7 @@ from threadmill_redis.clients import Client
 from threadmill_redis.errors import RedisBackendError, RedisUnavailable
 from threadmill_redis.keys import STARTS, STORE, TELEMETRY, Keys
 from threadmill_redis.options import RedisOptions, split_url
+from threadmill_redis.pauses import RedisPauses
 from threadmill_redis.replies import (
     Row,
     answer,
@@ -110,7 +111,7 @@ NONCE_LENGTH = 12
 SCHEMA = frozenset(STORE + TELEMETRY + STARTS)
 
 
-class RedisBackend(Backend):
+class RedisBackend(RedisPauses, Backend):
     """Tasks stored in Redis under one namespace (see `threadmill_redis.keys`).
 
     `client` (a `redis.Redis` or `redis.RedisCluster`) must not decode

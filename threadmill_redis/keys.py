@@ -84,6 +84,10 @@ the first ``|``, so it may hold ``|`` itself)::
                             "<pair>|f" -> tasks that finished in it
     {ns}:rate_index   ZSET  pair -> its second, one member per pair counted
 
+Schedules (`Backend.set_schedule_paused`; `threadmill_redis.pauses`)::
+
+    {ns}:schedules    HASH  schedule name -> "<1 paused, 0 not>|<since, server ms>"
+
 A script aggregates its counts per queue first, so it sends one HINCRBY per
 queue and kind, never one per task. Only a script that starts a new pair
 writes the index, and only then does it delete pairs older than
@@ -135,6 +139,9 @@ TELEMETRY = ("rates", "rate_index")
 #: `release`, `claim_expired`) and by those that delete tasks (lib/delete_task).
 STARTS = ("starts",)
 
+#: The schedules' pause states: declared by ``set_schedule_paused.lua`` alone.
+SCHEDULES = ("schedules",)
+
 
 def check_namespace(namespace: object) -> str:
     """Return `namespace` if it can be a hash tag, else raise `InvalidOption`."""
@@ -152,10 +159,10 @@ class Keys:
     def __init__(self, namespace: str) -> None:
         self.namespace = check_namespace(namespace)
         self.prefix = f"{{{namespace}}}:"
-        self._store = {name: self.prefix + name for name in STORE + TELEMETRY + STARTS}
+        self._store = {name: self.prefix + name for name in STORE + TELEMETRY + STARTS + SCHEDULES}
 
     def store(self, name: str) -> str:
-        """The namespace-wide key called `name` (one of `STORE`, `TELEMETRY`, `STARTS`)."""
+        """The namespace-wide key called `name` (in `STORE`, `TELEMETRY`, `STARTS`, `SCHEDULES`)."""
         return self._store[name]
 
     def notify(self, queue: str) -> str:

@@ -20,6 +20,8 @@ retry delays, result expiry, and `next_due` where the backend answers it;
 one whose `next_due` is None, the default, skips that scenario).
 `PAYLOAD_CASES` are values that must come back value for value through
 enqueue, claim, complete and get (`check_payload_round_trip`).
+`schedules` holds N schedulers storing each tick once (what ``@periodic``
+rests on: `enqueue` idempotent on id) and the schedules' pause states.
 `BAD_INPUT_CASES` each make one call with a bad argument, which must raise
 its documented exception and change nothing.
 
@@ -38,7 +40,7 @@ them too; boundaries that need an exact clock are checked only on one.
 
 from __future__ import annotations
 
-from threadmill_core.testing._scenarios import clock, corrupt, fencing, ordering, starts
+from threadmill_core.testing._scenarios import clock, corrupt, fencing, ordering, schedules, starts
 from threadmill_core.testing._scenarios.bad_input import BAD_INPUT_CASES, BadCall
 from threadmill_core.testing._scenarios.clock import (
     a_release_with_a_delay_defers_the_task_uncharged,
@@ -109,6 +111,7 @@ SCENARIOS: dict[str, Scenario] = {
     **ordering.SCENARIOS,
     **clock.SCENARIOS,
     **corrupt.SCENARIOS,
+    **schedules.SCENARIOS,
 }
 
 #: Register a scenario of your own in `SCENARIOS` under its function's name.

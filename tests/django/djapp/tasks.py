@@ -111,3 +111,11 @@ def fails_first_time(context: TaskContext, label: str) -> str:
     if context.attempt == 1:
         raise LookupError(f"{label}: the first attempt always fails")
     return label
+
+
+@task(takes_context=True)
+def remember_tick(context: TaskContext) -> None:
+    """Records the schedule and tick its run came from (see test_periodic.py)."""
+    from threadmill_core import tick_of
+
+    RUNS.append(tick_of(context))
