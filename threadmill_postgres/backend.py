@@ -419,8 +419,8 @@ class PostgresBackend(PostgresPauses, Backend):
         for at, row in zip(sent, got, strict=True):
             decision = decisions[at]
             _n, current, was_applied, status, run_after, finished_at, errors, result = row
-            if not current:
-                continue
+            if not current or not (was_applied or _sane(run_after, finished_at)):
+                continue  # stale, or a corrupt record refused (the reaper quarantines it)
             completing = decision.retry_delay is None
             state: dict[str, Any] = {
                 "status": TaskResultStatus(status),
@@ -696,3 +696,8 @@ _HOPELESS = (
 def _sendable(lease: Lease) -> bool:
     """Whether a lease could be current: a token or id with NUL was never issued here."""
     return rows.storable(lease.task_id) and rows.storable(lease.token)
+
+
+def _sane(*stamps: int | None) -> bool:
+    """Whether every stored time is one a datetime can hold (a corrupt one is not)."""
+    return all(stamp is None or rows.MIN_MS <= stamp <= rows.MAX_MS for stamp in stamps)

@@ -371,6 +371,8 @@ held AS MATERIALIZED (
 chosen AS MATERIALIZED (
     SELECT DISTINCT ON (g.id) g.id, g.n, g.target, g.delay, g.errors, g.result
     FROM given g JOIN held h ON h.id = g.id AND h.token = g.token AND h.status = 'RUNNING'
+        -- A corrupt time is refused: the reaper's claim quarantines the task.
+        AND coalesce(h.run_after BETWEEN {_TIMES}, true)
     ORDER BY g.id, g.n
 ),
 requeued_asked AS MATERIALIZED (
