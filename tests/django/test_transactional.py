@@ -14,10 +14,10 @@ from django.db import connections, transaction
 from django.tasks import task_backends
 from django.tasks.exceptions import TaskResultDoesNotExist
 from django.test import override_settings
-from psycopg.conninfo import conninfo_to_dict
 
 from tests.conftest import PostgresDatabase
 from tests.django.bench import Signals
+from tests.django.databases import add_connection, drop_connection
 from tests.django.djapp import tasks
 from threadmill_core import Broker, TaskResultStatus, Worker, connect
 from threadmill_postgres.testing import new_namespace
@@ -36,18 +36,6 @@ class Rollback(Exception):
     """Raised to roll a block back."""
 
 
-def add_connection(alias: str, **fields: Any) -> None:
-    """Put a connection `alias` in Django's connections (DATABASES), as configured there."""
-    given = {"default": connections.settings["default"], alias: fields}
-    connections.settings[alias] = connections.configure_settings(given)[alias]
-
-
-def drop_connection(alias: str) -> None:
-    connections[alias].close()
-    del connections[alias]
-    del connections.settings[alias]
-
-
 def tasks_setting(url: str, **options: Any) -> dict[str, Any]:
     return {
         "default": {
@@ -62,15 +50,7 @@ def tasks_setting(url: str, **options: Any) -> dict[str, Any]:
 def pg_connection(postgres_database: PostgresDatabase) -> Iterator[PostgresDatabase]:
     """A Django connection `ALIAS` on the session's PostgreSQL database, with a table of
     orders (the application's rows) emptied before each test."""
-    given = conninfo_to_dict(postgres_database.url)
-    add_connection(
-        ALIAS,
-        ENGINE="django.db.backends.postgresql",
-        NAME=given["dbname"],
-        HOST=given.get("host", ""),
-        PORT=given.get("port", ""),
-        USER=given.get("user", ""),
-    )
+    add_connection(ALIAS, postgres_database.url)
     with connections[ALIAS].cursor() as cursor:
         cursor.execute("CREATE TABLE IF NOT EXISTS orders (id text PRIMARY KEY)")
         cursor.execute("DELETE FROM orders")
