@@ -26,7 +26,8 @@ name a Django connection on PostgreSQL, through psycopg 3, to the same
 host, port and database as the URL. It compares settings and connects to
 nothing, so two names of one server (a DNS name and its address) are
 refused as different; loopback names (``localhost``, ``127.0.0.1``,
-``::1``, a Unix socket) count as one.
+``::1``, a Unix socket) count as one. The write checks it again on the
+connection itself (`PostgresBackend.enqueue_on`: once per connection).
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 import psycopg
 import pytest
@@ -14,6 +15,7 @@ from tests.conftest import PostgresDatabase
 from tests.postgres.conftest import LEASE, tasks
 from threadmill_core.models import TaskResultStatus
 from threadmill_postgres import PostgresBackend, PostgresBackendError
+from threadmill_postgres.testing import drop_namespace
 
 pytestmark = pytest.mark.postgres
 
@@ -105,3 +107,44 @@ def test_a_refused_statement_raises_and_leaves_the_transaction_to_the_caller(
             backend.enqueue_on(conn, tasks(1, queue="no"))
         conn.rollback()
     assert backend.counts() == {}
+
+
+def test_a_connection_to_another_database_is_refused_before_anything_is_written(
+    database: PostgresDatabase, make_backend: Callable[..., PostgresBackend]
+) -> None:
+    """A connection on the server's ``postgres`` database, holding a schema of the namespace's
+    name: PostgresBackendError names both databases, and neither stores the task."""
+    backend = make_backend()
+    other_url = database.url.replace(database.name, "postgres")
+    other = PostgresBackend.from_url(other_url, namespace=backend.namespace)
+    try:
+        with psycopg.connect(other_url) as conn:
+            with pytest.raises(PostgresBackendError, match=r"database 'postgres'.*nothing was"):
+                backend.enqueue_on(conn, tasks(1))
+            conn.rollback()
+        assert other.counts() == {}
+        assert backend.counts() == {}
+    finally:
+        drop_namespace(other)
+
+
+def test_a_connection_is_identified_once(
+    database: PostgresDatabase, make_backend: Callable[..., PostgresBackend]
+) -> None:
+    """The second enqueue_on on one connection sends only the enqueue statement."""
+    backend = make_backend()
+    with psycopg.connect(database.url) as conn:
+        backend.enqueue_on(conn, tasks(1))
+        sent: list[str] = []
+        original = psycopg.Cursor.execute
+
+        def counting(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+            sent.append(str(query))
+            return original(self, query, *args, **kwargs)
+
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(psycopg.Cursor, "execute", counting)
+            backend.enqueue_on(conn, tasks(1))
+        conn.commit()
+    assert len(sent) == 1
+    assert "pg_postmaster_start_time" not in sent[0]
