@@ -236,3 +236,26 @@ def test_the_option_must_name_an_alias() -> None:
         found = task_backends["default"].check()
     assert [m.id for m in found if m.id == "threadmill_django.E001"] == ["threadmill_django.E001"]
     assert "['database'] must be the alias of a connection in DATABASES" in found[0].msg
+
+
+def test_a_write_the_server_refuses_rolls_back_only_the_nested_block_around_it(
+    url: str, broker: Broker
+) -> None:
+    """The tasks table refuses the row: enqueue raises PostgresBackendError from a nested
+    atomic block, which rolls back; the outer block goes on and commits its row."""
+    from threadmill_postgres import PostgresBackendError
+
+    namespace = url.rsplit("namespace=", 1)[1]
+    with connections[ALIAS].cursor() as cursor:
+        cursor.execute(
+            f'ALTER TABLE "{namespace}".tasks ADD CONSTRAINT no_low CHECK (queue <> %s)', ["low"]
+        )
+    with transaction.atomic(using=ALIAS):
+        with (
+            pytest.raises(PostgresBackendError, match="enqueue_on"),
+            transaction.atomic(using=ALIAS),
+        ):
+            tasks.add.using(queue_name="low").enqueue(1, 2)
+        order("d")
+    assert orders() == ["d"]
+    assert broker.counts() == {}
