@@ -89,6 +89,7 @@ from threadmill_postgres.pauses import PostgresPauses
 from threadmill_postgres.pool_log import first_line
 from threadmill_postgres.producing import Enqueuer
 from threadmill_postgres.statements import Statements
+from threadmill_postgres.transactional import PostgresTransactional
 
 log = logging.getLogger("threadmill_postgres")
 
@@ -111,7 +112,7 @@ RATE_SECONDS = duration_ms(RATE_HISTORY) // 1000
 GIVE_BACK_SCAN = 256
 
 
-class PostgresBackend(PostgresPauses, Backend):
+class PostgresBackend(PostgresPauses, PostgresTransactional, Backend):
     """Tasks stored in PostgreSQL, in the schema of one namespace (see `schema`).
 
     `conninfo` is what libpq connects with: a ``postgresql://`` URL without
