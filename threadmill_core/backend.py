@@ -55,8 +55,9 @@ window.
 
 Atomicity. Every method is one atomic state change: another client sees the
 state before it or after it, never between. A method that takes many tasks
-(`enqueue`, `claim`, `claim_expired`, `mark_started`, `release`, `promote_due`,
-`purge`) may be atomic per task instead, as long as each task's change is atomic.
+(`enqueue`, `claim`, `claim_expired`, `expire_leases`, `mark_started`, `release`,
+`promote_due`, `purge`) may be atomic per task instead, as long as each task's
+change is atomic.
 
 Bad arguments. A `limit` that is not an int of at least 1 (`True` and
 ``"1"`` included), a `lease_ttl` or `claim_ttl` that is not a positive
@@ -418,6 +419,29 @@ class Backend(abc.ABC):
         call that returns fewer than `limit` leases has left no expired task
         behind (poison aside, see "Poison"), and one call after a crash gives
         back a dead worker's whole prefetch. Atomic per task.
+        """
+
+    @abc.abstractmethod
+    def expire_leases(self, worker: str) -> int:
+        """Expire at once the live leases of `worker`, known to be dead; return how many.
+
+        A supervisor that sees one of its worker processes die calls this with
+        that process's worker id, so the reaper's next pass takes its tasks up
+        instead of waiting out their leases. Every RUNNING task whose current
+        token is a worker's claim (from `claim`) by `worker` (the last entry
+        of its `worker_ids`) and whose lease deadline is later than `now()`
+        gets the deadline `now()`, as if the lease had run out: the task moves
+        within RUNNING (ordered by deadline) and `claim_expired` decides it by
+        its usual rules (an unstarted claim given back uncharged, a started
+        one charged).
+
+        Nothing else changes: not the token (the lease stays fenced as any
+        expired one: its holder may still act with it until a reaper pass
+        takes the task), not the record, not a reaper's claim (its
+        `worker_ids` still end with the worker whose claim it took over), not
+        a lease already expired, not a lease of any other worker. A repeat
+        finds nothing left to expire and answers 0, as does a worker holding
+        no lease. Atomic per task.
         """
 
     @abc.abstractmethod

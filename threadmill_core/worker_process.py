@@ -8,7 +8,8 @@ interpreter, which runs `prepare_process` itself first). Either then
 connects, waiting out an outage, and works until told to stop; with
 `WorkerSettings.max_tasks`, it exits 0 after that many claims (plus up to
 `max_tasks_jitter`) and the supervisor starts another. One that cannot
-start exits with `EXIT_CONFIG_ERROR`.
+start exits with `EXIT_CONFIG_ERROR`. Its worker id is `worker_id_of` its pid
+and the tag the supervisor gave it, so the supervisor knows it too.
 
 Signals: SIGTERM and `STOP_NOW_SIGNAL` are blocked in every thread and
 taken by a thread of its own (`_watch_signals`). A SIGTERM asks for a
@@ -30,12 +31,13 @@ import logging
 import os
 import random
 import signal
+import socket
 import sys
 import threading
 import time
 
 from threadmill_core.outage import Outage
-from threadmill_core.worker import Worker, default_worker_id
+from threadmill_core.worker import Worker
 from threadmill_core.worker_settings import (
     EXIT_ABANDONED,
     EXIT_CONFIG_ERROR,
@@ -55,7 +57,18 @@ log = logging.getLogger("threadmill.supervisor")
 _WORKER_SIGNALS = frozenset({signal.SIGTERM, STOP_NOW_SIGNAL})
 
 
-def forked_main(settings: WorkerSettings, index: int) -> None:
+def worker_id_of(pid: int, tag: str) -> str:
+    """The worker id of the worker process `pid` that the supervisor started with `tag`.
+
+    Laid out as `threadmill_core.worker.default_worker_id` lays one out, with
+    the supervisor's `tag` as its random part: the process names itself with
+    it, and the supervisor, which knows the pid once the process started,
+    knows the id without asking (to expire the process's leases when it dies).
+    """
+    return f"{socket.gethostname()}:{pid}:{tag}"
+
+
+def forked_main(settings: WorkerSettings, index: int, tag: str) -> None:
     """A worker process forked from the supervisor, which had loaded the tasks already."""
     # The supervisor's handlers came with the fork; its signals are still
     # blocked (see `threadmill_core.supervisor.Supervisor._fork`), so none of
@@ -64,10 +77,10 @@ def forked_main(settings: WorkerSettings, index: int) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, FORK_BLOCKED - _WORKER_SIGNALS)
-    _serve(settings, index)
+    _serve(settings, index, tag)
 
 
-def spawned_main(settings: WorkerSettings, index: int) -> None:
+def spawned_main(settings: WorkerSettings, index: int, tag: str) -> None:
     """A spawned worker process: load the tasks, then work until told to stop."""
     logging.basicConfig(level=settings.log_level, format=LOG_FORMAT, stream=sys.stderr)
     try:
@@ -75,10 +88,10 @@ def spawned_main(settings: WorkerSettings, index: int) -> None:
     except Exception as exc:
         cannot_start(f"worker {index} cannot start", exc)
         sys.exit(EXIT_CONFIG_ERROR)
-    _serve(settings, index)
+    _serve(settings, index, tag)
 
 
-def _serve(settings: WorkerSettings, index: int) -> None:
+def _serve(settings: WorkerSettings, index: int, tag: str) -> None:
     """A worker process with its tasks loaded: connect, then work until told to stop."""
     # Blocked in this thread and so in every thread it starts; `_watch_signals` takes them.
     signal.pthread_sigmask(signal.SIG_BLOCK, _WORKER_SIGNALS)
@@ -101,7 +114,7 @@ def _serve(settings: WorkerSettings, index: int) -> None:
         lease_ttl=settings.lease_ttl,
         poll_interval=settings.poll_interval,
         maintenance=False,
-        worker_id=default_worker_id(),
+        worker_id=worker_id_of(os.getpid(), tag),
         reconnect_backoff=settings.reconnect_backoff,
     )
 

@@ -66,7 +66,7 @@ from threadmill_core.models import (
     TaskResultStatus,
     validate_timedelta,
 )
-from threadmill_memory import _payload
+from threadmill_memory import _leases, _payload
 from threadmill_memory._rates import RateHistory
 from threadmill_memory._store import Entry, Item, SortKey, Store
 
@@ -367,6 +367,10 @@ class MemoryBackend(Backend):
             if given_back:
                 self._ready.notify_all()
             return leases
+
+    def expire_leases(self, worker: str) -> int:
+        with self._lock:
+            return _leases.expire(self._store, worker, self._begin())
 
     @staticmethod
     def _unstarted(entry: Entry) -> bool:

@@ -592,6 +592,15 @@ class PostgresBackend(Backend):
 
         return self._filled(limit, take)
 
+    def expire_leases(self, worker: str) -> int:
+        """One statement (`lease_expiry.EXPIRE_LEASES`); repeated after a lost reply (a repeat
+        finds nothing left to expire)."""
+        if not rows.storable(worker):
+            return 0  # no claim can have stored it
+        statement = self.sql.expire_leases
+        (row,) = self.db.fetch(statement, {"worker": worker}, what="expire_leases", repeatable=True)
+        return int(row[0])
+
     def promote_due(self, *, limit: int) -> int:
         check_limit(limit)
         params = {

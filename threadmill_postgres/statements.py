@@ -42,6 +42,7 @@ from __future__ import annotations
 
 from threadmill_core.backend import RATE_HISTORY
 from threadmill_core.clock import duration_ms
+from threadmill_postgres.lease_expiry import EXPIRE_LEASES
 from threadmill_postgres.schema import quote_ident
 
 #: Seconds of telemetry kept (see `threadmill_core.backend.RATE_HISTORY`).
@@ -696,6 +697,7 @@ class Statements:
         self.release = fill(RELEASE)
         self.quarantine = fill(QUARANTINE)
         self.claim_expired = fill(CLAIM_EXPIRED)
+        self.expire_leases = fill(EXPIRE_LEASES)
         self.promote_due = fill(PROMOTE_DUE)
         self.next_due = fill(NEXT_DUE)
         self.has_work = fill(HAS_WORK)

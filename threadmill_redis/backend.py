@@ -523,6 +523,12 @@ class RedisBackend(Backend):
             self._notify(list(dict.fromkeys(given_back)))
         return leases
 
+    def expire_leases(self, worker: str) -> int:
+        """One ``expire_leases.lua``, which reads every live lease (there is no index by worker:
+        a pass made once per dead worker process, not on any claim or decision); repeated
+        after a lost reply (a repeat finds nothing left to expire)."""
+        return int(self._run("expire_leases", [encode_worker(worker)], repeatable=True))
+
     def promote_due(self, *, limit: int) -> int:
         args = [check_limit(limit), self._ttl_ms, self.options.prune_batch]
         count, *queues = self._run("promote_due", args, repeatable=True)

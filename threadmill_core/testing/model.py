@@ -567,6 +567,22 @@ class ProtocolModel:
             for task_id in claimed
         ]
 
+    def expire_leases(self, worker: str) -> list[str]:
+        """Deadline now for every live lease of a worker claim by `worker`; the ids, by id."""
+        cut = sorted(
+            t.id
+            for t in self.tasks.values()
+            if t.status is RUNNING
+            and t.holder is not None
+            and self.leases[t.holder].kind == "worker"
+            and t.worker_ids[-1:] == [worker]
+            and t.deadline is not None
+            and t.deadline > self.now_ms
+        )
+        for task_id in cut:
+            self.tasks[task_id].deadline = self.now_ms
+        return cut
+
     def due(self) -> list[Candidate]:
         """Due DEFERRED tasks of every queue, in DEFERRED order (run_after, then id)."""
         due = [t for t in self.tasks.values() if self._due(t)]

@@ -24,7 +24,7 @@ its documented exception and change nothing.
 
 This module is the catalogue; the scenarios live in
 `threadmill_core.testing._scenarios` by kind (``fencing``, ``starts``,
-``ordering``, ``clock``, ``payloads``, ``bad_input``), with the helpers they
+``dead_workers``, ``ordering``, ``clock``, ``payloads``, ``bad_input``), with the helpers they
 share in ``kit`` (re-exported here: `expect`, `new_task`, `claim_one`,
 `start_one`, ...), and a
 backend's own scenarios can join `SCENARIOS` with the `scenario` decorator.
@@ -37,13 +37,16 @@ them too; boundaries that need an exact clock are checked only on one.
 
 from __future__ import annotations
 
-from threadmill_core.testing._scenarios import clock, fencing, ordering, starts
+from threadmill_core.testing._scenarios import clock, dead_workers, fencing, ordering, starts
 from threadmill_core.testing._scenarios.bad_input import BAD_INPUT_CASES, BadCall
 from threadmill_core.testing._scenarios.clock import (
     deferred_tasks_fall_due_on_the_backend_clock,
     finished_tasks_are_kept_for_result_ttl_then_gone,
     next_due_counts_down_to_the_earliest_deferred_task,
     retry_delay_is_measured_on_the_backend_clock,
+)
+from threadmill_core.testing._scenarios.dead_workers import (
+    expire_leases_expires_a_dead_workers_leases_and_nothing_else,
 )
 from threadmill_core.testing._scenarios.fencing import (
     a_lease_from_before_a_purge_cannot_decide_the_id_enqueued_again,
@@ -104,6 +107,7 @@ from threadmill_core.testing._scenarios.starts import (
 SCENARIOS: dict[str, Scenario] = {
     **fencing.SCENARIOS,
     **starts.SCENARIOS,
+    **dead_workers.SCENARIOS,
     **ordering.SCENARIOS,
     **clock.SCENARIOS,
 }
@@ -138,6 +142,7 @@ __all__ = [
     "deferred_tasks_fall_due_on_the_backend_clock",
     "enqueue_is_idempotent_on_id",
     "expect",
+    "expire_leases_expires_a_dead_workers_leases_and_nothing_else",
     "extend_after_a_reap_is_refused",
     "failed",
     "failure",

@@ -586,6 +586,28 @@ class SQLiteBackend(Backend):
             self._notify()
         return leases
 
+    def expire_leases(self, worker: str) -> int:
+        """One transaction over the live leases (no index by worker: a supervisor calls this
+        once per dead worker process); a row whose worker ids do not decode is left alone."""
+        cut = 0
+        with self._write("expire_leases") as (conn, now_ms):
+            rows = conn.execute(
+                "SELECT id, worker_ids FROM threadmill_tasks WHERE status = 'RUNNING' "
+                "AND deadline > ? AND claim != 'reaper'",
+                (now_ms,),
+            ).fetchall()
+            for row in rows:
+                try:
+                    workers = _rows.decode_worker_ids(row)
+                except PayloadError:
+                    continue
+                if workers[-1:] == (worker,):
+                    conn.execute(
+                        "UPDATE threadmill_tasks SET deadline = ? WHERE id = ?", (now_ms, row["id"])
+                    )
+                    cut += 1
+        return cut
+
     def promote_due(self, *, limit: int) -> int:
         check_limit(limit)
         with self._write("promote_due") as (conn, now_ms):
