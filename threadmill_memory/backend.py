@@ -44,7 +44,7 @@ from datetime import datetime, timedelta
 
 import attrs
 
-from threadmill_core.backend import NOTHING_DEFERRED, RATE_HISTORY, UNSTARTED_EXPIRY_LIMIT, Backend
+from threadmill_core.backend import NOTHING_DEFERRED, RATE_HISTORY, Backend
 from threadmill_core.checks import (
     check_decision,
     check_limit,
@@ -183,7 +183,7 @@ class MemoryBackend(Backend):
                     record = self._decode_or_quarantine(self._store[head[1]], now_ms)
                     if record is None:
                         continue
-                    token = self._new_token()
+                    token, expiries = self._new_token(), self._store[head[1]].unstarted_expiries
                     claimed = attrs.evolve(
                         record,
                         status=RUNNING,
@@ -193,7 +193,15 @@ class MemoryBackend(Backend):
                         worker_ids=(*record.worker_ids, worker),
                     )
                     stored = self._put(claimed, (deadline_ms,), token)
-                    leases.append(Lease(token=token, deadline=from_ms(deadline_ms), record=stored))
+                    deadline = from_ms(deadline_ms)
+                    leases.append(
+                        Lease(
+                            token=token,
+                            deadline=deadline,
+                            record=stored,
+                            unstarted_expiries=expiries,
+                        )
+                    )
             return leases
 
     def extend(self, lease: Lease, lease_ttl: timedelta) -> Lease | None:
@@ -375,12 +383,7 @@ class MemoryBackend(Backend):
     @staticmethod
     def _unstarted(entry: Entry) -> bool:
         """Whether an expiry of `entry`'s claim goes back uncharged (see `claim_expired`)."""
-        return (
-            entry.token is not None
-            and not entry.started
-            and not entry.reaped
-            and entry.unstarted_expiries < UNSTARTED_EXPIRY_LIMIT
-        )
+        return entry.token is not None and not entry.started and not entry.reaped
 
     def next_due(self) -> timedelta | None:
         with self._lock:

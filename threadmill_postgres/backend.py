@@ -53,7 +53,7 @@ import attrs
 import psycopg
 
 from threadmill_core import codec
-from threadmill_core.backend import NOTHING_DEFERRED, RATE_HISTORY, UNSTARTED_EXPIRY_LIMIT, Backend
+from threadmill_core.backend import NOTHING_DEFERRED, RATE_HISTORY, Backend
 from threadmill_core.checks import (
     check_decision,
     check_limit,
@@ -578,7 +578,6 @@ class PostgresBackend(Backend):
             params = {
                 "limit": want,
                 "scan": scan,
-                "unstarted": UNSTARTED_EXPIRY_LIMIT,
                 "ttl": held_ms,
                 "request": uuid.uuid4().hex,
                 "channel": self.channel,

@@ -49,7 +49,6 @@ from threadmill_core import codec
 from threadmill_core.backend import (
     NOTHING_DEFERRED,
     RATE_HISTORY,
-    UNSTARTED_EXPIRY_LIMIT,
     Backend,
     TaskCall,
 )
@@ -508,9 +507,7 @@ class RedisBackend(Backend):
         given_back: list[str] = []
 
         def take(want: int) -> list[Row]:
-            reply: list[Any] = self._run(
-                "claim_expired", [want, ttl, UNSTARTED_EXPIRY_LIMIT], repeatable=False
-            )
+            reply: list[Any] = self._run("claim_expired", [want, ttl], repeatable=False)
             given_back.extend(queue.decode() for queue in reply[0])
             return [Row.parse(row) for row in reply[1:]]
 

@@ -249,6 +249,23 @@ def test_a_dead_workers_prefetch_goes_back_uncharged_and_runs_once(
     assert "ghost" not in final.worker_ids
 
 
+def test_a_task_given_back_has_its_start_recorded_before_it_runs(
+    broker: Broker, clock: FakeClock
+) -> None:
+    """A task a dead worker claimed and never started runs later with its start recorded first:
+    inside it, its lease can no longer be given back (release refuses a started claim)."""
+    backend = broker.backend
+    tasks.release_backend[:] = [backend]
+    tasks.gave_back.clear()
+    record = tasks.gives_itself_back.using(broker=broker).enqueue()
+    backend.claim(["default"], worker="ghost", lease_ttl=timedelta(seconds=30))
+    clock.advance(timedelta(seconds=31))
+    worker(broker).run(burst=True)  # its maintenance pass gives the task back, then runs it
+    assert tasks.gave_back == [None], "the start was not recorded before the task ran"
+    final = broker.get_result(record.id)
+    assert (final.status, final.attempts, final.errors) == (SUCCESSFUL, 1, ())
+
+
 def test_expired_lease_without_retry_policy_fails(broker: Broker, clock: FakeClock) -> None:
     """Lease expiry of a started task with no retry policy finalizes it FAILED."""
     record = tasks.echo.using(broker=broker).enqueue(1)

@@ -21,9 +21,10 @@ returned, and checks token freshness itself.
 Starts. A task remembers whether its current claim's start was recorded
 (`started`, reset by every new lease and every cleared token) and how many
 times an unstarted claim of it expired and was given back
-(`unstarted_expiries`, which nothing resets). `claim_expired` gives back
-the expired tasks whose current lease is an unstarted worker claim below
-`UNSTARTED_EXPIRY_LIMIT`, exactly as `release` does, and claims the rest.
+(`unstarted_expiries`, which nothing resets, and which every later worker
+claim's lease shows). `claim_expired` gives back the expired tasks whose
+current lease is an unstarted worker claim, exactly as `release` does, and
+claims the rest.
 
 Decisions. `complete` and `retry` act while the lease holds the current
 token and the task is RUNNING. With the current token on a task already in
@@ -57,7 +58,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from threadmill_core.backend import UNSTARTED_EXPIRY_LIMIT
 from threadmill_core.clock import from_ms, to_ms
 from threadmill_core.models import (
     JSON,
@@ -183,6 +183,8 @@ class ExpectedLease:
     serial: int
     deadline_ms: int
     record: TaskResult
+    #: The task's give-backs as the claim found them (0 for a reaper's lease).
+    unstarted_expiries: int = 0
 
     @property
     def task_id(self) -> str:
@@ -336,7 +338,8 @@ class ProtocolModel:
         task.token_history.append(serial)
         task.deadline = deadline_ms
         task.started = False
-        return ExpectedLease(serial, deadline_ms, self.record(task))
+        expiries = task.unstarted_expiries if kind == "worker" else 0
+        return ExpectedLease(serial, deadline_ms, self.record(task), expiries)
 
     def claim(
         self,
@@ -520,7 +523,6 @@ class ProtocolModel:
             task.holder is not None
             and self.leases[task.holder].kind == "worker"
             and not task.started
-            and task.unstarted_expiries < UNSTARTED_EXPIRY_LIMIT
         )
 
     def claim_expired(

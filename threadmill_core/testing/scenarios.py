@@ -10,8 +10,8 @@ runs every one on every backend; outside it, a backend runs them as::
 `SCENARIOS` holds the races that fencing exists for (a late acknowledgement
 after a reap, two reaper passes, a lapsed reaper claim, inspector actions on
 running or finished tasks, repeats after a lost reply), the rules of
-recorded starts (an unstarted claim that expires goes back uncharged, at
-most `UNSTARTED_EXPIRY_LIMIT` times; a started one is charged; `release`
+recorded starts (an unstarted claim that expires goes back uncharged, and
+later leases of the task say so; a started one is charged; `release`
 refuses a started one; `mark_started` is fenced and idempotent) and the orderings
 that are easy to get subtly wrong (queues, priority, FIFO for thousands of
 tasks enqueued in one call), and time on the backend's clock (due times,
@@ -97,7 +97,7 @@ from threadmill_core.testing._scenarios.payloads import PAYLOAD_CASES, check_pay
 from threadmill_core.testing._scenarios.starts import (
     a_reaper_pass_gives_back_the_unstarted_claims_it_meets_beyond_its_limit,
     a_started_claim_that_expires_is_charged,
-    an_unstarted_claim_is_given_back_at_most_the_bound_times,
+    an_unstarted_claim_is_always_given_back_and_later_leases_count_it,
     an_unstarted_claim_that_expires_goes_back_uncharged,
     mark_started_is_fenced_idempotent_and_changes_nothing_seen,
     release_refuses_a_started_claim_and_a_reaper_lease,
@@ -133,7 +133,7 @@ __all__ = [
     "a_lease_from_before_a_purge_cannot_decide_the_id_enqueued_again",
     "a_reaper_pass_gives_back_the_unstarted_claims_it_meets_beyond_its_limit",
     "a_started_claim_that_expires_is_charged",
-    "an_unstarted_claim_is_given_back_at_most_the_bound_times",
+    "an_unstarted_claim_is_always_given_back_and_later_leases_count_it",
     "an_unstarted_claim_that_expires_goes_back_uncharged",
     "cancel_of_a_running_task_is_refused",
     "check_payload_round_trip",

@@ -22,6 +22,7 @@
 --   KEYS[16] queues      HASH queue -> number of tasks stored
 --   KEYS[17] receipt     LIST this call's receipt (unique per call, same on a repeat): the
 --                        tokens' base, then the ids granted (the n-th id's token is base + n)
+--   KEYS[18] starts      HASH id -> "<unstarted expiries>|<claim>" (see lib/load_start)
 --   ARGV[1]  worker_entry  the worker's id, encoded for the workers hash
 --   ARGV[2]  lease_ms      lease length in milliseconds
 --   ARGV[3]  limit         most tasks to claim
@@ -30,15 +31,16 @@
 -- Reply: empty when nothing is ready; else the code (OK, or REPEAT on a
 -- repeat), then one row per claimed task, best first, payload included, as
 -- lib/task_row lays it out without the code and the result (a RUNNING task
--- has none): five fields a task, the rows one after another in the one list
--- (a table a row would cost the server more than the rest of its reply). A
--- repeat answers the same rows, in the same order, of the tasks still
--- RUNNING under their tokens.
+-- has none), then the task's count of expired unstarted claims given back
+-- (lib/load_start; '' for none): six fields a task, the rows one after
+-- another in the one list (a table a row would cost the server more than the
+-- rest of its reply). A repeat answers the same rows, in the same order, of
+-- the tasks still RUNNING under their tokens.
 --
 -- A queue's batch costs a fixed number of commands, whatever its size: its
 -- tokens come from one HINCRBY, its records are read with one HMGET per hash
--- and written with one HSET or ZADD per hash or index, and the receipt is one
--- RPUSH.
+-- and written with one HSET or ZADD per hash or index (K.starts, read for the
+-- count of give-backs, included), and the receipt is one RPUSH.
 
 --@include "lib/call_in_slices"
 --@include "lib/claimed_state"
@@ -69,6 +71,7 @@ if redis.call('EXISTS', K.receipt) == 1 then
       for f = 2, 6 do
         rows[#rows + 1] = row[f]
       end
+      rows[#rows + 1] = string.match(redis.call('HGET', K.starts, t.id) or '', '^%d*')
     end
   end
   return #rows > 1 and rows or {}
@@ -115,6 +118,7 @@ for i = 4, #ARGV do
     local payloads = hmget_all(K.payload, ids)
     local errors = hmget_all(K.errors, ids)
     local old_workers = hmget_all(K.workers, ids)
+    local starts = hmget_all(K.starts, ids)
     local state_args, worker_args = {}, {}
     local first = last - #members -- tokens first + n
     -- A call's tokens come from the one counter, in order: so one base for all.
@@ -127,11 +131,11 @@ for i = 4, #ARGV do
       state_args[two - 1], state_args[two] = id, state
       worker_args[two - 1], worker_args[two] = id, workers
       receipt[1 + claimed + n] = id
-      -- The row of lib/task_row, from what is being written: a RUNNING task
-      -- has no result.
-      local r = 1 + 5 * (claimed + n)
-      rows[r - 4], rows[r - 3], rows[r - 2], rows[r - 1], rows[r] =
-        id, state, payloads[n], errors[n], workers
+      -- The row of lib/task_row, from what is being written (a RUNNING task
+      -- has no result), then the count of give-backs.
+      local r = 1 + 6 * (claimed + n)
+      rows[r - 5], rows[r - 4], rows[r - 3], rows[r - 2], rows[r - 1], rows[r] =
+        id, state, payloads[n], errors[n], workers, string.match(starts[n] or '', '^%d*')
     end
     call_in_slices({ 'HSET', K.state }, state_args)
     call_in_slices({ 'HSET', K.workers }, worker_args)

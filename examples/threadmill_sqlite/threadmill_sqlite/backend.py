@@ -61,7 +61,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from threadmill_core.backend import NOTHING_DEFERRED, RATE_HISTORY, UNSTARTED_EXPIRY_LIMIT, Backend
+from threadmill_core.backend import NOTHING_DEFERRED, RATE_HISTORY, Backend
 from threadmill_core.checks import (
     check_decision,
     check_limit,
@@ -319,6 +319,7 @@ class SQLiteBackend(Backend):
                                 token=token,
                                 deadline=from_ms(deadline_ms),
                                 record=_rows.decode(stored),
+                                unstarted_expiries=row["unstarted_expiries"],
                             )
                         )
         return leases
@@ -569,7 +570,7 @@ class SQLiteBackend(Backend):
                     if record is None:
                         continue
                     expiries = row["unstarted_expiries"]
-                    if row["claim"] == "unstarted" and expiries < UNSTARTED_EXPIRY_LIMIT:
+                    if row["claim"] == "unstarted":
                         # Never ran: back to READY uncharged, counted toward the bound.
                         self._give_back(conn, record, expiries + 1)
                         given_back = True
