@@ -198,6 +198,7 @@ def postgres_database() -> Iterator[PostgresDatabase]:
 
 def memory_harness() -> Harness:
     from threadmill_memory import MemoryBackend
+    from threadmill_memory.testing import corruptions
 
     clock = FakeClock()
     backend = MemoryBackend(clock=clock, result_ttl=RESULT_TTL)
@@ -207,6 +208,7 @@ def memory_harness() -> Harness:
         exact_clock=True,
         close=backend.close,
         result_ttl=RESULT_TTL,
+        corruptions=corruptions(backend),
     )
 
 

@@ -10,7 +10,9 @@ from threadmill_core.errors import (
     InvalidCall,
     InvalidOption,
     InvalidTaskDefinition,
+    MemoryBrokerWarning,
     PayloadError,
+    PayloadTooLarge,
     TaskNotFound,
     TaskQuarantined,
     ThreadmillError,
@@ -29,6 +31,7 @@ from threadmill_core.models import (
     TaskResult,
     TaskResultStatus,
 )
+from threadmill_core.periodic import InvalidSchedule, Tick, periodic, tick_of
 from threadmill_core.retry import ExponentialBackoff
 from threadmill_core.task import Task, task
 from threadmill_core.worker import Worker
@@ -45,9 +48,12 @@ __all__ = [
     "FakeClock",
     "InvalidCall",
     "InvalidOption",
+    "InvalidSchedule",
     "InvalidTaskDefinition",
     "Lease",
+    "MemoryBrokerWarning",
     "PayloadError",
+    "PayloadTooLarge",
     "QueueCounts",
     "QueueRates",
     "RetryPolicySpec",
@@ -60,6 +66,7 @@ __all__ = [
     "TaskResult",
     "TaskResultStatus",
     "ThreadmillError",
+    "Tick",
     "UnknownBackend",
     "UnsupportedValue",
     "WaitTimeout",
@@ -67,5 +74,7 @@ __all__ = [
     "connect",
     "default_broker",
     "hookimpl",
+    "periodic",
     "task",
+    "tick_of",
 ]

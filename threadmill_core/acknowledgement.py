@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from datetime import timedelta
 
 from threadmill_core.backend import Backend
 from threadmill_core.errors import BackendUnavailable
 from threadmill_core.held import HeldTasks, Outcome
-from threadmill_core.models import Decision, TaskResult, TaskResultStatus
+from threadmill_core.models import Decision, Lease, TaskResult, TaskResultStatus
 from threadmill_core.plugins import notify, notify_each
+from threadmill_core.worker_logging import failure_fields, task_fields
 
 log = logging.getLogger("threadmill.worker")
 
@@ -61,6 +63,21 @@ def send_outcomes(backend: Backend, outcomes: Sequence[Outcome], held: HeldTasks
     return taken
 
 
+def give_back_leases(
+    backend: Backend, leases: Sequence[Lease], delay: timedelta | None = None
+) -> list[TaskResult | None]:
+    """`Backend.release` of `leases` (unstarted claims), announcing the ones it took.
+
+    ``threadmill_tasks_given_back`` gets the records the backend stored, once
+    per call; errors go to the caller, as from `Backend.release`.
+    """
+    released = backend.release(leases) if delay is None else backend.release(leases, delay)
+    back = [record for record in released if record is not None]
+    if back:
+        notify("threadmill_tasks_given_back", records=back)
+    return released
+
+
 def _decide_one(backend: Backend, decision: Decision) -> TaskResult | None:
     try:
         return backend.decide_many([decision])[0]
@@ -68,7 +85,7 @@ def _decide_one(backend: Backend, decision: Decision) -> TaskResult | None:
         raise
     except Exception:
         log.exception("task %s: acknowledgement failed; its lease will lapse and be reaped",
-                      decision.lease.task_id)  # fmt: skip
+                      decision.lease.task_id, extra=task_fields(decision.record))  # fmt: skip
         return None
 
 
@@ -76,7 +93,7 @@ def _log_refusal(decision: Decision) -> None:
     record = decision.record
     log.warning(
         "task %s (%s) attempt %d: acknowledgement refused, the lease was lost",
-        record.id, record.task_path, record.attempts,
+        record.id, record.task_path, record.attempts, extra=task_fields(record),
     )  # fmt: skip
 
 
@@ -94,6 +111,7 @@ def _announce(item: Outcome, decision: Decision, stored: TaskResult) -> bool:
             "task %s (%s) attempt %d failed after %.3f s (%s); retry in %.3f s",
             record.id, record.task_path, record.attempts, item.held.duration,
             record.errors[-1].exception_class_path, decision.retry_delay.total_seconds(),
+            extra=failure_fields(record),
         )  # fmt: skip
         notify("threadmill_task_retried", record=stored, delay=decision.retry_delay)
         return False
@@ -105,5 +123,6 @@ def _announce(item: Outcome, decision: Decision, stored: TaskResult) -> bool:
             "task %s (%s) attempt %d %s in %.3f s",
             record.id, record.task_path, record.attempts, stored.status.value,
             item.held.duration,
+            extra=task_fields(record) if level == logging.DEBUG else failure_fields(record),
         )  # fmt: skip
     return True

@@ -77,7 +77,7 @@ sequence of queues is expected is a `TypeError`. A record to enqueue that
 the codec cannot carry, or a SUCCESSFUL return value it cannot carry, is an
 `UnsupportedValue`. The functions of `threadmill_core.checks` make these
 checks (`check_limit`, `check_offset`, `ttl_ms`, `queue_names`,
-`check_purgeable`, `check_window`, `check_records`, `check_calls`,
+`check_purgeable`, `check_window`, `check_records`, `check_calls`, `check_delay`,
 `check_decision`; importable from here too); every bundled backend calls
 them, and third-party backends should too, so that every backend refuses the
 same calls with the same words.
@@ -93,6 +93,14 @@ An undecodable task whose unstarted claim expired may be quarantined by
 quarantines it). Operations that must return an undecodable record (`get`, `peek`, `cancel`,
 `requeue`) raise `PayloadError` naming the task; `counts` and `purge` never
 decode, so an operator can always count and purge poison.
+
+Corrupt records. Poison never hurts its neighbours: a record whose stored
+state or bytes are damaged (missing, garbled, out of range) is quarantined
+as above by whichever pass meets it (claim, promotion, reaper), or removed
+where no record is left to mark, and every other task of the same claim,
+pass or batch (renewals, decisions and start marks included) is processed
+as if it were not there. The kit's corrupt-record scenarios check this
+through `Harness.corruptions`.
 """
 
 from __future__ import annotations
@@ -108,6 +116,7 @@ from threadmill_core.checks import (
     PURGEABLE_STATUSES,
     check_calls,
     check_decision,
+    check_delay,
     check_limit,
     check_offset,
     check_purgeable,
@@ -125,6 +134,7 @@ from threadmill_core.models import (
     TaskResult,
     TaskResultStatus,
 )
+from threadmill_core.pauses import SchedulePause, check_schedule_name
 
 __all__ = [
     "NOTHING_DEFERRED",
@@ -132,14 +142,17 @@ __all__ = [
     "RATE_BUCKET_MAX",
     "RATE_HISTORY",
     "Backend",
+    "SchedulePause",
     "TaskCall",
     "call_record",
     "check_calls",
     "check_decision",
+    "check_delay",
     "check_limit",
     "check_offset",
     "check_purgeable",
     "check_records",
+    "check_schedule_name",
     "check_window",
     "queue_names",
     "ttl_ms",
@@ -320,7 +333,9 @@ class Backend(abc.ABC):
         ]
 
     @abc.abstractmethod
-    def release(self, leases: Sequence[Lease]) -> list[TaskResult | None]:
+    def release(
+        self, leases: Sequence[Lease], delay: timedelta = timedelta(0)
+    ) -> list[TaskResult | None]:
         """Give back claimed tasks that never started; answers in the order given.
 
         A worker claims ahead of its free threads (prefetch) and, when it
@@ -332,6 +347,12 @@ class Backend(abc.ABC):
         and `last_attempted_at` are cleared too (no attempt ever started).
         `errors`, `run_after` and the arguments are kept. The token is
         cleared, as by `requeue`, so any later use of the lease is refused.
+
+        With a `delay` above zero the tasks go to DEFERRED instead, with
+        `run_after` = `now() + delay` (rounded up to whole milliseconds, as
+        `retry` does), everything else the same: a worker gives back a task
+        it may not run (a task it did not load) for another worker, later.
+        A delay that is not a `timedelta` of zero or more is a `ValueError`.
 
         Refused (None) when the token is no longer current, the task is not
         RUNNING, the claim's start was recorded (`mark_started`: a task that
@@ -527,6 +548,28 @@ class Backend(abc.ABC):
         RUNNING cannot be purged (`ValueError`): a running task belongs to its
         lease holder.
         """
+
+    # --- schedules ---------------------------------------------------------------------
+
+    def set_schedule_paused(self, name: str, paused: bool) -> SchedulePause:
+        """Store that the schedule `name` is paused (or not), as of `now()`; return that.
+
+        For every scheduler on the store (see `threadmill_core.scheduling`):
+        a paused schedule stores no ticks, and a resumed one never catches
+        up a tick at or before its `since`. Setting the state it already has
+        changes nothing and returns the stored state. `name` is checked
+        (`check_schedule_name`, `ValueError`) before anything changes. Not
+        abstract, so that older backends still build; the default raises
+        `NotImplementedError` (schedules then cannot be paused).
+        """
+        raise NotImplementedError(f"{type(self).__name__} keeps no schedule state")
+
+    def schedule_pauses(self) -> dict[str, SchedulePause]:
+        """The state `set_schedule_paused` stored for each schedule named so far, by name.
+
+        The default raises `NotImplementedError` (see `set_schedule_paused`).
+        """
+        raise NotImplementedError(f"{type(self).__name__} keeps no schedule state")
 
     # --- lifecycle -------------------------------------------------------------------
 

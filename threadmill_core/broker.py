@@ -2,7 +2,12 @@
 
 ``connect(url)`` picks the backend by URL scheme through the plugin manager;
 `default_broker()` is the one ``Task.enqueue`` uses when a task names none:
-``THREADMILL_URL`` from the environment, else ``memory://``.
+``THREADMILL_URL`` from the environment, else ``memory://``. Inside the
+worker processes of ``threadmill worker`` that is the worker's own URL (see
+`threadmill_core.worker_process`), so a task that enqueues a follow-up task
+sends it where the worker claims. A producer whose default is ``memory://``
+because ``THREADMILL_URL`` is unset, with no `Worker` made in its process,
+gets a `MemoryBrokerWarning` at its first enqueue (`producer_broker`).
 """
 
 from __future__ import annotations
@@ -11,19 +16,30 @@ import functools
 import os
 import threading
 import time
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 import attrs
 
+from threadmill_core import payload_limit
 from threadmill_core.backend import Backend
 from threadmill_core.calls import CallCheck
 from threadmill_core.clock import from_ms, to_ms
-from threadmill_core.errors import TaskNotFound, WaitTimeout
+from threadmill_core.errors import MemoryBrokerWarning, TaskNotFound, WaitTimeout
 from threadmill_core.ids import new_task_id, new_task_ids
-from threadmill_core.models import QueueCounts, TaskResult, TaskResultStatus, validate_run_after
+from threadmill_core.models import (
+    QueueCounts,
+    TaskCall,
+    TaskResult,
+    TaskResultStatus,
+    validate_run_after,
+)
+from threadmill_core.options import positive_int
+from threadmill_core.payload_limit import DEFAULT_MAX_PAYLOAD_BYTES
 from threadmill_core.plugins import backend_for_url, notify, notify_each
+from threadmill_core.urls import redact
 
 DEFAULT_URL = "memory://"
 
@@ -48,16 +64,29 @@ class Enqueueable(Protocol):
 
 
 class Broker:
-    """A backend plus the task API: enqueue calls, fetch results, inspect and steer queues."""
+    """A backend plus the task API: enqueue calls, fetch results, inspect and steer queues.
 
-    def __init__(self, backend: Backend, *, url: str | None = None) -> None:
+    `max_payload_bytes` bounds each call's arguments as stored (see
+    `threadmill_core.payload_limit`; default 1 MiB): a larger call is refused
+    at enqueue with `PayloadTooLarge`.
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        url: str | None = None,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    ) -> None:
         if not isinstance(backend, Backend):
             raise TypeError(f"Broker needs a threadmill_core.Backend, got {backend!r}")
         self.backend = backend
         self.url = url
+        self.max_payload_bytes = positive_int("max_payload_bytes", max_payload_bytes)
 
     def __repr__(self) -> str:
-        return f"Broker({self.url or type(self.backend).__name__})"
+        """The broker's URL, its password hidden (`threadmill_core.urls.redact`)."""
+        return f"Broker({redact(self.url) if self.url else type(self.backend).__name__})"
 
     # --- producing -------------------------------------------------------------------
 
@@ -69,13 +98,15 @@ class Broker:
 
         A call that does not fit the task's signature raises `InvalidCall`
         naming the task and the mismatch; arguments the codec cannot carry
-        raise `UnsupportedValue` naming them (e.g. ``kwargs['when']``). Either
-        way nothing is stored.
+        raise `UnsupportedValue` naming them (e.g. ``kwargs['when']``);
+        arguments of more than `max_payload_bytes` raise `PayloadTooLarge`
+        with the size and the limit. Either way nothing is stored.
         """
         shared = self._shared(task)
         check = task.call_check
         if check is not None:
             check.check(shared.task_path, args, kwargs)
+        payload_limit.check_call(shared.task_path, args, kwargs, self.max_payload_bytes)
         # `kwargs` is this call's own dict already; the args are copied into a list.
         [stored] = self.backend.enqueue_calls(shared, [(new_task_id(), [*args], kwargs)])
         notify("threadmill_task_enqueued", record=stored)
@@ -85,26 +116,41 @@ class Broker:
         self,
         task: Enqueueable,
         calls: Iterable[tuple[Sequence[Any], Mapping[str, Any]]],
+        *,
+        ids: Sequence[str] | None = None,
     ) -> list[TaskResult]:
         """Store many calls of `task` in one backend call; all are checked before any is stored.
 
         Each call is ``(args, kwargs)``, copied into a list and a dict. A call
         that does not fit the task's signature raises `InvalidCall` with its
         `index` in the batch, one the codec cannot carry `UnsupportedValue`
-        naming it; either way none of the calls is stored.
+        naming it, one of more than `max_payload_bytes` `PayloadTooLarge`
+        with its `index`; in each case none of the calls is stored.
+
+        `ids`, one per call, are the tasks' ids, for a caller that had to name
+        them before storing (`threadmill_core.ids.new_task_id` makes them); by default each call
+        gets a new one. As enqueue is idempotent on id, a call whose id is
+        stored already is not stored again: its stored record is returned.
+        A count of `ids` other than the calls' raises `ValueError`, storing
+        nothing.
         """
         shared = self._shared(task)
         calls = list(calls)
+        if ids is None:
+            ids = new_task_ids(len(calls))
+        elif isinstance(ids, str) or len(ids) != len(calls):
+            raise ValueError(
+                f"enqueue_many: ids must be one id per call ({len(calls)}), got {ids!r}"
+            )
         check = task.call_check
         if check is not None:
             check.check_all(shared.task_path, calls)
-        stored = self.backend.enqueue_calls(
-            shared,
-            [
-                (task_id, list(args), dict(kwargs))
-                for task_id, (args, kwargs) in zip(new_task_ids(len(calls)), calls, strict=True)
-            ],
-        )
+        made: list[TaskCall] = [
+            (task_id, list(args), dict(kwargs))
+            for task_id, (args, kwargs) in zip(ids, calls, strict=True)
+        ]
+        payload_limit.check_batch(shared.task_path, made, self.max_payload_bytes)
+        stored = self.backend.enqueue_calls(shared, made)
         notify_each("threadmill_task_enqueued", "record", stored)
         return stored
 
@@ -196,11 +242,13 @@ def connect(url: str, **options: Any) -> Broker:
 
     ``memory://`` is bundled; ``redis://``, ``rediss://`` and ``unix://``
     come with the ``redis`` extra; third-party backends add their own
-    schemes. Options are the backend's (see its docs); unknown ones raise
-    `InvalidOption`, and an unknown scheme raises `UnknownBackend` listing
-    the installed ones.
+    schemes. Options are the backend's (see its docs), but for the
+    broker's own `max_payload_bytes`, which `url`'s query may give as well;
+    unknown ones raise `InvalidOption`, and an unknown scheme raises
+    `UnknownBackend` listing the installed ones.
     """
-    return Broker(backend_for_url(url, options), url=url)
+    backend_url, limit = payload_limit.take_option(url, options)
+    return Broker(backend_for_url(backend_url, options), url=url, max_payload_bytes=limit)
 
 
 _default_lock = threading.Lock()
@@ -220,3 +268,35 @@ def default_broker() -> Broker:
     url = os.environ.get("THREADMILL_URL") or DEFAULT_URL
     with _default_lock:
         return _default_broker(url)
+
+
+#: Whether a producer's enqueue may still have to warn (`producer_broker`): true
+#: until the first warning, or until a `Worker` is made in this process.
+_may_warn = True
+
+
+def worker_made() -> None:
+    """Note that this process runs a `Worker`: its memory broker has a consumer."""
+    global _may_warn
+    _may_warn = False
+
+
+def producer_broker() -> Broker:
+    """`default_broker()` for a task that names none; warns once if tasks would vanish there.
+
+    The warning (`MemoryBrokerWarning`) comes when ``THREADMILL_URL`` is
+    unset, so the default is ``memory://`` by omission, and no `Worker` was
+    made in this process: nothing else could ever run the task. It comes
+    before the task is stored, so a warnings filter that makes it an error
+    stores nothing.
+    """
+    if _may_warn and not os.environ.get("THREADMILL_URL"):
+        worker_made()  # once: the flag is cleared before warning
+        warnings.warn(
+            "this task goes to the default broker, memory://, which no other process sees, "
+            "and no Worker runs in this process: set THREADMILL_URL (memory:// to keep "
+            "this one), or name a broker with task.using(broker=...)",
+            MemoryBrokerWarning,
+            stacklevel=3,
+        )
+    return default_broker()

@@ -18,7 +18,8 @@ either raises or returns the argument in the form the backend goes on with:
 - `check_limit(limit)`, `check_offset(offset)`: the int, else `ValueError`
   (also for `True` and ``"1"``, which Python would compare with 1).
 - `ttl_ms(name, ttl)`: a `lease_ttl` or `claim_ttl` in whole milliseconds,
-  rounded up, else `ValueError`.
+  rounded up, else `ValueError`; `check_delay(delay)`: a `release` delay
+  likewise (zero allowed).
 - `check_window(window)`: a `rates` window, else `ValueError`.
 - `queue_names(queues)`: the queues as a list, each name once, in the order
   given; `TypeError` for a bare str.
@@ -49,6 +50,7 @@ __all__ = [
     "PURGEABLE_STATUSES",
     "check_calls",
     "check_decision",
+    "check_delay",
     "check_limit",
     "check_offset",
     "check_purgeable",
@@ -85,6 +87,18 @@ def ttl_ms(name: str, ttl: object) -> int:
     if not isinstance(ttl, timedelta) or ttl <= timedelta(0):
         raise ValueError(f"{name} must be a positive timedelta, got {ttl!r}")
     return duration_ms(ttl)
+
+
+def check_delay(delay: object) -> int:
+    """A `release` delay in whole milliseconds, rounded up (0: the READY tail).
+
+    `ValueError` unless it is a `timedelta` of zero or more.
+    """
+    if not isinstance(delay, timedelta) or delay < timedelta(0):
+        raise ValueError(
+            f"release() needs a delay that is a timedelta of zero or more, got {delay!r}"
+        )
+    return duration_ms(delay)
 
 
 def queue_names(queues: Sequence[str]) -> list[str]:

@@ -1,6 +1,7 @@
 """The ``threadmill`` command: what each of its commands does.
 
-``demo``, ``worker`` and ``backends`` run and list things; ``stats``, ``ls``,
+``demo``, ``worker`` and ``backends`` run and list things; ``health`` says whether
+the backend answers (exit 0 or 2); ``stats``, ``ls``,
 ``show``, ``requeue``, ``cancel``, ``purge`` and ``inspect`` look at queues
 and steer them (their logic is `threadmill_core.inspector`, shared with the
 TUI in `threadmill_core.tui`). The commands' arguments are parsed by
@@ -56,9 +57,10 @@ def _backends(args: argparse.Namespace) -> int:
 
 
 def _worker(args: argparse.Namespace) -> int:
-    from threadmill_core.supervisor import LOG_FORMAT, Supervisor
+    from threadmill_core.supervisor import Supervisor
+    from threadmill_core.worker_logging import configure_worker_logging
 
-    logging.basicConfig(level=args.log_level, format=LOG_FORMAT)
+    configure_worker_logging(args.log_level, args.log_format)
     url = args.broker or os.environ.get("THREADMILL_URL")
     if not url:
         print("threadmill worker: give --broker URL or set THREADMILL_URL", file=sys.stderr)
@@ -69,22 +71,48 @@ def _worker(args: argparse.Namespace) -> int:
     return Supervisor(settings).run()
 
 
+def _health(args: argparse.Namespace) -> int:
+    from threadmill_core.health import check
+
+    url = args.broker or os.environ.get("THREADMILL_URL")
+    if not url:
+        raise _UsageError("threadmill health: give --broker URL or set THREADMILL_URL")
+    problem = check(url, args.timeout)
+    if problem is not None:
+        print(f"threadmill health: {problem}", file=sys.stderr)
+        return 2
+    print("ok")
+    return 0
+
+
 # --- inspecting and steering ---------------------------------------------------------
+
+
+def _schedules(args: argparse.Namespace) -> int:
+    from threadmill_core import schedules_cli
+
+    return schedules_cli.run(args, lambda: _opened(args))
 
 
 @contextlib.contextmanager
 def _opened(args: argparse.Namespace) -> Iterator[Broker]:
-    """The broker given to `main`, else one connected to ``--broker`` and closed afterwards."""
+    """The broker given to `main`, else one connected to ``--broker`` and closed afterwards.
+
+    A backend reached through ``--broker`` makes no storage that is missing (a
+    PostgreSQL namespace's schema, say): it says what is missing instead.
+    """
     given: Broker | None = args.given_broker
     if given is not None:
         yield given
         return
-    from threadmill_core.broker import connect
+    from threadmill_core.broker import Broker
+    from threadmill_core.plugins import backend_for_url
 
     url = args.broker or os.environ.get("THREADMILL_URL")
     if not url:
         raise _UsageError(f"threadmill {args.command}: give --broker URL or set THREADMILL_URL")
-    with connect(url) as broker:
+    # Looking creates nothing: a namespace that does not exist is an error, not an empty queue.
+    with Broker(backend_for_url(url, {}, create=False), url=url) as broker:
         yield broker
 
 
@@ -131,7 +159,8 @@ def _stats(args: argparse.Namespace) -> int:
 def _ls(args: argparse.Namespace) -> int:
     from threadmill_core import inspector
 
-    queue, status, offset = args.queue, args.status, args.offset
+    queue, offset = args.queue, args.offset
+    status = args.status or TaskResultStatus.READY  # the tasks waiting to run
     with _opened(args) as broker:
         items = inspector.list_tasks(broker, queue, status, offset=offset, limit=args.limit)
         every = broker.counts()
@@ -144,7 +173,16 @@ def _ls(args: argparse.Namespace) -> int:
         data = {"queue": queue, "status": status.value, "offset": offset, "total": total}
         _out({**data, "tasks": tasks}, args)
     elif not unknown:
-        _out(inspector.format_list(items, queue, status, offset=offset, total=total), args)
+        text = inspector.format_list(items, queue, status, offset=offset, total=total)
+        if args.status is None and counts is not None:  # say what else there is, and how
+            others = ", ".join(
+                f"{counts.of(s)} {s.value}" for s in TaskResultStatus if s is not status
+            )
+            text += (
+                f"\nother segments: {others} "
+                "(--status STATUS lists one; threadmill stats counts every queue)"
+            )
+        _out(text, args)
     if not unknown:
         return inspector.ExitCode.DONE
     held = sorted(name for name, c in every.items() if any(c.of(s) for s in TaskResultStatus))
@@ -160,10 +198,11 @@ def _ls(args: argparse.Namespace) -> int:
 def _show(args: argparse.Namespace) -> int:
     from threadmill_core import inspector
     from threadmill_core.errors import PayloadError
+    from threadmill_core.inspector.lookup import find_task
 
     with _opened(args) as broker:
         try:
-            record = broker.backend.get(args.task_id)
+            found = find_task(broker, args.task_id)
         except PayloadError as exc:
             print(
                 f"threadmill show: task {args.task_id!r} exists but cannot be shown: its stored "
@@ -171,13 +210,18 @@ def _show(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return inspector.ExitCode.NOTHING_DONE
-    if record is None:
+    if found.task_id is None and found.matches:
+        print(f"threadmill show: {found.ambiguity()}", file=sys.stderr)
+        return inspector.ExitCode.NOTHING_DONE
+    if found.task_id is None:
         print(
             f"threadmill show: no task with id {args.task_id!r} "
-            "(never enqueued, purged, or its result expired)",
+            "(never enqueued, purged, or its result expired), nor one whose id starts or "
+            "ends so",
             file=sys.stderr,
         )
         return inspector.ExitCode.NOTHING_DONE
+    [record] = found.matches
     _out(inspector.record_json(record) if args.json else inspector.format_record(record), args)
     return inspector.ExitCode.DONE
 
@@ -281,6 +325,11 @@ def _inspect(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.modules:  # for the schedules screen
+        from threadmill_core.startup import import_task_modules, put_on_import_path
+
+        put_on_import_path([os.getcwd()])
+        import_task_modules(args.modules)
     with _opened(args) as broker:
         app = InspectorApp(
             broker,
@@ -296,6 +345,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "demo": _demo,
     "worker": _worker,
     "backends": _backends,
+    "health": _health,
     "stats": _stats,
     "ls": _ls,
     "show": _show,
@@ -303,6 +353,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "cancel": _cancel,
     "purge": _purge,
     "inspect": _inspect,
+    "schedules": lambda args: _schedules(args),
 }
 
 

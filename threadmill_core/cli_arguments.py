@@ -13,6 +13,7 @@ import os
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from threadmill_core import schedules_cli
 from threadmill_core.exit_codes import EXIT_CODES_HELP
 from threadmill_core.models import TaskResultStatus
 
@@ -49,6 +50,16 @@ def _positive_float(text: str) -> float:
     value = float(text)
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+    return value
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is a number from 1 to 65535, got {text!r}")
     return value
 
 
@@ -109,6 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
         "in the named modules (and what they import) run; a stored task naming anything else "
         "is finalized FAILED. SIGTERM or Ctrl-C stops gracefully; a second one stops at once, "
         "abandoning the running tasks (exit code 4).",
+        epilog="exit codes: 0 stopped (or a burst done); 1 stopped by a second signal; 2 bad "
+        "usage; 3 cannot start (a module that does not import, a URL that cannot work, a "
+        "backend that did not answer within --connect-timeout); 4 running tasks abandoned",
     )
     worker.add_argument(
         "modules", nargs="+", metavar="MODULE", help="import path of a module defining tasks"
@@ -190,6 +204,13 @@ def build_parser() -> argparse.ArgumentParser:
         "modules that open a connection when imported, which forked processes would share",
     )
     worker.add_argument(
+        "--no-schedules",
+        dest="schedules",
+        action="store_false",
+        help="do not store the ticks of the modules' @periodic schedules (by default every "
+        "worker does, but for a --burst: each tick is stored once, however many do)",
+    )
+    worker.add_argument(
         "--burst",
         action="store_true",
         help="exit once nothing is ready or running in the queues, and no deferred task "
@@ -206,10 +227,60 @@ def build_parser() -> argparse.ArgumentParser:
         "once their leases expire, and the exit code is 4",
     )
     worker.add_argument(
+        "--connect-timeout",
+        type=_positive_float,
+        default=20.0,
+        metavar="SECONDS",
+        help="at start, how long to wait for the backend's first answer: one that never "
+        "answered is most likely a wrong URL, so the worker exits (code 3) with one line "
+        "naming it; an outage once it has answered is waited out however long it lasts "
+        "(default: %(default)s)",
+    )
+    worker.add_argument(
+        "--metrics-port",
+        type=_port,
+        metavar="PORT",
+        help="serve Prometheus /metrics (every process of this command together), /healthz "
+        "and /readyz on this port (needs: pip install 'threadmill[metrics]'); a port in use "
+        "stops the command at once (code 3)",
+    )
+    worker.add_argument(
+        "--metrics-host",
+        default="127.0.0.1",
+        metavar="HOST",
+        help="the address --metrics-port binds (default: %(default)s, this host only; in a "
+        "container, 0.0.0.0 lets probes and scrapes from outside it in)",
+    )
+    worker.add_argument(
         "--log-level",
         default="INFO",
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
         help="(default: %(default)s)",
+    )
+    worker.add_argument(
+        "--log-format",
+        default="text",
+        metavar="{text,json}",
+        help="text: one line per event for people; json: one JSON object per line for log "
+        "pipelines, each field named (time, level, logger, message, process, worker_id and "
+        "worker_index, task_id, task_name and queue for an event about a task, exception) "
+        "(default: %(default)s)",
+    )
+
+    health = commands.add_parser(
+        "health",
+        help="exit 0 if the backend answers, 2 if not",
+        description="Ask the backend the time, for scripts and probes: exit 0 when it answers "
+        "within --timeout, else 2 with one line saying why. A worker command's own liveness "
+        "is on its --metrics-port (/healthz, /readyz).",
+    )
+    health.add_argument("--broker", metavar="URL", help="the backend (default: $THREADMILL_URL)")
+    health.add_argument(
+        "--timeout",
+        type=_positive_float,
+        default=5.0,
+        metavar="SECONDS",
+        help="how long to wait for the connection and the answer (default: %(default)s)",
     )
 
     commands.add_parser(
@@ -219,6 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     _add_inspecting_commands(commands)
+    schedules_cli.add_parser(commands)
     return parser
 
 
@@ -243,10 +315,23 @@ def worker_settings(args: argparse.Namespace, broker_url: str, **more: Any) -> W
         max_tasks_jitter=args.max_tasks_jitter,
         burst=args.burst,
         shutdown_timeout=timedelta(seconds=args.shutdown_timeout),
+        connect_timeout=timedelta(seconds=args.connect_timeout),
         log_level=args.log_level,
+        log_format=args.log_format,
         fork=not args.spawn,
+        metrics_port=args.metrics_port,
+        metrics_host=args.metrics_host,
+        schedules=getattr(args, "schedules", True),
         **more,
     )
+
+
+#: What the commands that take task ids say of them (see `threadmill_core.inspector.lookup`).
+_ID_HELP = (
+    "a task id, or its start or end (4 characters or more) if that names one task; one that "
+    "names several lists them and is not acted on. Looking up a piece reads every stored "
+    "task: on a big store, give whole ids"
+)
 
 
 def _add_inspecting_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -299,8 +384,9 @@ def _add_inspecting_commands(commands: argparse._SubParsersAction[argparse.Argum
     )
     ls.add_argument("queue", metavar="QUEUE")
     ls.add_argument(
-        "--status", "-s", type=_status, required=True, metavar="STATUS",
-        help="READY, DEFERRED, RUNNING, SUCCESSFUL, FAILED or CANCELLED (any case)",
+        "--status", "-s", type=_status, default=None, metavar="STATUS",
+        help="READY, DEFERRED, RUNNING, SUCCESSFUL, FAILED or CANCELLED (any case; default: "
+        "READY, the tasks waiting to run, followed by a line counting the other segments)",
     )  # fmt: skip
     ls.add_argument(
         "--limit", "-n", type=_positive_int, default=20, metavar="N",
@@ -317,7 +403,7 @@ def _add_inspecting_commands(commands: argparse._SubParsersAction[argparse.Argum
         "Show a task's whole record: arguments, timestamps, attempts, workers, result, and "
         "every error in order with its traceback.",
     )
-    show.add_argument("task_id", metavar="ID")
+    show.add_argument("task_id", metavar="ID", help=_ID_HELP)
 
     requeue = add(
         "requeue",
@@ -328,7 +414,7 @@ def _add_inspecting_commands(commands: argparse._SubParsersAction[argparse.Argum
         "with its reason. Each requeue is checked and applied by the backend in one atomic "
         "step, so a task that changed since you looked is refused, never resurrected.",
     )
-    requeue.add_argument("task_ids", nargs="*", metavar="ID")
+    requeue.add_argument("task_ids", nargs="*", metavar="ID", help=_ID_HELP)
     requeue.add_argument(
         "--failed", metavar="QUEUE",
         help="requeue every task that is FAILED in QUEUE when the command starts, a page at a "
@@ -342,7 +428,7 @@ def _add_inspecting_commands(commands: argparse._SubParsersAction[argparse.Argum
         "cancelled (its lease holder decides it) and a finished one is already final: both are "
         "refused and reported with the reason.",
     )
-    cancel.add_argument("task_ids", nargs="+", metavar="ID")
+    cancel.add_argument("task_ids", nargs="+", metavar="ID", help=_ID_HELP)
 
     purge = add(
         "purge",
@@ -362,9 +448,14 @@ def _add_inspecting_commands(commands: argparse._SubParsersAction[argparse.Argum
         "inspect",
         "a live terminal UI over the queues (needs the 'tui' extra)",
         "A live view of the queues: counts and rates per segment, the tasks of a segment, a "
-        "task's record with its error history, and requeue / cancel with confirmation. "
-        "Needs Textual: pip install 'threadmill[tui]'.",
+        "task's record with its error history, and requeue / cancel with confirmation; "
+        "s shows the schedules of the MODULEs named (and every one paused in the backend), "
+        "p there pauses or resumes one. Needs Textual: pip install 'threadmill[tui]'.",
     )
+    inspect.add_argument(
+        "modules", nargs="*", metavar="MODULE",
+        help="modules whose @periodic schedules the schedules screen shows",
+    )  # fmt: skip
     inspect.add_argument(
         "--interval", type=_positive_float, default=1.0, metavar="SECONDS",
         help="seconds between refreshes (default: %(default)s)",

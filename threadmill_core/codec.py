@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import attrs
 
 from threadmill_core.clock import from_ms, to_ms
+from threadmill_core.display import short_repr
 from threadmill_core.errors import PayloadError
 from threadmill_core.models import (
     JSON,
@@ -105,7 +106,8 @@ def _exactly(kind: type[T]) -> Callable[[object, object], T]:
 
     def structure(value: object, _: object) -> T:
         if type(value) is not kind:
-            raise TypeError(f"expected a {kind.__name__}, got {value!r}")
+            # Cut: the value may be a megabyte, and the message is logged and stored.
+            raise TypeError(f"expected a {kind.__name__}, got {short_repr(value)}")
         return value
 
     return structure
@@ -118,7 +120,7 @@ def _holds_json(kind: object) -> bool:
 
 def _int(value: object) -> int:
     if type(value) is not int:
-        raise TypeError(f"expected integer milliseconds, got {value!r}")
+        raise TypeError(f"expected integer milliseconds, got {short_repr(value)}")
     return value
 
 

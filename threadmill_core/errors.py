@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from threadmill_core.urls import redact
+
 
 class ThreadmillError(Exception):
     """The root of every error threadmill raises."""
@@ -71,6 +73,29 @@ class InvalidCall(ThreadmillError, TypeError):
         super().__init__(f"{which} of task {task_path}{signature} does not fit: {reason}")
 
 
+class PayloadTooLarge(ThreadmillError, ValueError):
+    """A call whose arguments encode to more than the broker's ``max_payload_bytes``.
+
+    Refused at enqueue, before anything is stored (for `Broker.enqueue_many`,
+    none of the batch is). `size` is the call's arguments in bytes as the
+    codec writes them (``[args, kwargs]`` as UTF-8 JSON), `limit` the
+    broker's `max_payload_bytes`, `task_path` the task, and `index` the
+    call's place in a batch, or None for a single enqueue.
+    """
+
+    def __init__(self, task_path: str, size: int, limit: int, index: int | None = None) -> None:
+        self.task_path = task_path
+        self.size = size
+        self.limit = limit
+        self.index = index
+        which = "a call" if index is None else f"call {index} of the batch"
+        super().__init__(
+            f"{which} of task {task_path} has {size:,} bytes of arguments, over the broker's "
+            f"max_payload_bytes of {limit:,}; nothing was stored (store large data elsewhere "
+            "and pass a reference to it, or raise max_payload_bytes)"
+        )
+
+
 class InvalidOption(ThreadmillError, ValueError):
     """A task option, enqueue option or backend option that is unknown or out of range."""
 
@@ -85,7 +110,8 @@ class UnknownBackend(ThreadmillError, LookupError):
         self.hint = hint
         names = ", ".join(f"{s}://" for s in self.installed) or "none"
         message = (
-            f"no installed backend handles {scheme}:// (in {url!r}); installed schemes: {names}"
+            f"no installed backend handles {scheme}:// (in {redact(url)!r}); "
+            f"installed schemes: {names}"
         )
         if hint:
             message += f"; {hint}"
@@ -127,6 +153,16 @@ class WaitTimeout(ThreadmillError, TimeoutError):
         super().__init__(f"task {task_id!r} did not finish within {timeout:g} s")
 
 
+class MemoryBrokerWarning(UserWarning):
+    """A task went to the ``memory://`` default broker with no worker in this process.
+
+    Warned once per process, by the first such `Task.enqueue`: no other
+    process can see that task, so unless a `Worker` runs here it never runs.
+    Set ``THREADMILL_URL`` (``memory://`` too, to say it is meant), or name a
+    broker with ``using(broker=...)``; or filter this class, as any warning.
+    """
+
+
 class AcknowledgementTimeout(ThreadmillError):
     """Recorded as a task error when a lease expired before the worker acknowledged it.
 
@@ -138,7 +174,8 @@ class AcknowledgementTimeout(ThreadmillError):
 class TaskQuarantined(ThreadmillError):
     """Recorded as a task error when a stored task cannot run at all (guarantee 6).
 
-    Used when the task's function or retry policy is not registered with the
-    worker, or the stored record does not decode; the task is finalized FAILED
-    instead of cycling through retries.
+    Used when the stored record does not decode, its retry policy is not
+    registered with the worker, or its function was not registered with any
+    worker that claimed it within `threadmill_core.execution.UNKNOWN_TASK_GRACE`
+    of its enqueue; the task is finalized FAILED instead of cycling.
     """

@@ -4,9 +4,14 @@
 given back after an expiry with its start unrecorded has its start recorded
 first, `start_first`). The
 task's own exceptions (any `BaseException`) become decisions (through its
-retry policy, by `threadmill_core.retry.decide`); a record naming a task the worker may not
-run is quarantined: finalized FAILED with a `TaskQuarantined` error, and
-nothing is imported on the record's say-so.
+retry policy, by `threadmill_core.retry.decide`). Nothing is imported on a
+record's say-so: a task this worker did not load is never run here. It is
+given back for another worker (`Backend.release` with `UNKNOWN_TASK_DELAY`:
+uncharged, due again a few seconds later), as happens during a rolling
+deploy while some workers still run the old code; it is quarantined (FAILED
+with a `TaskQuarantined` error) only when claimed by a worker that does not
+know it `UNKNOWN_TASK_GRACE` or more after its enqueue, on the backend's
+clock: then no worker loaded it in all that time.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from typing import Any
 import attrs
 
 from threadmill_core import codec
+from threadmill_core.acknowledgement import give_back_leases
 from threadmill_core.backend import Backend
 from threadmill_core.errors import BackendUnavailable, TaskQuarantined, UnsupportedValue
 from threadmill_core.held import HeldTask
@@ -36,10 +42,18 @@ from threadmill_core.outage import Outage
 from threadmill_core.plugins import notify
 from threadmill_core.retry import decide
 from threadmill_core.task import Task, registered_task
+from threadmill_core.worker_logging import running_task, task_fields, task_tagging
 
 log = logging.getLogger("threadmill.worker")
 
 QUARANTINE_PATH = f"{TaskQuarantined.__module__}.{TaskQuarantined.__qualname__}"
+
+#: How long after its enqueue a task this worker did not load is given back for
+#: another worker; a worker that claims it later, and does not know it either,
+#: quarantines it.
+UNKNOWN_TASK_GRACE = timedelta(minutes=10)
+#: How long a task given back by a worker that did not load it waits (DEFERRED).
+UNKNOWN_TASK_DELAY = timedelta(seconds=5)
 
 
 def execute(
@@ -58,14 +72,17 @@ def execute(
     back when the lease was lost, before the task started or while it ran.
     """
     if held.lost:
-        log.warning("task %s: lease lost before it started; not run", held.lease.task_id)
+        log.warning(
+            "task %s: lease lost before it started; not run",
+            held.lease.task_id, extra=task_fields(held.lease.record),
+        )  # fmt: skip
         return None
     lease = held.lease
     record = lease.record
     # One lookup per task: copying the whole registry here would sit on the hot path.
     task = tasks.get(record.task_path) if tasks is not None else registered_task(record.task_path)
     if task is None:
-        return quarantine(lease, f"task {record.task_path} is not registered")
+        return unknown(lease, backend=backend, outage=outage)
     if task.lease_ttl is not None and task.lease_ttl != lease_ttl:
         started = time.monotonic()
         try:
@@ -77,7 +94,10 @@ def execute(
             outage.failed(exc, 1, started)
             renewed = lease
         if renewed is None:
-            log.warning("task %s: lease lost before it started; not run", record.id)
+            log.warning(
+                "task %s: lease lost before it started; not run", record.id,
+                extra=task_fields(record),
+            )  # fmt: skip
             return None
         held.lease = lease = renewed
         held.lease_ttl = task.lease_ttl
@@ -92,14 +112,24 @@ def execute(
     held.started = True
     notify("threadmill_task_started", lease=lease)
     if log.isEnabledFor(logging.DEBUG):
-        log.debug("task %s (%s) attempt %d started", record.id, record.task_path, record.attempts)
+        log.debug(
+            "task %s (%s) attempt %d started", record.id, record.task_path, record.attempts,
+            extra=task_fields(record),
+        )  # fmt: skip
+    tagged = task_tagging.on  # what the task logs names it (`--log-format json`)
+    if tagged:
+        running_task(record)
     started = time.monotonic()
-    decision = call(task, lease, context)
+    try:
+        decision = call(task, lease, context)
+    finally:
+        if tagged:
+            running_task(None)
     held.duration = time.monotonic() - started
     if held.lost:
         log.warning(
             "task %s (%s) attempt %d finished after its lease was lost; outcome not written",
-            record.id, record.task_path, record.attempts,
+            record.id, record.task_path, record.attempts, extra=task_fields(record),
         )  # fmt: skip
         return None
     # Still held while the outcome is sent, so that heartbeats keep the
@@ -169,10 +199,51 @@ def call(task: Task[Any, Any], lease: Lease, context: TaskContext | None) -> Dec
     return Decision(lease=lease, record=done)
 
 
+def unknown(lease: Lease, *, backend: Backend, outage: Outage) -> Decision | None:
+    """A task this worker did not load: given back for another worker, or quarantined.
+
+    Given back (`Backend.release`, DEFERRED for `UNKNOWN_TASK_DELAY`, the
+    claim undone: no attempt, no error) while the claim came less than
+    `UNKNOWN_TASK_GRACE` after the task's enqueue, both on the backend's
+    clock; None then, as nothing is left to acknowledge. Past that, the
+    decision that quarantines it. A give-back lost in an outage leaves the
+    lease to lapse, and an unstarted claim that lapses goes back uncharged.
+    """
+    record = lease.record
+    # Both on the backend's clock, set by its claim and its enqueue (never None here).
+    claimed, enqueued = record.last_attempted_at, record.enqueued_at
+    if claimed is None or enqueued is None or claimed - enqueued >= UNKNOWN_TASK_GRACE:
+        return quarantine(
+            lease,
+            f"task {record.task_path} is not registered: no worker that claimed it in the "
+            f"{UNKNOWN_TASK_GRACE} after its enqueue had loaded it",
+        )
+    started = time.monotonic()
+    try:
+        [back] = give_back_leases(backend, [lease], UNKNOWN_TASK_DELAY)
+        outage.reached(started)
+    except BackendUnavailable as exc:
+        outage.failed(exc, 1, started)
+        log.warning(
+            "task %s (%s) is not registered here; the backend is unavailable, so its lease "
+            "lapses and it goes back uncharged", record.id, record.task_path,
+            extra=task_fields(record),
+        )  # fmt: skip
+        return None
+    if back is not None:
+        log.warning(
+            "task %s (%s) is not registered here: given back for another worker, due in %s, "
+            "uncharged (quarantined if still unknown %s after its enqueue)",
+            record.id, record.task_path, UNKNOWN_TASK_DELAY, UNKNOWN_TASK_GRACE,
+            extra=task_fields(record),
+        )  # fmt: skip
+    return None
+
+
 def quarantine(lease: Lease, why: str) -> Decision:
     """The decision that finalizes a task the worker may not run FAILED, saying `why`."""
     record = lease.record
     error = TaskError(exception_class_path=QUARANTINE_PATH, message=why)
     failed = attrs.evolve(record, status=TaskResultStatus.FAILED, errors=(*record.errors, error))
-    log.error("task %s quarantined as FAILED: %s", record.id, why)
+    log.error("task %s quarantined as FAILED: %s", record.id, why, extra=task_fields(record))
     return Decision(lease=lease, record=failed)

@@ -36,6 +36,7 @@ import pluggy
 if TYPE_CHECKING:
     from threadmill_core.backend import Backend
     from threadmill_core.models import Lease, TaskResult
+    from threadmill_core.worker import Worker
 
 PROJECT = "threadmill"
 hookspec = pluggy.HookspecMarker(PROJECT)
@@ -60,12 +61,20 @@ def threadmill_backend_schemes() -> list[BackendScheme]:  # type: ignore[empty-b
 
 
 @hookspec(firstresult=True)
-def threadmill_backend_for_url(url: str, scheme: str, options: Mapping[str, Any]) -> Backend | None:
+def threadmill_backend_for_url(
+    url: str, scheme: str, options: Mapping[str, Any], create: bool
+) -> Backend | None:
     """Build a backend for `url`, or return None if `scheme` is not this plugin's.
 
     `options` are the keyword arguments given to `connect`; unknown or
     malformed options (in `options` or the URL's query) must raise
     `threadmill_core.errors.InvalidOption` naming them.
+
+    `create` is False when the caller only looks at what is stored (the
+    command line's inspecting commands): a backend that makes its storage on
+    first use (a schema, tables) should then make nothing, and raise an error
+    saying that what the URL names does not exist (and what does). An
+    implementation that makes nothing on first use need not take it.
     """
 
 
@@ -103,3 +112,25 @@ def threadmill_tasks_finished(records: Sequence[TaskResult]) -> None:
 @hookspec
 def threadmill_lease_expired(record: TaskResult) -> None:
     """The reaper took over a task whose lease expired (before it decides the retry)."""
+
+
+@hookspec
+def threadmill_tasks_given_back(records: Sequence[TaskResult]) -> None:
+    """Claimed tasks that went back uncharged without running, as the backend stored them.
+
+    A stopping worker's prefetch (`Backend.release`), and a task the worker
+    has not loaded, given back for another worker (DEFERRED). Called once
+    per call to the backend, never with no records; a give-back the backend
+    refused (the lease was lost meanwhile) is not among them.
+    """
+
+
+@hookspec
+def threadmill_worker_ticked(worker: Worker) -> None:
+    """The thread that called `Worker.run` turned its loop: at least every `poll_interval`.
+
+    For observers of the worker itself (`Worker.census`, a liveness stamp):
+    a process whose loop stops turning (stopped, deadlocked, a task holding
+    the interpreter's lock) stops calling it. Called in that thread; keep it
+    short, since the loop waits for it.
+    """

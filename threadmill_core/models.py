@@ -18,6 +18,7 @@ from typing import Any, TypeAlias
 
 import attrs
 
+from threadmill_core.display import short_repr
 from threadmill_core.errors import InvalidOption
 
 #: A value the codec carries unchanged: None, bool, int, float, str, and
@@ -66,8 +67,9 @@ class TaskError:
 
     #: Import path of the exception class, ``module.QualName``.
     exception_class_path: str
-    message: str
-    traceback: str = ""
+    #: In the ``repr``, the message and the traceback are cut (`display.short_repr`).
+    message: str = attrs.field(repr=short_repr)
+    traceback: str = attrs.field(default="", repr=short_repr)
 
     @classmethod
     def from_exception(cls, exc: BaseException, traceback: str = "") -> TaskError:
@@ -109,8 +111,10 @@ class TaskResult:
     id: str
     #: Import path of the task function, ``module:qualname``.
     task_path: str
-    args: list[JSON] = attrs.field(factory=list)
-    kwargs: dict[str, JSON] = attrs.field(factory=dict)
+    #: In the ``repr``, the arguments and the return value are cut to a readable
+    #: length (`display.short_repr`): one may be a megabyte.
+    args: list[JSON] = attrs.field(factory=list, repr=short_repr)
+    kwargs: dict[str, JSON] = attrs.field(factory=dict, repr=short_repr)
     queue: str = "default"
     priority: int = attrs.field(default=0, validator=_priority)
     status: TaskResultStatus = TaskResultStatus.READY
@@ -125,7 +129,7 @@ class TaskResult:
     errors: tuple[TaskError, ...] = ()
     #: The worker of each attempt, in order.
     worker_ids: tuple[str, ...] = ()
-    return_value: JSON = None
+    return_value: JSON = attrs.field(default=None, repr=short_repr)
     retry: RetryPolicySpec | None = None
 
     @property

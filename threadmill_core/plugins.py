@@ -18,6 +18,7 @@ import pluggy
 
 from threadmill_core import hookspecs
 from threadmill_core.errors import BackendConflict, InvalidOption, UnknownBackend
+from threadmill_core.urls import redact
 
 if TYPE_CHECKING:
     from threadmill_core.backend import Backend
@@ -31,6 +32,8 @@ KNOWN_EXTRAS: Mapping[str, str] = {
     "rediss": "redis",
     "unix": "redis",
     "redis+cluster": "redis",
+    "redis+sentinel": "redis",
+    "rediss+sentinel": "redis",
     "postgresql": "postgres",
     "postgres": "postgres",
 }
@@ -118,10 +121,17 @@ def _served_schemes() -> dict[str, tuple[hookspecs.BackendScheme, str]]:
     return found
 
 
-def backend_for_url(url: str, options: Mapping[str, Any]) -> Backend:
-    """Build the backend the URL's scheme selects, or raise `UnknownBackend`."""
+def backend_for_url(url: str, options: Mapping[str, Any], *, create: bool = True) -> Backend:
+    """Build the backend the URL's scheme selects, or raise `UnknownBackend`.
+
+    `create` False: the backend must not make its storage if it is missing
+    (see `hookspecs.threadmill_backend_for_url`).
+    """
     if not isinstance(url, str) or "://" not in url:
-        raise InvalidOption(f"a backend URL looks like 'memory://' or 'redis://host'; got {url!r}")
+        shown = redact(url) if isinstance(url, str) else url  # a conninfo string's password too
+        raise InvalidOption(
+            f"a backend URL looks like 'memory://' or 'redis://host'; got {shown!r}"
+        )
     scheme = urlsplit(url).scheme.lower()
     installed = set(_served_schemes())
     if scheme not in installed:
@@ -129,7 +139,7 @@ def backend_for_url(url: str, options: Mapping[str, Any]) -> Backend:
         hint = f"install it with: pip install 'threadmill[{extra}]'" if extra else None
         raise UnknownBackend(url, scheme, installed, hint)
     backend = plugin_manager().hook.threadmill_backend_for_url(
-        url=url, scheme=scheme, options=dict(options)
+        url=url, scheme=scheme, options=dict(options), create=create
     )
     if backend is None:  # a plugin listed the scheme but built nothing: its bug, say so
         raise UnknownBackend(url, scheme, installed, "its plugin returned no backend")

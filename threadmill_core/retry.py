@@ -5,6 +5,13 @@ A retry policy is any callable taking a `TaskContext` and returning a
 importable by its path (``module:qualname``) so the record can name it, and a
 worker uses it only if it knows the path from the tasks it loaded.
 
+A task that names no policy has `DEFAULT_RETRY`: an interrupted attempt
+(its lease expired: the worker died, was stopped hard, or its
+acknowledgement was lost in an outage) is retried, at most
+`INTERRUPTION_RETRIES` times; the task's own exceptions are never retried.
+A task that names a policy, `no_retry` included, leaves every decision to
+it, interruptions too.
+
 `decide` is the single place where a failure becomes a retry or a final
 FAILED: the worker calls it for an exception raised by a task, the reaper for
 an expired lease (with an `AcknowledgementTimeout` error). Sharing it is what
@@ -22,7 +29,7 @@ from typing import Any, Never
 
 import attrs
 
-from threadmill_core.errors import InvalidOption, ThreadmillError
+from threadmill_core.errors import AcknowledgementTimeout, InvalidOption, ThreadmillError
 from threadmill_core.models import (
     Decision,
     Lease,
@@ -35,6 +42,10 @@ from threadmill_core.options import refuse_unknown
 
 RetryPolicy = Callable[[TaskContext], timedelta | None]
 
+
+#: The longest `ExponentialBackoff.max_delay`: half of `timedelta`'s range, so
+#: a delay with the most jitter (twice the delay) is still a `timedelta`.
+MAX_DELAY_SECONDS = timedelta(days=timedelta.max.days // 2).total_seconds()
 
 _BACKOFF_OPTIONS = ("base_delay", "max_delay", "factor", "max_retries", "jitter", "retry_on")
 
@@ -84,9 +95,10 @@ class ExponentialBackoff:
     failure, expired leases included (`threadmill_core.errors.AcknowledgementTimeout`).
 
     The fields are plain data, so the policy is stored in the task record and
-    survives a round trip through the codec. Large attempt numbers never
-    overflow: the exponent is capped before it is raised. Bad values and
-    unknown options raise `InvalidOption`.
+    survives a round trip through the codec. No attempt number overflows,
+    whatever the base delay and factor: past what a float holds the delay is
+    `max_delay`. `max_delay` is at most `MAX_DELAY_SECONDS` (about 1.4
+    million years). Bad values and unknown options raise `InvalidOption`.
     """
 
     base_delay: float = attrs.field(converter=_seconds)
@@ -133,6 +145,11 @@ class ExponentialBackoff:
             )
         if not (isinstance(self.jitter, int | float) and 0 <= self.jitter <= 1):
             raise InvalidOption(f"jitter must be between 0 and 1, got {self.jitter!r}")
+        if self.max_delay > MAX_DELAY_SECONDS:
+            raise InvalidOption(
+                f"max_delay must be at most {MAX_DELAY_SECONDS:g} s (half of timedelta's "
+                f"range, so a jittered delay is still a timedelta), got {self.max_delay:g} s"
+            )
         if self.max_delay < self.base_delay:
             raise InvalidOption(
                 f"max_delay ({self.max_delay:g} s) is shorter than "
@@ -140,14 +157,22 @@ class ExponentialBackoff:
             )
 
     def delay_for(self, attempt: int) -> float:
-        """The delay in seconds before attempt `attempt + 1`, without jitter."""
-        exponent = max(attempt - 1, 0)
-        if self.factor > 1 and self.base_delay > 0:
-            # Past this exponent the delay is above max_delay anyway; stopping
-            # there keeps factor ** exponent from overflowing a float.
-            ceiling = math.log(max(self.max_delay, self.base_delay) / self.base_delay)
-            exponent = min(exponent, math.ceil(ceiling / math.log(self.factor)) + 1)
-        return float(min(self.base_delay * self.factor**exponent, self.max_delay))
+        """The delay in seconds before attempt `attempt + 1`, without jitter.
+
+        Total for every attempt number and every valid policy: a growth that
+        a float cannot hold is past `max_delay` (or, with a zero
+        `base_delay`, irrelevant), so it gives `max_delay` (or 0), never an
+        `OverflowError`.
+        """
+        if self.base_delay == 0 or self.factor == 1:
+            return self.base_delay  # no growth to compute: 0 * inf would be nan
+        try:
+            # A float power, never an int one: an int factor raised to a huge
+            # attempt number would build a huge int before it could overflow.
+            growth = float(self.factor) ** max(attempt - 1, 0)
+        except OverflowError:  # past any max_delay a float can hold
+            return self.max_delay
+        return min(self.base_delay * growth, self.max_delay)  # an inf product is capped too
 
     def retries(self, error: TaskError | None) -> bool:
         """Whether `retry_on` admits this error."""
@@ -170,8 +195,27 @@ class ExponentialBackoff:
 
 
 def no_retry(context: TaskContext) -> timedelta | None:
-    """The default policy: every failure is final."""
+    """Every failure is final, an interruption too (unlike `DEFAULT_RETRY`)."""
     return None
+
+
+#: How many times `DEFAULT_RETRY` retries a task whose attempts were interrupted.
+INTERRUPTION_RETRIES = 3
+
+#: The policy of a task that names none (guarantee 10): an attempt interrupted
+#: by the infrastructure (an `AcknowledgementTimeout`: a lease that expired, a
+#: task abandoned at a hard stop, an acknowledgement lost in an outage) is
+#: retried after 1, 2 and 4 s (plus up to a tenth), until attempt
+#: `INTERRUPTION_RETRIES` + 1; then, and on any exception the task raised
+#: itself, the task is FAILED. The bound counts attempts, which a requeue keeps.
+#: It is a plain `ExponentialBackoff`, so a task can name the same policy, or
+#: widen its `retry_on`, explicitly.
+DEFAULT_RETRY = ExponentialBackoff(
+    base_delay=1,
+    max_delay=60,
+    max_retries=INTERRUPTION_RETRIES,
+    retry_on=(AcknowledgementTimeout,),
+)
 
 
 # --- storing and finding policies ------------------------------------------------------
@@ -225,9 +269,12 @@ class UnknownRetryPolicy(ThreadmillError, LookupError):
 
 
 def resolve_policy(spec: RetryPolicySpec | None) -> RetryPolicy:
-    """The policy a stored spec names, if this process registered it; else `UnknownRetryPolicy`."""
+    """The policy a stored spec names, if this process registered it; else `UnknownRetryPolicy`.
+
+    No spec (a task that named no policy) is `DEFAULT_RETRY`.
+    """
     if spec is None:
-        return no_retry
+        return DEFAULT_RETRY
     known = _KNOWN_POLICIES.get(spec.path)
     if known is None:
         raise UnknownRetryPolicy(

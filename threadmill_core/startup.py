@@ -14,8 +14,9 @@ worker is: its backend (the URL, credentials hidden), queues, processes,
 threads and prefetch, and every task it may run, with a warning for each
 module on the command line that defines none. Once the backend is reached,
 `warn_unregistered_waiting` looks at the first READY tasks of each queue
-and warns about the task paths no loaded module registers: a worker would
-finalize those FAILED ("not registered"), which usually means a module
+and warns about the task paths no loaded module registers: a worker gives
+those back for another worker, and finalizes them FAILED ("not
+registered") 10 minutes after their enqueue, so it usually means a module
 was forgotten on the command line.
 """
 
@@ -157,7 +158,7 @@ def log_start(
                 module,
             )
     if not known:
-        log.warning("no task to run: stored tasks will be finalized FAILED (not registered)")
+        log.warning("no task to run: stored tasks will be given back, then FAILED (not registered)")
         return
     log.info("%d task%s: %s", len(known), "" if len(known) == 1 else "s", ", ".join(sorted(known)))
 
@@ -189,8 +190,9 @@ def warn_unregistered_waiting(
 ) -> None:
     """Warn about READY tasks in `queues` whose paths no loaded module registers.
 
-    The worker would finalize them FAILED ("not registered"): a module is
-    most likely missing from its command line. A look that fails (the
+    The worker gives them back for another worker, and finalizes them FAILED
+    ("not registered") once 10 minutes passed since their enqueue: a module
+    is most likely missing from its command line. A look that fails (the
     backend is unavailable) is skipped: it is a hint, not a check.
     """
     try:
@@ -203,7 +205,7 @@ def warn_unregistered_waiting(
     listed = ", ".join(f"{path} ({count})" for path, count in found.most_common())
     log.warning(
         "READY tasks of %s (among the first %d of each queue) name tasks no loaded module "
-        "registers: %s; a worker finalizes them FAILED as not registered, unless the modules "
-        "that define them are added to its command line",
+        "registers: %s; they wait for a worker that has them, and end FAILED as not "
+        "registered if none claims them within 10 minutes of their enqueue",
         ", ".join(queues), WAITING_SAMPLE, listed,
     )  # fmt: skip

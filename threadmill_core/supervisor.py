@@ -16,7 +16,9 @@ from here too.
 
 Signals: the first SIGTERM or SIGINT stops claiming everywhere, gives the
 prefetched tasks back at once, lets running tasks finish within
-`shutdown_timeout`, and exits 0. A worker process still running tasks then,
+`shutdown_timeout`, and exits 0; the last line logged says what stopped it
+and how many tasks its worker processes ran (`Supervisor.ran`), as at a
+burst's end. A worker process still running tasks then,
 or every one at a second signal, is stopped by force (`Worker.stop_now`):
 it gives its prefetch back in one call, sends the outcomes waiting for their
 batch, logs each running task it abandons and what becomes of it (its lease
@@ -37,7 +39,9 @@ that did in the supervisor. The supervisor then logs what it runs (see
 Starting worker processes: the first ones are forked from the supervisor
 once it has run the setup, imported the task modules and reached the
 backend (so the backend's modules are loaded too, and a bad URL fails
-before any worker starts), so a worker starts without a second interpreter
+before any worker starts: one that has not answered within
+`WorkerSettings.connect_timeout` ends the supervisor with one line and
+`EXIT_CONFIG_ERROR`), so a worker starts without a second interpreter
 start-up and import of everything; a restarted one (after a death, a
 recycling, or a burst's second round) is spawned, a fresh interpreter that
 runs the setup and imports the modules itself. The rule that makes the
@@ -61,7 +65,8 @@ exits or restarts. Each worker process backs off and reconnects on its own
 (see `threadmill_core.worker`), and the maintenance loop skips its passes
 with the same backoff; each process logs one warning per outage and one
 line when the backend is back. Only a configuration error (modules that do
-not import, a URL that cannot work) stops the supervisor.
+not import, a URL that cannot work, a backend that never answered at start)
+stops the supervisor.
 """
 
 from __future__ import annotations
@@ -86,21 +91,24 @@ from threadmill_core.child_leases import expire_leases
 from threadmill_core.errors import BackendUnavailable
 from threadmill_core.maintenance import promote, reap
 from threadmill_core.models import TaskResultStatus
+from threadmill_core.monitor import Monitor, monitored
 from threadmill_core.outage import Outage
+from threadmill_core.scheduling import start_scheduler
 from threadmill_core.startup import log_start, warn_unregistered_waiting
 from threadmill_core.task import registered_tasks
 from threadmill_core.wakeup import Wakeup
+from threadmill_core.worker_logging import LOG_FORMAT
 from threadmill_core.worker_process import forked_main, spawned_main, worker_id_of
 from threadmill_core.worker_settings import (
     EXIT_ABANDONED,
     EXIT_CONFIG_ERROR,
     FORK_BLOCKED,
-    LOG_FORMAT,
     STOP_NOW_SIGNAL,
     WorkerSettings,
     cannot_start,
     connect_when_reachable,
     prepare_process,
+    reach_at_start,
 )
 
 __all__ = [
@@ -162,12 +170,16 @@ class Supervisor:
         # Set by the signal handler: a threading.Event could deadlock it (see wakeup.py).
         self._wake = Wakeup()
         self.restarts = 0
+        #: Tasks run to an outcome by the worker processes that exited so far (each adds its own).
+        self.ran = multiprocessing.get_context("spawn").Value("q", 0)
+        self._stopped_by = "burst done: nothing left to run"
         #: The maintenance loop's outages (each worker process has its own).
         self.outage = Outage(log, settings.reconnect_backoff)
         self._failures = 0
         self._retry_at = 0.0
         self._reap_at = 0.0  # time.monotonic() of the reaper's next turn
         self._reap_now = False  # a child's leases were expired: reap before anything else
+        self.monitor = Monitor(settings)  # --metrics-port's endpoints
 
     # --- processes -----------------------------------------------------------------------
 
@@ -194,7 +206,7 @@ class Supervisor:
         tag = uuid.uuid4().hex[:6]
         process = multiprocessing.get_context("fork").Process(
             target=forked_main,
-            args=(self.settings, index, tag),
+            args=(self.settings, index, self.ran, tag),
             name=f"threadmill-worker-{index}",
             daemon=False,
         )
@@ -210,7 +222,7 @@ class Supervisor:
         tag = uuid.uuid4().hex[:6]
         process = multiprocessing.get_context("spawn").Process(
             target=spawned_main,
-            args=(self.settings, index, tag),
+            args=(self.settings, index, self.ran, tag),
             name=f"threadmill-worker-{index}",
             daemon=False,
         )
@@ -229,14 +241,15 @@ class Supervisor:
                     os.kill(process.pid, sig)
 
     def pids(self) -> list[int]:
-        """Process ids of the live worker processes (tests kill them)."""
-        return [p.pid for p in self._children.values() if p.is_alive() and p.pid is not None]
+        """Process ids of the live worker processes; from any thread (``/healthz`` asks)."""
+        return [p.pid for p in list(self._children.values()) if p.is_alive() and p.pid is not None]
 
     # --- signals -------------------------------------------------------------------------
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         self._signals += 1
         if self._signals == 1:
+            self._stopped_by = signal.Signals(signum).name
             log.info("%s: stopping; running tasks get %s to finish",
                      signal.Signals(signum).name, self.settings.shutdown_timeout)  # fmt: skip
             self._stop_children(signal.SIGTERM)
@@ -254,6 +267,7 @@ class Supervisor:
 
     # --- the loop ------------------------------------------------------------------------
 
+    @monitored
     def run(self) -> int:
         """Supervise until stopped (or, in burst mode, until the work is done); the exit code."""
         settings = self.settings
@@ -273,7 +287,9 @@ class Supervisor:
                 prefetch=settings.prefetch,
                 defined=defined,
             )
-            broker = self._connect()
+            broker = reach_at_start(
+                settings.broker_url, self.outage, self._wake.wait, settings.connect_timeout
+            )
         except Exception as exc:
             cannot_start("cannot start", exc)
             return EXIT_CONFIG_ERROR
@@ -294,8 +310,11 @@ class Supervisor:
             self._drain()
             return EXIT_CONFIG_ERROR
         if broker is None:
-            return self._drain()
+            return self._stopped(self._drain())
         backend = broker.backend
+        # After the fork (a forked child must not inherit the thread); a burst drains, and
+        # stores no new ticks. See `scheduling`.
+        scheduler = start_scheduler(backend) if settings.schedules and not settings.burst else None
         # The children and the signals are looked after every poll interval (that
         # costs the backend nothing); the backend is called when maintenance is due.
         tick = settings.poll_interval.total_seconds()
@@ -307,7 +326,7 @@ class Supervisor:
                     wait = self._maintain(backend)  # counted from its return, not its start
                     next_pass = time.monotonic() + wait
                 if self._signals:
-                    return self._drain()
+                    return self._stopped(self._drain())
                 code = self._watch(backend)
                 if self._reap_now:  # a child exited holding leases, expired: reap them now
                     self._reap_now = False
@@ -324,13 +343,24 @@ class Supervisor:
                     if left is not None and left.ready:
                         self._start(0)
                     elif left is not None and not left.running and left.due_in is None:
-                        return 0
+                        return self._stopped(0)
                     elif left is not None and left.due_in is not None:
                         # The mover's pass when it falls due, not at the reaper's turn.
                         next_pass = min(next_pass, time.monotonic() + left.due_in)
+                self.monitor.turned(backend)
                 self._wake.wait(min(tick, max(next_pass - time.monotonic(), 0.0)))
         finally:
+            if scheduler is not None:  # its thread and the event that stops it
+                scheduler[1].set()
+                scheduler[0].join(timeout=2.0)  # a pass under way ends before the close
             backend.close()
+
+    def _stopped(self, code: int) -> int:
+        """Log the last line of a stop or a burst's end: why, and how many tasks ran; `code`."""
+        log.info("stopped (%s): %d worker process(es) ran %d task(s) to an outcome, with %d "
+                 "restart(s); exit code %d", self._stopped_by, self.settings.processes,
+                 self.ran.value, self.restarts, code)  # fmt: skip
+        return code
 
     def _connect(self) -> Broker | None:
         """The supervisor's broker, once the backend is reachable; None if stopped meanwhile."""

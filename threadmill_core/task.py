@@ -47,7 +47,7 @@ from typing import Any, Generic, Never, ParamSpec, TypeVar, overload
 
 import attrs
 
-from threadmill_core.broker import Broker, default_broker
+from threadmill_core.broker import Broker, producer_broker
 from threadmill_core.calls import CallCheck
 from threadmill_core.errors import InvalidOption, InvalidTaskDefinition
 from threadmill_core.models import (
@@ -336,12 +336,17 @@ class Task(Generic[P, R]):
     def enqueue(self, /, *args: Any, **kwargs: Any) -> TaskResult:
         """Store a call of this task; returns the stored record (READY or DEFERRED).
 
+        It goes to the broker given to `using`, else to the default broker
+        (`threadmill_core.broker.producer_broker`: ``THREADMILL_URL``, the
+        worker's own inside ``threadmill worker``, else ``memory://``, with a
+        `MemoryBrokerWarning` once when no worker could see it).
+
         The arguments must fit the function's signature (`InvalidCall`
         otherwise, naming the task and the mismatch) and be values the codec
         carries (see `threadmill_core.codec`; `UnsupportedValue` otherwise,
         naming the argument). Either way nothing is stored.
         """
-        return (self.broker or default_broker()).enqueue(self, *args, **kwargs)
+        return (self.broker or producer_broker()).enqueue(self, *args, **kwargs)
 
 
 _TASK_OPTIONS = ("queue", "priority", "retry", "lease_ttl")

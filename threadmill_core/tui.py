@@ -164,6 +164,7 @@ class InspectorApp(App[None]):
         Binding("r", "requeue", "Requeue"),
         Binding("c", "cancel", "Cancel"),
         Binding("ctrl+r", "refresh", "Refresh"),
+        Binding("s", "schedules", "Schedules"),
         *(
             Binding(str(n), f"segment('{s.value}')", s.value.title(), show=False)
             for n, s in enumerate(STATUSES, 1)
@@ -225,6 +226,12 @@ class InspectorApp(App[None]):
         return self.query_one("#tasks", DataTable)
 
     # --- refreshing --------------------------------------------------------------------
+
+    def action_schedules(self) -> None:
+        """The schedules screen (`threadmill_core.tui_schedules`)."""
+        from threadmill_core.tui_schedules import SchedulesScreen
+
+        self.push_screen(SchedulesScreen(self.broker))
 
     def action_refresh(self) -> None:
         """Refresh now; if a refresh is still loading, refresh again once it is done."""

@@ -1,35 +1,94 @@
-"""Backend URLs shown to people: `redact` hides the credentials in them."""
+"""Backend addresses shown to people: `redact` hides the credentials in them.
+
+One helper for every address threadmill shows (a broker's or a backend's
+``repr``, an error message, a log line, the command line's and the TUI's
+headers): a URL (``redis://user:secret@host/0``, ``...?password=secret``)
+or a libpq connection string (``host=db password=secret``).
+"""
 
 from __future__ import annotations
 
+import re
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-#: Query parameters that carry a secret (redis-py and libpq read these).
-SECRET_PARAMETERS = frozenset({"password", "passwd", "pass", "sslpassword"})
+#: Query parameters and libpq keywords that carry a secret (redis-py and libpq read these).
+SECRET_PARAMETERS = frozenset({"password", "passwd", "pass", "sslpassword", "sentinel_password"})
+
+#: What `redact` shows instead of a secret.
+MASK = "***"
+
+#: One ``keyword = value`` of a libpq connection string; a value is a single-quoted
+#: string (with backslash escapes) or runs to the next whitespace.
+_CONNINFO_PAIR = re.compile(
+    r"(?P<key>[A-Za-z_]\w*)(?P<eq>\s*=\s*)(?P<value>'(?:[^'\\]|\\.)*'?|\S*)"
+)
+
+#: How a URL starts: its scheme and ``://``.
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 
 
-def redact(url: str) -> str:
-    """`url` with its password (in the address or the query string) replaced by ``***``.
+def redact(address: str) -> str:
+    """`address` with every password replaced by ``***``; the rest as given.
 
-    For logs, messages and screens. A URL that does not parse is shown as
-    ``<a malformed URL>``: it may hold a secret where no rule finds it.
+    A URL's password (after the user name, or in the query string) and a
+    libpq connection string's ``password=...`` (quoted or not) are hidden.
+    A URL that does not parse is shown as ``<a malformed URL>``: it may hold
+    a secret where no rule finds it.
     """
+    if _SCHEME.match(address) is None:
+        return _redact_conninfo(address) if "=" in address else address
+    return _redact_url(address)
+
+
+def _redact_conninfo(conninfo: str) -> str:
+    """A libpq ``key=value`` string with the values of `SECRET_PARAMETERS` hidden."""
+
+    def hide(match: re.Match[str]) -> str:
+        if match["key"].lower() not in SECRET_PARAMETERS:
+            return match[0]
+        return f"{match['key']}{match['eq']}{MASK}"
+
+    return _CONNINFO_PAIR.sub(hide, conninfo)
+
+
+def _redact_url(url: str) -> str:
     try:
         parts = urlsplit(url)
         password = parts.password
     except ValueError:
         return "<a malformed URL>"
+    if password is None and _broken_userinfo(parts.netloc) and "@" in url:
+        # A password holding a "/", "?" or "#" that is not percent-encoded ends
+        # the URL's address early (``redis://user:pa/ss@host``): what parses
+        # as a port, a path or a query holds the secret. Hide everything from
+        # the user name to the last "@".
+        scheme, _, after = url.partition("://")
+        userinfo, _, rest = after.rpartition("@")
+        cut = f"{scheme}://{userinfo.split(':', 1)[0]}:{MASK}@{rest}"
+        if "@" not in urlsplit(cut).netloc:  # still no address: nothing to show safely
+            return "<a malformed URL>"
+        return _redact_url(cut)
     query = parse_qsl(parts.query, keep_blank_values=True)
     secret_query = any(key.lower() in SECRET_PARAMETERS for key, _ in query)
     if password is None and not secret_query:
         return url  # as given: urlunsplit would write memory:// as memory:
     if password is not None:
         user, host = parts.netloc.rsplit("@", 1)
-        parts = parts._replace(netloc=f"{user.split(':', 1)[0]}:***@{host}")
+        parts = parts._replace(netloc=f"{user.split(':', 1)[0]}:{MASK}@{host}")
     if secret_query:
-        hidden = [(k, "***" if k.lower() in SECRET_PARAMETERS else v) for k, v in query]
+        hidden = [(k, MASK if k.lower() in SECRET_PARAMETERS else v) for k, v in query]
         parts = parts._replace(query=urlencode(hidden, safe="*"))
     shown = urlunsplit(parts)
     if not parts.netloc and url.startswith(f"{parts.scheme}://"):  # unix:///path stays so
         shown = shown.replace(":", "://", 1)
     return shown
+
+
+def _broken_userinfo(netloc: str) -> bool:
+    """Whether `netloc` (without an "@") reads ``user:secret`` as a host and a port that is no
+    number: the start of a password cut short by a "/", "?" or "#" in it."""
+    if "@" in netloc:
+        return False
+    host_end = netloc.rfind("]")  # an IPv6 address's colons are not a port's
+    _, colon, port = netloc[host_end + 1 :].rpartition(":")
+    return bool(colon) and not (port.isascii() and port.isdigit())

@@ -21,23 +21,43 @@ from threadmill_core.models import RetryPolicySpec, TaskResult
 _SCALARS = (type(None), bool, int, float, str)
 
 
+#: How deeply lists and dicts may nest in one value (an argument, a keyword
+#: argument's value, a return value): ``[[1]]`` nests 2 deep. Decoding a stored
+#: payload recurses once per level, on whatever stack the reader runs (a worker
+#: thread's may be far deeper than the producer's, or small), so a value is
+#: accepted only well under Python's recursion limit (1,000 frames): then every
+#: backend that stores it decodes it everywhere (serde_json stops at 128 too).
+MAX_DEPTH = 128
+
+
+class _TooDeep(Exception):
+    """Raised inside `_check_value` where nesting passes `MAX_DEPTH`; `check_value` words it."""
+
+
 def check_value(value: object, path: str) -> None:
     """Raise `UnsupportedValue` naming the first part of `value` the codec cannot carry.
 
     Types are checked exactly, not with isinstance: a subclass of int or str
-    (an IntEnum, say) would come back as its base class. A value that holds
-    itself, or nests deeper than Python's recursion limit, is refused too:
-    the encoder could not write it (and does not look for cycles itself).
+    (an IntEnum, say) would come back as its base class. A value nesting
+    lists and dicts more than `MAX_DEPTH` deep is refused, with `path` (where
+    the value sits) and the limit in the message; so is a value that holds
+    itself (it nests without end), which the encoder could not write (it
+    does not look for cycles itself).
     """
     try:
-        _check_value(value, path)
-    except RecursionError:
+        _check_value(value, path, MAX_DEPTH)
+    except (_TooDeep, RecursionError):  # RecursionError: checked on an already deep stack
         raise UnsupportedValue(
-            path, value, reason="holds itself, or nests deeper than Python's recursion limit"
+            path,
+            value,
+            reason=f"nests lists and dicts more than {MAX_DEPTH} deep (or holds itself); "
+            f"threadmill carries at most {MAX_DEPTH} levels, so that every backend can "
+            "read back what it stores",
         ) from None
 
 
-def _check_value(value: object, path: str) -> None:
+def _check_value(value: object, path: str, levels: int) -> None:
+    """Check `value` (at `path`) with `levels` more levels of lists and dicts allowed."""
     if type(value) is str:
         if not value.isascii():
             try:
@@ -60,22 +80,31 @@ def _check_value(value: object, path: str) -> None:
     if type(value) in _SCALARS:
         return
     if type(value) is list:
+        if not levels:
+            raise _TooDeep
         for index, item in enumerate(value):
             if not _carried(item):
-                _check_value(item, f"{path}[{index}]")
+                _check_value(item, f"{path}[{index}]", levels - 1)
         return
     if type(value) is dict:
+        if not levels:
+            raise _TooDeep
         for key, item in value.items():
             if type(key) is not str:
-                raise UnsupportedValue(
-                    f"{path}[{key!r}]",
-                    value,
-                    reason=f"has a key of type {type(key).__qualname__}; dict keys must be str",
-                )
+                raise _bad_key(path, key, value)
             if not _carried(item):
-                _check_value(item, f"{path}[{key!r}]")
+                _check_value(item, f"{path}[{key!r}]", levels - 1)
         return
     raise UnsupportedValue(path, value)
+
+
+def _bad_key(path: str, key: object, container: object) -> UnsupportedValue:
+    """The error for a dict at `path` with a `key` that is not a str."""
+    return UnsupportedValue(
+        f"{path}[{key!r}]",
+        container,
+        reason=f"has a key of type {type(key).__qualname__}; dict keys must be str",
+    )
 
 
 #: Types the codec carries whatever the value.
@@ -103,8 +132,14 @@ def check_arguments(args: tuple[object, ...] | list[object], kwargs: dict[str, o
     for index, value in enumerate(args):
         if not _carried(value):
             check_value(value, f"args[{index}]")
-    if kwargs or type(kwargs) is not dict:
+    if type(kwargs) is not dict:
         check_value(kwargs, "kwargs")
+        return
+    for key, value in kwargs.items():  # each value as an argument of its own, by its name
+        if type(key) is not str:
+            raise _bad_key("kwargs", key, kwargs)
+        if not _carried(value):
+            check_value(value, f"kwargs[{key!r}]")
 
 
 def check_retry(retry: object) -> None:

@@ -64,15 +64,16 @@ from typing import Any, assert_never
 import attrs
 
 from threadmill_core import heartbeat, scheduler
-from threadmill_core.acknowledgement import send_outcomes
+from threadmill_core.acknowledgement import give_back_leases, send_outcomes
 from threadmill_core.backend import NOTHING_DEFERRED
-from threadmill_core.broker import Broker
+from threadmill_core.broker import Broker, worker_made
 from threadmill_core.errors import BackendUnavailable, PayloadError
 from threadmill_core.execution import execute
 from threadmill_core.held import HeldTask, HeldTasks, Outcome
 from threadmill_core.maintenance import promote, reap
 from threadmill_core.models import Lease, TaskResultStatus, validate_timedelta
 from threadmill_core.outage import RECONNECT_BACKOFF, Outage
+from threadmill_core.plugins import notify
 from threadmill_core.retry import ExponentialBackoff
 from threadmill_core.task import Task, registered_tasks, validate_queue
 
@@ -183,6 +184,7 @@ class Worker:
         if type(prefetch) is not int or prefetch < 0:
             raise ValueError(f"prefetch must be an int >= 0, got {prefetch!r}")
         self.broker = broker
+        worker_made()  # a memory:// default broker has a consumer here: no warning
         self.backend = broker.backend
         self.threads = threads
         self.prefetch = prefetch
@@ -217,6 +219,12 @@ class Worker:
 
     def tasks(self) -> Mapping[str, Task[Any, Any]]:
         return self._tasks if self._tasks is not None else registered_tasks()
+
+    def census(self) -> tuple[int, int]:
+        """How many held tasks wait in the prefetch, and how many run now (the current run's)."""
+        with self._lock:
+            schedule = self._current.schedule
+            return len(schedule.ready), len(schedule.running)
 
     @property
     def stopping(self) -> bool:
@@ -256,7 +264,7 @@ class Worker:
         live = [held for held in stop.give_back if not held.lost]
         if live:
             try:
-                given = self.backend.release([held.lease for held in live])
+                given = give_back_leases(self.backend, [held.lease for held in live])
             except Exception as exc:  # one try: the process is about to exit
                 log.warning(
                     "could not give back %d prefetched task(s) (%s: %s); they go back to READY "
@@ -355,6 +363,7 @@ class Worker:
                         run.schedule = scheduler.look_again(run.schedule)
                         self._cond.notify_all()
                 run.finished.wait(min(max(next_maintenance - time.monotonic(), 0.0), poll))
+                notify("threadmill_worker_ticked", worker=self)  # at least every poll
         except BaseException:
             self.stop()  # our own bug, or KeyboardInterrupt here: the threads drain and exit
             raise
@@ -589,7 +598,7 @@ class Worker:
         def give_back() -> None:
             live = [held for held in tasks if not held.lost]
             if live:
-                released = self.backend.release([held.lease for held in live])
+                released = give_back_leases(self.backend, [held.lease for held in live])
                 given = sum(record is not None for record in released)
                 log.info("gave back %d prefetched task(s) not started", given)
             self._held.forget_all(tasks)

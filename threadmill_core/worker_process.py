@@ -21,6 +21,16 @@ each running task it abandons and what becomes of it, and exits with
 `EXIT_ABANDONED` (0 if none was running). SIGINT is ignored: the supervisor
 turns a Ctrl-C into a SIGTERM for each worker process.
 
+Each adds the tasks it ran to an outcome to the supervisor's counter
+(`Supervisor.ran`) as it exits, however it was stopped, unless
+it was killed.
+
+Inside a worker process the default broker (`threadmill_core.default_broker`,
+used by a task that enqueues a follow-up without naming a broker) is the
+worker's own: each entry point sets ``THREADMILL_URL`` to
+`WorkerSettings.broker_url` first, for every thread of the process and the
+processes it starts.
+
 Both entry points are top-level functions: `multiprocessing` hands a
 spawned process its target by reference, with its `WorkerSettings` pickled.
 """
@@ -35,20 +45,27 @@ import socket
 import sys
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from threadmill_core.outage import Outage
 from threadmill_core.worker import Worker
+from threadmill_core.worker_logging import configure_worker_logging, identify_worker
 from threadmill_core.worker_settings import (
     EXIT_ABANDONED,
     EXIT_CONFIG_ERROR,
     FORK_BLOCKED,
-    LOG_FORMAT,
     STOP_NOW_SIGNAL,
     WorkerSettings,
     cannot_start,
     connect_when_reachable,
     prepare_process,
 )
+
+if TYPE_CHECKING:
+    from multiprocessing.sharedctypes import Synchronized
+
+    #: The supervisor's count of the tasks its worker processes ran: `multiprocessing.Value`.
+    TaskCount = Synchronized[int]
 
 # The supervisor's logger: how a worker process starts and stops is the supervisor's story.
 log = logging.getLogger("threadmill.supervisor")
@@ -68,7 +85,7 @@ def worker_id_of(pid: int, tag: str) -> str:
     return f"{socket.gethostname()}:{pid}:{tag}"
 
 
-def forked_main(settings: WorkerSettings, index: int, tag: str) -> None:
+def forked_main(settings: WorkerSettings, index: int, ran: TaskCount, tag: str) -> None:
     """A worker process forked from the supervisor, which had loaded the tasks already."""
     # The supervisor's handlers came with the fork; its signals are still
     # blocked (see `threadmill_core.supervisor.Supervisor._fork`), so none of
@@ -77,27 +94,37 @@ def forked_main(settings: WorkerSettings, index: int, tag: str) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, FORK_BLOCKED - _WORKER_SIGNALS)
-    _serve(settings, index, tag)
+    _default_to(settings.broker_url)
+    _serve(settings, index, ran, tag)
 
 
-def spawned_main(settings: WorkerSettings, index: int, tag: str) -> None:
+def spawned_main(settings: WorkerSettings, index: int, ran: TaskCount, tag: str) -> None:
     """A spawned worker process: load the tasks, then work until told to stop."""
-    logging.basicConfig(level=settings.log_level, format=LOG_FORMAT, stream=sys.stderr)
+    configure_worker_logging(settings.log_level, settings.log_format)
+    _default_to(settings.broker_url)  # before the task modules, which may enqueue on import
     try:
         prepare_process(settings)
     except Exception as exc:
         cannot_start(f"worker {index} cannot start", exc)
         sys.exit(EXIT_CONFIG_ERROR)
-    _serve(settings, index, tag)
+    _serve(settings, index, ran, tag)
 
 
-def _serve(settings: WorkerSettings, index: int, tag: str) -> None:
+def _default_to(url: str) -> None:
+    """Make `url` this process's default broker, and its children's: follow-up tasks go there."""
+    # This process is the worker's own, so its environment is ours to set.
+    os.environ["THREADMILL_URL"] = url
+
+
+def _serve(settings: WorkerSettings, index: int, ran: TaskCount, tag: str) -> None:
     """A worker process with its tasks loaded: connect, then work until told to stop."""
     # Blocked in this thread and so in every thread it starts; `_watch_signals` takes them.
     signal.pthread_sigmask(signal.SIG_BLOCK, _WORKER_SIGNALS)
     # Ctrl-C reaches the whole process group; the supervisor turns it into a
     # SIGTERM for us, so taking SIGINT too would count one Ctrl-C twice.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    worker_id = worker_id_of(os.getpid(), tag)
+    identify_worker(index, worker_id)
     try:
         outage = Outage(logging.getLogger("threadmill.worker"), settings.reconnect_backoff)
         broker = connect_when_reachable(settings.broker_url, outage, time.sleep)
@@ -114,19 +141,27 @@ def _serve(settings: WorkerSettings, index: int, tag: str) -> None:
         lease_ttl=settings.lease_ttl,
         poll_interval=settings.poll_interval,
         maintenance=False,
-        worker_id=worker_id_of(os.getpid(), tag),
+        worker_id=worker_id,
         reconnect_backoff=settings.reconnect_backoff,
     )
 
-    _watch_signals(worker)
+    _watch_signals(worker, ran)
     max_tasks = None
     if settings.max_tasks is not None:
         max_tasks = settings.max_tasks + random.randint(0, settings.max_tasks_jitter)
-    worker.run(burst=settings.burst, max_tasks=max_tasks)
+    count = worker.run(burst=settings.burst, max_tasks=max_tasks)
     broker.close()
+    _count(ran, count)
+    log.info("worker %s stopped: %d task(s) ran to an outcome", worker.worker_id, count)
 
 
-def _watch_signals(worker: Worker) -> None:
+def _count(ran: TaskCount, count: int) -> None:
+    """Add `count` tasks to the supervisor's `ran`."""
+    with ran.get_lock():
+        ran.value += count
+
+
+def _watch_signals(worker: Worker, ran: TaskCount) -> None:
     """Take SIGTERM (stop, finishing the running tasks) and `STOP_NOW_SIGNAL` (stop now).
 
     A thread of its own waits for them (`signal.sigwait`, the signals
@@ -143,6 +178,7 @@ def _watch_signals(worker: Worker) -> None:
             signum = signal.sigwait(_WORKER_SIGNALS)
             if signum == STOP_NOW_SIGNAL:
                 abandoned = worker.stop_now()
+                _count(ran, worker.processed)
                 logging.shutdown()  # flush the lines that say what became of each task
                 os._exit(EXIT_ABANDONED if abandoned else 0)
             if not worker.stopping:  # another SIGTERM is the same request

@@ -10,7 +10,11 @@ supervisor and in every spawned worker process, before the task modules are
 imported (`prepare_process`): setup is how a framework integration prepares
 a process for its tasks (threadmill_django calls ``django.setup()`` there).
 A forked worker process inherits what they did in the supervisor. See
-docs/integrations.md. Each process then connects with
+docs/integrations.md. The supervisor then waits for the backend's first
+answer (`reach_at_start`), at most `WorkerSettings.connect_timeout`: a
+backend that never answered is most likely a wrong URL, and the worker
+exits with `EXIT_CONFIG_ERROR` instead of waiting for it forever. From
+then on an outage is ridden out: each worker process connects with
 `connect_when_reachable`, which waits out an outage instead of failing.
 
 How the two talk: the supervisor sends a worker process SIGTERM to stop it
@@ -35,7 +39,7 @@ from datetime import timedelta
 import attrs
 
 from threadmill_core.broker import Broker, connect
-from threadmill_core.errors import BackendUnavailable, InvalidOption
+from threadmill_core.errors import BackendUnavailable, InvalidOption, ThreadmillError
 from threadmill_core.outage import RECONNECT_BACKOFF, Outage
 from threadmill_core.retry import ExponentialBackoff
 from threadmill_core.startup import (
@@ -44,18 +48,25 @@ from threadmill_core.startup import (
     import_task_modules,
     put_on_import_path,
 )
+from threadmill_core.urls import redact
+from threadmill_core.worker_logging import check_log_format
 
 # The supervisor's logger, in its worker processes too: a process that cannot start says so there.
 log = logging.getLogger("threadmill.supervisor")
 
 #: A child exits with this when it cannot import its modules or reach its
-#: broker: restarting it would only fail again, so the supervisor stops.
+#: broker: restarting it would only fail again, so the supervisor stops. The
+#: supervisor exits with it too, and when its backend never answered at start.
 EXIT_CONFIG_ERROR = 3
+#: How long a worker waits at start for a backend that has never answered
+#: (`WorkerSettings.connect_timeout`, ``--connect-timeout``): long enough for
+#: a server started beside the worker (a container, a service restarted with
+#: it) to come up, its backoff trying some eight times, and short enough that
+#: a wrong host or port is said within half a minute.
+CONNECT_TIMEOUT = timedelta(seconds=20)  # ``--connect-timeout``'s default too
 #: A worker process stopped by force (a second signal, the shutdown timeout)
 #: abandoned running tasks, or had to be killed; the supervisor exits with it too.
 EXIT_ABANDONED = 4
-#: The log line of the supervisor and its worker processes.
-LOG_FORMAT = "%(asctime)s %(levelname)-7s %(processName)s %(name)s: %(message)s"
 
 #: What the supervisor sends a worker process to stop it at once (a second signal, or
 #: the shutdown timeout): it gives its prefetch back and abandons its running tasks
@@ -72,7 +83,8 @@ FORK_BLOCKED = frozenset({signal.SIGTERM, signal.SIGINT, STOP_NOW_SIGNAL})
 class WorkerSettings:
     """Everything a worker process needs; picklable, since children are spawned."""
 
-    broker_url: str
+    #: Shown with its password hidden (`threadmill_core.urls.redact`) in the ``repr``.
+    broker_url: str = attrs.field(repr=redact)
     modules: tuple[str, ...]
     queues: tuple[str, ...] = ("default",)
     processes: int = 1
@@ -86,8 +98,13 @@ class WorkerSettings:
     burst: bool = False
     shutdown_timeout: timedelta = timedelta(seconds=30)
     log_level: str = "INFO"
+    #: ``text`` or ``json`` (see `threadmill_core.worker_logging`).
+    log_format: str = "text"
     #: Spaces out attempts to reach an unavailable backend (see `Worker`).
     reconnect_backoff: ExponentialBackoff = RECONNECT_BACKOFF
+    #: How long the supervisor waits at start for the backend's first answer before
+    #: exiting with `EXIT_CONFIG_ERROR` (see `reach_at_start`); None waits for ever.
+    connect_timeout: timedelta | None = CONNECT_TIMEOUT
     #: Called with no arguments first thing in the supervisor and in each spawned worker
     #: process (a restarted one), before `modules` are imported; see `prepare_process`.
     setup: Callable[[], object] | None = None
@@ -97,6 +114,14 @@ class WorkerSettings:
     #: Fork the first worker processes from the supervisor (the fast start), where
     #: that is safe; False spawns every one (see `threadmill_core.supervisor`).
     fork: bool = True
+    #: Serve ``/metrics``, ``/healthz`` and ``/readyz`` on this port (see
+    #: `threadmill_core.monitor`); None serves nothing and loads no metrics code.
+    metrics_port: int | None = None
+    #: The address the endpoints bind: this host only, unless told otherwise.
+    metrics_host: str = "127.0.0.1"
+    #: Run a scheduler of the modules' `@periodic` schedules in the supervisor
+    #: (see `threadmill_core.scheduling`), unless `burst`; False: ``--no-schedules``.
+    schedules: bool = True
 
     def __attrs_post_init__(self) -> None:
         for module in self.modules:
@@ -113,8 +138,11 @@ class WorkerSettings:
             raise InvalidOption(f"prefetch must be 0 or more, got {self.prefetch}")
         if self.max_tasks is not None and self.max_tasks < 1:
             raise InvalidOption(f"max_tasks must be 1 or more, got {self.max_tasks}")
+        if self.connect_timeout is not None and self.connect_timeout <= timedelta(0):
+            raise InvalidOption(f"connect_timeout must be positive, got {self.connect_timeout}")
         if self.max_tasks_jitter < 0:
             raise InvalidOption(f"max_tasks_jitter must be 0 or more, got {self.max_tasks_jitter}")
+        check_log_format(self.log_format)
         if self.setup is not None:
             _check_setup(self.setup)
 
@@ -143,6 +171,10 @@ def prepare_process(settings: WorkerSettings) -> dict[str, list[str]]:
     configuration error: the process does not start. A module that does
     not import raises `threadmill_core.startup.TaskModuleError`.
     """
+    if settings.metrics_port is not None:  # first: the app's own metrics must reach the files
+        from threadmill_core.metrics import install
+
+        install()
     put_on_import_path(settings.import_path)
     if settings.setup is not None:
         settings.setup()
@@ -151,7 +183,8 @@ def prepare_process(settings: WorkerSettings) -> dict[str, list[str]]:
 
 def cannot_start(what: str, exc: Exception) -> None:
     """Log why a process cannot start in one line; the traceback too at DEBUG."""
-    reason = str(exc) if isinstance(exc, TaskModuleError) else f"{type(exc).__name__}: {exc}"
+    plain = isinstance(exc, (TaskModuleError, BackendNeverReached))  # one line that says it all
+    reason = str(exc) if plain else f"{type(exc).__name__}: {exc}"
     log.error("%s: %s", what, reason, exc_info=log.isEnabledFor(logging.DEBUG))
 
 
@@ -177,3 +210,63 @@ def connect_when_reachable(
             continue
         outage.reached(started)
         return broker
+
+
+class BackendNeverReached(ThreadmillError):
+    """The backend did not answer once within `timeout` of a worker's start; see `reach_at_start`.
+
+    Its message is one line naming the backend (credentials hidden), the
+    timeout and the last error, which is also the `__cause__`.
+    """
+
+    def __init__(self, url: str, timeout: timedelta, last: BackendUnavailable) -> None:
+        from threadmill_core.urls import redact
+
+        self.url = url
+        self.timeout = timeout
+        super().__init__(
+            f"backend {redact(url)} did not answer within {timeout.total_seconds():g} s of "
+            f"starting ({type(last).__name__}: {last}); check the URL, or start the backend "
+            "first (--connect-timeout sets the wait)"
+        )
+
+
+def reach_at_start(
+    url: str, outage: Outage, pause: Callable[[float], object], timeout: timedelta | None
+) -> Broker | None:
+    """`connect(url)` and the backend's first answer (its clock), within `timeout` of the call.
+
+    A backend that has never answered is most likely a wrong URL, not an
+    outage: while it does not answer, connecting and asking are tried again
+    after `pause(backoff)` (the outage is reported as `connect_when_reachable`
+    reports one), and once `timeout` has passed without an answer,
+    `BackendNeverReached` is raised (the last attempt may overrun it by the
+    backend's own connect timeout). None waits for ever. `pause` returns
+    true to give up (a stop was requested), and then the answer is None.
+    Other errors propagate; a broker that is not returned is closed.
+    """
+    deadline = None if timeout is None else time.monotonic() + timeout.total_seconds()
+    broker: Broker | None = None
+    failures = 0
+    try:
+        while True:
+            started = time.monotonic()
+            try:
+                if broker is None:
+                    broker = connect(url)
+                broker.backend.now()  # a round trip every backend answers, changing nothing
+            except BackendUnavailable as exc:
+                failures += 1
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0 and timeout is not None:
+                    raise BackendNeverReached(url, timeout, exc) from exc
+                delay = outage.failed(exc, failures, started)  # its warning, once
+                if pause(delay if left is None else min(delay, left)):
+                    return None
+                continue
+            outage.reached(started)
+            reached, broker = broker, None  # returned, so not closed below
+            return reached
+    finally:
+        if broker is not None:
+            broker.close()

@@ -7,6 +7,7 @@ docs/django.md.
 
 from threadmill_django.backend import TaskBackend
 from threadmill_django.exceptions import TaskCancelled, UnknownTask, UnsupportedArgument
+from threadmill_django.periodic import periodic
 from threadmill_django.task import Task, TaskContext, task
 
 __all__ = [
@@ -16,5 +17,6 @@ __all__ = [
     "TaskContext",
     "UnknownTask",
     "UnsupportedArgument",
+    "periodic",
     "task",
 ]

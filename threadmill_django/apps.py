@@ -1,4 +1,5 @@
-"""The Django app: ``"threadmill_django"`` in INSTALLED_APPS brings ``manage.py threadmill``."""
+"""The Django app: ``"threadmill_django"`` in INSTALLED_APPS brings ``manage.py threadmill``,
+and, with ``django.contrib.admin``, the task queues' admin pages (`threadmill_django.admin`)."""
 
 from __future__ import annotations
 
@@ -9,3 +10,5 @@ class ThreadmillConfig(AppConfig):
     name = "threadmill_django"
     label = "threadmill_django"
     verbose_name = "threadmill"
+    # Its one model, TaskQueue, has no table; said here so no project setting is needed.
+    default_auto_field = "django.db.models.AutoField"

@@ -37,7 +37,7 @@ from threadmill_core.models import TaskResult
 from threadmill_core.plugins import register_plugin
 from threadmill_core.task import Task as CoreTask
 from threadmill_core.task import registered_task, validate_queue
-from threadmill_django import brokers, observer, runner
+from threadmill_django import brokers, observer, on_commit, runner
 from threadmill_django.exceptions import UnknownTask, UnsupportedArgument
 from threadmill_django.options import BackendOptions, parse, scheme_problem, where
 from threadmill_django.results import django_result
@@ -172,9 +172,18 @@ class TaskBackend(BaseTaskBackend):
     def enqueue(
         self, task: DjangoTask[P, R], args: Sequence[Any], kwargs: Mapping[str, Any]
     ) -> DjangoTaskResult[P, R]:
-        """Store one call of `task`; returns its result, READY (DEFERRED reads READY)."""
+        """Store one call of `task`; returns its result, READY (DEFERRED reads READY).
+
+        With ``enqueue_on_commit``, inside a transaction: checked now, stored
+        at commit (`threadmill_django.on_commit`).
+        """
         prepared = self._prepared_for(task)
         call_args, call_kwargs = normalized(args, kwargs)
+        if on_commit.deferring(self.options_checked.enqueue_on_commit):
+            deferred = on_commit.enqueue_on_commit(
+                self.broker, prepared, task, self.alias, type(self), call_args, call_kwargs
+            )
+            return cast("DjangoTaskResult[P, R]", deferred)
         record = self.broker.enqueue(prepared, *call_args, **call_kwargs)
         result = django_result(record, task, self.alias)
         task_enqueued.send(type(self), task_result=result)

@@ -18,8 +18,12 @@ The options (all optional):
 ``max_tasks``       the worker's ``--max-tasks``
 ``max_tasks_jitter``  the worker's ``--max-tasks-jitter``
 ``shutdown_timeout``  the worker's ``--shutdown-timeout`` (seconds or timedelta)
+``connect_timeout``   the worker's ``--connect-timeout`` (seconds or timedelta)
 ``log_level``       the worker's ``--log-level``
+``log_format``      the worker's ``--log-format``: ``"text"`` or ``"json"``
 ``task_modules``    modules of tasks for the worker beyond the apps' ``tasks``
+``enqueue_on_commit``  True: an enqueue inside ``transaction.atomic()`` is stored
+                    when the transaction commits (`threadmill_django.on_commit`)
 ==================  ===========================================================
 
 A backend's own options (a Redis namespace, a cluster's nodes) go in the
@@ -41,6 +45,8 @@ import attrs
 from threadmill_core.errors import InvalidOption
 from threadmill_core.plugins import KNOWN_EXTRAS, installed_backends
 from threadmill_core.task import DEFAULT_QUEUE, validate_queue
+from threadmill_core.urls import redact
+from threadmill_core.worker_logging import LOG_FORMATS
 
 DEFAULT_URL = "memory://"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -75,6 +81,18 @@ def _log_level(value: object) -> object:
     return value
 
 
+def _log_format(value: object) -> object:
+    if value not in LOG_FORMATS:
+        raise ValueError(f"must be one of {', '.join(LOG_FORMATS)}, got {value!r}")
+    return value
+
+
+def _host(value: object) -> object:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"must be a host name or address, got {value!r}")
+    return value
+
+
 def _modules(value: object) -> object:
     if isinstance(value, str) or not isinstance(value, list | tuple):
         raise ValueError(f"must be a list of module names, got {value!r}")
@@ -82,6 +100,12 @@ def _modules(value: object) -> object:
         if not isinstance(name, str) or not _MODULE.fullmatch(name):
             raise ValueError(f"must be a list of module names; {name!r} is not one")
     return tuple(value)
+
+
+def _flag(value: object) -> object:
+    if not isinstance(value, bool):
+        raise ValueError(f"must be True or False, got {value!r}")
+    return value
 
 
 def _url(value: object) -> object:
@@ -100,13 +124,18 @@ WORKER_FLAGS: Mapping[str, tuple[str, Callable[[object], object]]] = {
     "max_tasks": ("--max-tasks", _count(1)),
     "max_tasks_jitter": ("--max-tasks-jitter", _count(0)),
     "shutdown_timeout": ("--shutdown-timeout", _seconds),
+    "connect_timeout": ("--connect-timeout", _seconds),
     "log_level": ("--log-level", _log_level),
+    "log_format": ("--log-format", _log_format),
+    "metrics_port": ("--metrics-port", _count(1)),
+    "metrics_host": ("--metrics-host", _host),
 }
 
 _CHECKS: Mapping[str, Callable[[object], object]] = {
     "url": _url,
     "result_ttl": _seconds,
     "task_modules": _modules,
+    "enqueue_on_commit": _flag,
     **{name: check for name, (_flag, check) in WORKER_FLAGS.items()},
 }
 KNOWN = tuple(sorted(_CHECKS))
@@ -117,7 +146,8 @@ class BackendOptions:
     """One alias's settings, checked; see the module docstring for what each means."""
 
     alias: str
-    url: str
+    #: Shown with its password hidden (`threadmill_core.urls.redact`) in the ``repr``.
+    url: str = attrs.field(repr=redact)
     #: Seconds, or None for the backend's own default.
     result_ttl: float | None = None
     #: The worker's defaults, by OPTIONS name (checked values).
@@ -125,6 +155,8 @@ class BackendOptions:
     task_modules: tuple[str, ...] = ()
     #: QUEUES in the order given: the worker claims from them, most preferred first.
     queues: tuple[str, ...] = (DEFAULT_QUEUE,)
+    #: Enqueue inside a transaction stores at its commit (`threadmill_django.on_commit`).
+    enqueue_on_commit: bool = False
 
     @property
     def scheme(self) -> str:
@@ -195,6 +227,7 @@ def parse(alias: str, params: Mapping[str, Any]) -> tuple[BackendOptions | None,
         url=url,
         result_ttl=checked.pop("result_ttl", None),
         task_modules=checked.pop("task_modules", ()),
+        enqueue_on_commit=checked.pop("enqueue_on_commit", False),
         worker=checked,
         queues=tuple(dict.fromkeys(queues)),
     )

@@ -40,7 +40,8 @@ MAPPED = frozenset(
     {
         "modules", "broker", "queues", "processes", "threads", "prefetch", "lease_ttl",
         "poll_interval", "max_tasks", "max_tasks_jitter", "burst", "shutdown_timeout",
-        "log_level", "spawn",
+        "connect_timeout", "log_level", "log_format", "spawn", "schedules",
+        "metrics_port", "metrics_host",
     }
 )  # fmt: skip
 

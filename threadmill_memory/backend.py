@@ -47,6 +47,7 @@ import attrs
 from threadmill_core.backend import NOTHING_DEFERRED, RATE_HISTORY, Backend
 from threadmill_core.checks import (
     check_decision,
+    check_delay,
     check_limit,
     check_offset,
     check_purgeable,
@@ -69,6 +70,7 @@ from threadmill_core.models import (
 from threadmill_memory import _leases, _payload
 from threadmill_memory._rates import RateHistory
 from threadmill_memory._store import Entry, Item, SortKey, Store
+from threadmill_memory.pauses import MemoryPauses
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +85,7 @@ FAILED = TaskResultStatus.FAILED
 CANCELLED = TaskResultStatus.CANCELLED
 
 
-class MemoryBackend(Backend):
+class MemoryBackend(MemoryPauses, Backend):
     """Tasks in this process's memory; thread-safe, gone when the process ends.
 
     `result_ttl` (positive) is how long terminal tasks stay readable after
@@ -218,7 +220,10 @@ class MemoryBackend(Backend):
                     renewed.append(None)
                     continue
                 self._store.put(attrs.evolve(entry, key=(deadline_ms,)))
-                record = self._decode(entry)
+                try:
+                    record = self._decode(entry)
+                except PayloadError:  # poison: the holder's record; the reaper quarantines it
+                    record = lease.record
                 renewed.append(
                     Lease(token=lease.token, deadline=from_ms(deadline_ms), record=record)
                 )
@@ -249,7 +254,10 @@ class MemoryBackend(Backend):
             return self._decode(entry)  # a repeat after a lost reply: answered as the first time
         if entry.status is not RUNNING:
             return None
-        current = self._decode(entry)
+        try:
+            current = self._decode(entry)
+        except PayloadError:  # poison: decided all the same, on the holder's record
+            current = decision.lease.record
         errors = tuple(decision.record.errors)
         if decision.retry_delay is None:
             status = decision.record.status
@@ -290,13 +298,16 @@ class MemoryBackend(Backend):
             self._store.put(attrs.evolve(entry, started=True))
         return True
 
-    def release(self, leases: Sequence[Lease]) -> list[TaskResult | None]:
+    def release(
+        self, leases: Sequence[Lease], delay: timedelta = timedelta(0)
+    ) -> list[TaskResult | None]:
         leases = list(leases)
+        wait_ms = check_delay(delay)
         with self._lock:
-            self._begin()
-            return [self._release(lease) for lease in leases]
+            now_ms = self._begin()
+            return [self._release(lease, now_ms + wait_ms if wait_ms else None) for lease in leases]
 
-    def _release(self, lease: Lease) -> TaskResult | None:
+    def _release(self, lease: Lease, due_ms: int | None) -> TaskResult | None:
         entry = self._store.get(lease.task_id)
         if (
             entry is None
@@ -306,10 +317,13 @@ class MemoryBackend(Backend):
             or entry.reaped
         ):
             return None
-        return self._give_back(entry, self._decode(entry), entry.unstarted_expiries)
+        return self._give_back(entry, self._decode(entry), entry.unstarted_expiries, due_ms)
 
-    def _give_back(self, entry: Entry, current: TaskResult, expiries: int) -> TaskResult:
-        """Undo the claim `entry` is under: READY tail, attempt and worker undone, no token."""
+    def _give_back(
+        self, entry: Entry, current: TaskResult, expiries: int, due_ms: int | None = None
+    ) -> TaskResult:
+        """Undo the claim `entry` is under: READY tail (DEFERRED till `due_ms` if given),
+        attempt and worker undone, no token."""
         attempts = max(current.attempts - 1, 0)
         unclaimed = attrs.evolve(
             current,
@@ -319,6 +333,9 @@ class MemoryBackend(Backend):
             started_at=current.started_at if attempts else None,
             last_attempted_at=current.last_attempted_at if attempts else None,
         )
+        if due_ms is not None:
+            later = attrs.evolve(unclaimed, status=DEFERRED, run_after=from_ms(due_ms))
+            return self._put(later, (due_ms,), token=None, expiries=expiries)
         return self._put_ready(unclaimed, token=None, expiries=expiries)
 
     def wait_for_tasks(self, queues: Sequence[str], timeout: timedelta) -> bool:

@@ -11,12 +11,23 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from threadmill_postgres.errors import PostgresBackendError, PostgresUnavailable, SchemaVersionError
+from threadmill_postgres.errors import (
+    NamespaceNotFound,
+    PostgresBackendError,
+    PostgresUnavailable,
+    SchemaVersionError,
+)
 
 if TYPE_CHECKING:
     from threadmill_postgres.backend import PostgresBackend
 
-__all__ = ["PostgresBackend", "PostgresBackendError", "PostgresUnavailable", "SchemaVersionError"]
+__all__ = [
+    "NamespaceNotFound",
+    "PostgresBackend",
+    "PostgresBackendError",
+    "PostgresUnavailable",
+    "SchemaVersionError",
+]
 
 
 def __getattr__(name: str) -> Any:

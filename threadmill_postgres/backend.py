@@ -56,13 +56,14 @@ from threadmill_core import codec
 from threadmill_core.backend import NOTHING_DEFERRED, RATE_HISTORY, Backend
 from threadmill_core.checks import (
     check_decision,
+    check_delay,
     check_limit,
     check_offset,
     check_purgeable,
     queue_names,
     ttl_ms,
 )
-from threadmill_core.clock import duration_ms, from_ms, to_ms
+from threadmill_core.clock import duration_ms, from_ms
 from threadmill_core.errors import InvalidOption, PayloadError
 from threadmill_core.models import (
     Decision,
@@ -72,6 +73,7 @@ from threadmill_core.models import (
     TaskResult,
     TaskResultStatus,
 )
+from threadmill_core.urls import redact
 from threadmill_postgres import rows, schema
 from threadmill_postgres.connection import (
     REPEATS,
@@ -79,11 +81,13 @@ from threadmill_postgres.connection import (
     Database,
     Failure,
     Rows,
-    unavailable,
 )
-from threadmill_postgres.errors import PostgresBackendError
+from threadmill_postgres.errors import NamespaceNotFound, PostgresBackendError, PostgresUnavailable
 from threadmill_postgres.listener import Listener
-from threadmill_postgres.options import PostgresOptions, redact, split_url
+from threadmill_postgres.options import PostgresOptions, place, split_url
+from threadmill_postgres.pauses import PostgresPauses
+from threadmill_postgres.pool_log import first_line
+from threadmill_postgres.producing import Enqueuer
 from threadmill_postgres.statements import Statements
 
 log = logging.getLogger("threadmill_postgres")
@@ -107,7 +111,7 @@ RATE_SECONDS = duration_ms(RATE_HISTORY) // 1000
 GIVE_BACK_SCAN = 256
 
 
-class PostgresBackend(Backend):
+class PostgresBackend(PostgresPauses, Backend):
     """Tasks stored in PostgreSQL, in the schema of one namespace (see `schema`).
 
     `conninfo` is what libpq connects with: a ``postgresql://`` URL without
@@ -120,7 +124,10 @@ class PostgresBackend(Backend):
     raise `InvalidOption`, a schema this code is too old for raises
     `SchemaVersionError`, and the schema is created (or upgraded) if need
     be. A server that cannot be reached is not an error: the schema is then
-    made by the first call that gets through.
+    made by the first call that gets through. With `create_schema` False
+    (what the inspecting commands pass) a namespace without a schema is not
+    made but raises `NamespaceNotFound`, naming those the database holds,
+    and a server that cannot be reached raises `PostgresUnavailable` at once.
     """
 
     def __init__(
@@ -128,6 +135,7 @@ class PostgresBackend(Backend):
         conninfo: str,
         *,
         connection_class: type[Connection] = psycopg.Connection,
+        create_schema: bool = True,
         **options: object,
     ) -> None:
         self.options = PostgresOptions.from_mapping(options)
@@ -137,6 +145,10 @@ class PostgresBackend(Backend):
         self._ttl_ms = duration_ms(self.options.result_ttl)
         self._conninfo = conninfo
         self._ready = False
+        self._create_schema = create_schema
+        # Before the pool opens: a URL that cannot work is then one error, not also
+        # the warning of a pool whose first connection failed.
+        self._connect()
         self.db = Database(
             conninfo,
             size=self.options.pool_size,
@@ -145,14 +157,12 @@ class PostgresBackend(Backend):
             connection_class=connection_class,
             setup=self._setup,
         )
+        self._enqueuer = Enqueuer(
+            self.db, self.sql, self._ttl_ms, self.channel, self.options.enqueue_batch
+        )
         self._listener: Listener | None = None
         self._listener_lock = threading.Lock()
         self._marks = threading.local()
-        try:
-            self._connect()
-        except BaseException:
-            self.db.close()
-            raise
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> PostgresBackend:
@@ -163,8 +173,9 @@ class PostgresBackend(Backend):
         credentials go in the URL (``postgresql://user:password@host/db``).
         """
         connection_class = options.pop("connection_class", psycopg.Connection)
+        create_schema = bool(options.pop("create_schema", True))
         ours, conninfo = split_url(url, options)
-        return cls(conninfo, connection_class=connection_class, **ours)
+        return cls(conninfo, connection_class=connection_class, create_schema=create_schema, **ours)
 
     def __repr__(self) -> str:
         return f"PostgresBackend({redact(self._conninfo)!r}, namespace={self.namespace!r})"
@@ -185,6 +196,10 @@ class PostgresBackend(Backend):
             text = str(exc).strip()
             if any(sign in text for sign in _HOPELESS):
                 raise InvalidOption(f"PostgreSQL refused the connection: {text}") from exc
+            if not self._create_schema:  # told to find the namespace, and it cannot look
+                raise PostgresUnavailable(
+                    f"PostgreSQL unavailable at {place(self._conninfo)}: {first_line(exc)}"
+                ) from exc
             log.debug("PostgreSQL is not reachable now (%s); calls will wait for it", text)
         except psycopg.Error as exc:
             raise PostgresBackendError(
@@ -193,6 +208,9 @@ class PostgresBackend(Backend):
 
     def _setup(self, conn: Connection) -> None:
         if not self._ready:
+            if not self._create_schema and not schema.exists(conn, self.namespace):
+                where = place(self._conninfo)
+                raise NamespaceNotFound(self.namespace, where, schema.namespaces(conn))
             schema.ensure(conn, self.namespace)
             self._ready = True
 
@@ -205,72 +223,14 @@ class PostgresBackend(Backend):
     # --- producing -------------------------------------------------------------------------
 
     def enqueue(self, records: Sequence[TaskResult]) -> list[TaskResult]:
-        """Store new tasks, `enqueue_batch` to a statement; each one's commit stores it.
+        """Store new tasks, all of a batch or none (see `producing`).
 
-        Every record is checked and encoded before the first statement is
-        sent, so a bad one leaves the whole batch unstored. A batch longer
-        than `enqueue_batch` takes one statement per slice: should one fail,
-        the slices before it are stored, and sending the whole batch again
-        stores the rest (enqueue is idempotent on id).
+        Every record is checked and encoded before anything is sent. A batch
+        of up to `enqueue_batch` tasks is one statement; a longer one is one
+        statement per slice, all in one transaction, so a failure of any
+        slice stores nothing of the batch.
         """
-        records = list(records)
-        rows.check_records(records)
-        if not records:
-            return []
-        first: dict[str, tuple[TaskResult, bytes]] = {}
-        for record in records:
-            if record.id not in first:  # the first record of an id wins
-                first[record.id] = (record, codec.encode_enqueued(record))
-        stored: dict[str, TaskResult] = {}
-        items = list(first.values())
-        size = self.options.enqueue_batch
-        for start in range(0, len(items), size):
-            self._enqueue(items[start : start + size], stored)
-        return [stored[record.id] for record in records]
-
-    def _enqueue(
-        self, items: list[tuple[TaskResult, bytes]], stored: dict[str, TaskResult]
-    ) -> None:
-        """Store one slice; put what each id holds now in `stored`.
-
-        Sent guarded first: if any id is stored already, nothing is inserted,
-        and those records are decoded (poison raises before anything
-        changes); then the rest is sent unguarded.
-        """
-        answer = self._enqueue_rows(items, guard=True)
-        known = [row for row in answer if row[3] is not None]
-        if known:
-            for row in known:
-                record = rows.record(row, 3)
-                stored[record.id] = record
-            items = [item for item in items if item[0].id not in stored]
-            answer = self._enqueue_rows(items, guard=False) if items else []
-        for (record, _payload), row in zip(items, answer, strict=True):
-            _n, now_ms, status = row[:3]
-            if status is not None:
-                stored[record.id] = rows.enqueued(record, status, now_ms)
-            elif row[3] is not None:
-                stored[record.id] = rows.record(row, 3)
-            else:  # another enqueue of this id won a race with this one: read what it stored
-                got = self.get(record.id)
-                if got is None:
-                    raise PostgresBackendError(f"task {record.id!r} was stored and is gone")
-                stored[record.id] = got
-
-    def _enqueue_rows(self, items: list[tuple[TaskResult, bytes]], *, guard: bool) -> Rows:
-        params = {
-            "ids": [record.id for record, _ in items],
-            "queues": [record.queue for record, _ in items],
-            "priorities": [record.priority for record, _ in items],
-            "run_after": [
-                None if record.run_after is None else to_ms(record.run_after) for record, _ in items
-            ],
-            "payloads": [payload for _, payload in items],
-            "ttl": self._ttl_ms,
-            "channel": self.channel,
-            "guard": guard,
-        }
-        return self.db.fetch(self.sql.enqueue, params, what="enqueue", repeatable=True)
+        return self._enqueuer.enqueue(records)
 
     # --- working ---------------------------------------------------------------------------
 
@@ -315,7 +275,7 @@ class PostgresBackend(Backend):
                         return found
                     request = params["request"] = uuid.uuid4().hex
                 if attempt == REPEATS:
-                    raise unavailable(failure, "claim") from failure.cause
+                    raise self.db.unavailable(failure, "claim") from failure.cause
                 log.debug("claim: %s; repeating the call", failure)
                 time.sleep(0.05 * 2**attempt)
         raise AssertionError("unreachable")  # pragma: no cover
@@ -360,18 +320,18 @@ class PostgresBackend(Backend):
 
     def _quarantine(self, poison: Sequence[tuple[Sequence[Any], PayloadError]]) -> None:
         """Finalize undecodable claimed tasks FAILED (fenced by the claim's token)."""
-        ids, tokens, payloads, errors = [], [], [], []
+        ids, tokens, payloads, errors, priorities = [], [], [], [], []
         for row, exc in poison:
-            token, task_id = row[rows.LEASE_TOKEN], row[rows.LEASE_ID]
-            queue, priority = row[rows.LEASE_QUEUE], row[rows.LEASE_PRIORITY]
-            stored_errors = row[rows.LEASE_ERRORS]
+            task_id, queue = row[rows.LEASE_ID], row[rows.LEASE_QUEUE]
             log.error("quarantining task %s of queue %r as FAILED: %s", task_id, queue, exc)
-            payload, error_bytes = rows.stand_in(task_id, queue, priority, stored_errors, exc)
+            made = rows.stand_in(row, exc)
             ids.append(task_id)
-            tokens.append(token)
-            payloads.append(payload)
-            errors.append(error_bytes)
-        params = {"ids": ids, "tokens": tokens, "payloads": payloads, "errors": errors}
+            tokens.append(row[rows.LEASE_TOKEN])
+            payloads.append(made[0])
+            errors.append(made[1])
+            priorities.append(made[2])
+        params = {"ids": ids, "tokens": tokens, "payloads": payloads, "errors": errors,
+                  "priorities": priorities}  # fmt: skip
         self.db.fetch(self.sql.quarantine, params, what="quarantine", repeatable=True)
 
     def extend(self, lease: Lease, lease_ttl: timedelta) -> Lease | None:
@@ -459,8 +419,8 @@ class PostgresBackend(Backend):
         for at, row in zip(sent, got, strict=True):
             decision = decisions[at]
             _n, current, was_applied, status, run_after, finished_at, errors, result = row
-            if not current:
-                continue
+            if not current or not (was_applied or _sane(run_after, finished_at)):
+                continue  # stale, or a corrupt record refused (the reaper quarantines it)
             completing = decision.retry_delay is None
             state: dict[str, Any] = {
                 "status": TaskResultStatus(status),
@@ -496,9 +456,12 @@ class PostgresBackend(Backend):
             raise PayloadError(f"task {lease.task_id!r}: {exc}") from exc
         return attrs.evolve(lease.record, **state, errors=decoded_errors, return_value=value)
 
-    def release(self, leases: Sequence[Lease]) -> list[TaskResult | None]:
+    def release(
+        self, leases: Sequence[Lease], delay: timedelta = timedelta(0)
+    ) -> list[TaskResult | None]:
         """Every release in one statement, each fenced on its own; answers in the order given."""
         leases = list(leases)
+        wait_ms = check_delay(delay)
         answers: list[TaskResult | None] = [None] * len(leases)
         sent = [(at, lease) for at, lease in enumerate(leases) if _sendable(lease)]
         if not sent:
@@ -506,17 +469,25 @@ class PostgresBackend(Backend):
         params = {
             "ids": [lease.task_id for _, lease in sent],
             "tokens": [lease.token for _, lease in sent],
+            "delay": wait_ms,
             "channel": self.channel,
         }
         got = self.db.fetch(self.sql.release, params, what="release", repeatable=True)
-        for (at, lease), (_n, attempts, worker_ids, started_at, last_attempted_at) in zip(
-            sent, got, strict=True
-        ):
+        for (at, lease), (
+            _n,
+            attempts,
+            worker_ids,
+            started_at,
+            last_attempted_at,
+            status,
+            due,
+        ) in zip(sent, got, strict=True):
             if attempts is None:
                 continue
             answers[at] = attrs.evolve(
                 lease.record,
-                status=READY,
+                status=TaskResultStatus(status),
+                run_after=None if due is None else from_ms(due),
                 attempts=attempts,
                 worker_ids=tuple(worker_ids),
                 started_at=None if started_at is None else from_ms(started_at),
@@ -733,3 +704,8 @@ _HOPELESS = (
 def _sendable(lease: Lease) -> bool:
     """Whether a lease could be current: a token or id with NUL was never issued here."""
     return rows.storable(lease.task_id) and rows.storable(lease.token)
+
+
+def _sane(*stamps: int | None) -> bool:
+    """Whether every stored time is one a datetime can hold (a corrupt one is not)."""
+    return all(stamp is None or rows.MIN_MS <= stamp <= rows.MAX_MS for stamp in stamps)

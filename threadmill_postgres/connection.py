@@ -26,13 +26,20 @@ one whose socket has something to read while idle was closed by the server
 before anything is sent on it. A slot of the pool whose reconnection keeps
 failing is given up after `RECONNECT_TIMEOUT` and made again when a call
 needs it, so a pool never waits out a long backoff once the server is back.
+
+A pool still open when the interpreter exits is closed by an `atexit`
+handler (`close_open_pools`), so a process that never calls `close` still
+exits at once.
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
+import os
 import select
 import time
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, TypeAlias, TypeVar
@@ -42,6 +49,8 @@ import psycopg.errors
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from threadmill_postgres.errors import PostgresBackendError, PostgresUnavailable
+from threadmill_postgres.options import place
+from threadmill_postgres.pool_log import POOL_LOG, first_line
 
 log = logging.getLogger("threadmill_postgres")
 
@@ -55,6 +64,10 @@ Rows: TypeAlias = list[tuple[Any, ...]]
 
 #: Repeats of a call after the first try.
 REPEATS = 2
+
+#: Seconds a call waits for a connection while its pool's attempts to connect
+#: fail (see `pool_log`), instead of the pool's timeout.
+DOWN_WAIT = 0.5
 
 #: Seconds the pool keeps trying to make one of its connections again (doubling
 #: its waits from one second) before it gives that slot up; a call that then
@@ -141,6 +154,9 @@ class Database:
     ) -> None:
         self.conninfo = conninfo
         self.timeout = timeout
+        self.name = name
+        #: Where the pool connects, for messages: host, port and database, no credentials.
+        self.where = place(conninfo)
         self._setup = setup
         self.pool: ConnectionPool[Connection] = ConnectionPool(
             conninfo,
@@ -154,27 +170,55 @@ class Database:
             # Our statements are few and run again and again: prepare each at once.
             kwargs={"autocommit": True, "prepare_threshold": 0},
         )
+        self._pid = os.getpid()
         self.pool.open(wait=False)
+        _OPEN.add(self)
 
     # --- one try -------------------------------------------------------------------------
 
     @contextmanager
     def _connection(self) -> Iterator[Connection]:
-        """A live pooled connection, with the setup done; driver errors go to the caller."""
-        conn = self.pool.getconn()
-        try:
-            for _ in range(self.pool.max_size):
-                if not _closed_by_server(conn):
-                    break
-                conn.close()  # the pool replaces a closed connection when it comes back
+        """A live pooled connection, with the setup done; driver errors go to the caller.
+
+        While the pool's attempts to connect fail, a call waits for a
+        connection no more than `DOWN_WAIT` (see `_getconn`).
+        """
+        with POOL_LOG.ours(self.name):
+            conn = self._getconn()
+            try:
+                for _ in range(self.pool.max_size):
+                    if not _closed_by_server(conn):
+                        break
+                    conn.close()  # the pool replaces a closed connection when it comes back
+                    self.pool.putconn(conn)
+                    conn = self._getconn()
+                if self._setup is not None:
+                    self._setup(conn)
+                    self._setup = None
+                yield conn
+            finally:
                 self.pool.putconn(conn)
-                conn = self.pool.getconn()
-            if self._setup is not None:
-                self._setup(conn)
-                self._setup = None
-            yield conn
-        finally:
-            self.pool.putconn(conn)
+
+    def _getconn(self) -> Connection:
+        """A connection of the pool, waited for up to `timeout`, or `PoolTimeout`.
+
+        The wait is taken `DOWN_WAIT` at a time; it ends early, after the
+        slice in which the pool's attempts to connect were failing: the
+        server is away, and the caller had better report an outage than wait.
+        """
+        deadline = time.monotonic() + self.timeout
+        while True:
+            failing = POOL_LOG.failing(self.name) is not None
+            try:
+                conn = self.pool.getconn(max(min(DOWN_WAIT, deadline - time.monotonic()), 0.0))
+            except PoolTimeout:
+                if failing or POOL_LOG.failing(self.name) is not None:
+                    raise
+                if time.monotonic() >= deadline:
+                    raise
+                continue
+            POOL_LOG.reached(self.name)
+            return conn
 
     def attempt(self, statement: str, params: Params | None, what: str) -> Rows:
         """Run one statement once; its rows (binary: bytea as bytes, bigint as int).
@@ -209,19 +253,22 @@ class Database:
                 return self.attempt(statement, params, what)
             except Failure as failure:
                 if attempt == REPEATS or (failure.maybe_applied and not repeatable):
-                    raise unavailable(failure, what) from failure.cause
+                    raise self.unavailable(failure, what) from failure.cause
                 log.debug("%s: %s; repeating the call", what, failure)
                 time.sleep(0.05 * 2**attempt)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def transaction(self, block: Callable[[Connection], T], *, what: str) -> T:
+    def transaction(
+        self, block: Callable[[Connection], T], *, what: str, repeatable: bool = False
+    ) -> T:
         """Run `block(conn)` in one transaction and commit; its result.
 
         A driver error before the COMMIT was sent rolled everything back, so
         the block runs again (up to `REPEATS` times); one during the COMMIT
-        raises `PostgresUnavailable` (the outcome is unknown). An exception
-        of the block's own (not the driver's) rolls back and goes to the
-        caller as it is.
+        raises `PostgresUnavailable` (the outcome is unknown), unless the
+        caller says a repeat is recognised (`repeatable`): then the block
+        runs again too. An exception of the block's own (not the driver's)
+        rolls back and goes to the caller as it is.
         """
         for attempt in range(REPEATS + 1):
             committing = False
@@ -234,14 +281,53 @@ class Database:
                 failure = classify(exc, sent=committing)
                 if failure is None:
                     raise refused(exc, what) from exc
-                if attempt == REPEATS or failure.maybe_applied:
-                    raise unavailable(failure, what) from exc
+                if attempt == REPEATS or (failure.maybe_applied and not repeatable):
+                    raise self.unavailable(failure, what) from exc
                 log.debug("%s: %s; repeating the transaction", what, failure)
                 time.sleep(0.05 * 2**attempt)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def close(self) -> None:
-        self.pool.close()
+    def unavailable(self, failure: Failure, what: str) -> PostgresUnavailable:
+        """The error for a call that failed for good: where, during what, whether it may
+        have been applied, and why (for a pool with no connection, its last attempt's error)."""
+        maybe = " (the change may or may not have been applied)" if failure.maybe_applied else ""
+        why = first_line(failure)
+        last = POOL_LOG.failing(self.name)
+        if isinstance(failure.cause, PoolTimeout) and last is not None:
+            why = f"no connection to be had; the last attempt: {last}"
+        return PostgresUnavailable(
+            f"PostgreSQL unavailable at {self.where} during {what}{maybe}: {why}"
+        )
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Close the pool, waiting up to `timeout` seconds for each of its threads to stop."""
+        _OPEN.discard(self)
+        with POOL_LOG.ours(self.name):
+            self.pool.close(timeout)
+
+
+#: Pools opened and not yet closed (by this process or, after a fork, its parent).
+_OPEN: weakref.WeakSet[Database] = weakref.WeakSet()
+
+#: Seconds `close_open_pools` waits for each thread of a pool (they stop in milliseconds).
+EXIT_TIMEOUT = 1.0
+
+
+@atexit.register
+def close_open_pools() -> None:
+    """Close the pools this process opened and left open, while their threads can still stop.
+
+    Without it psycopg_pool stops a forgotten pool from its finalizer, during
+    interpreter shutdown, where Python 3.13 no longer runs daemon threads:
+    it waits five seconds for each of the pool's four threads and warns each
+    time, so every short-lived producer took 20 s to exit. `atexit` handlers
+    run before that, while the threads still run. A forked child leaves its
+    parent's pools alone: closing one would end the parent's sessions on the
+    sockets they share.
+    """
+    for database in list(_OPEN):
+        if database._pid == os.getpid():
+            database.close(EXIT_TIMEOUT)
 
 
 def _closed_by_server(conn: Connection) -> bool:
@@ -263,9 +349,3 @@ def _closed_by_server(conn: Connection) -> bool:
     except (OSError, ValueError, psycopg.Error):
         return True
     return bool(readable)
-
-
-def unavailable(failure: Failure, what: str) -> PostgresUnavailable:
-    """The `PostgresUnavailable` for a failure, saying whether the change may have been made."""
-    maybe = " (the change may or may not have been applied)" if failure.maybe_applied else ""
-    return PostgresUnavailable(f"PostgreSQL unavailable during {what}{maybe}: {failure}")

@@ -48,3 +48,21 @@ class SchemaVersionError(PostgresBackendError):
             f"code older than version {oldest} cannot use; this code knows versions up to "
             f"{known}: upgrade threadmill on this machine"
         )
+
+
+class NamespaceNotFound(PostgresBackendError, LookupError):
+    """The namespace has no schema in the database, and the backend was told to make none.
+
+    `namespace` is the one asked for; `found` the namespaces the database
+    holds (sorted), so a misspelt name is easy to see.
+    """
+
+    def __init__(self, namespace: str, database: str, found: list[str]) -> None:
+        """`database`: where it was looked for, credentials masked."""
+        self.namespace = namespace
+        self.found = found
+        there = ", ".join(found) if found else "none"
+        super().__init__(
+            f"namespace {namespace!r} does not exist in {database} "
+            f"(namespaces there: {there}); check the URL's namespace= (default 'threadmill')"
+        )

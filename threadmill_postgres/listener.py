@@ -198,8 +198,10 @@ class Listener:
                 was = self._set_listening(False)
                 if self._closed:
                     return
+                # An outage is reported by the calls that fail (one warning, one line when
+                # it ends: threadmill_core.outage); this connection's own life is a detail.
                 if was:
-                    log.info("the LISTEN connection was lost (%s); connecting again", exc)
+                    log.debug("the LISTEN connection was lost (%s); connecting again", exc)
                 else:
                     log.debug("could not LISTEN (%s); trying again", exc)
                 pause = RECONNECT_BACKOFF[min(failures, len(RECONNECT_BACKOFF) - 1)]

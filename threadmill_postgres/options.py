@@ -21,6 +21,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from threadmill_core.errors import InvalidOption
 from threadmill_core.options import OptionParser, duration, parse_options, positive_int
+from threadmill_core.urls import redact
 
 #: The URL schemes served, both as libpq reads them.
 SCHEMES = ("postgresql", "postgres")
@@ -77,7 +78,8 @@ class PostgresOptions:
     prune_batch: int = 100
     #: Most tasks one purge statement deletes; `purge` repeats until done.
     purge_batch: int = 1000
-    #: Most records one enqueue statement stores; larger batches take several.
+    #: Most records one enqueue statement stores; larger batches take several, in one
+    #: transaction (all or none of a batch is stored).
     enqueue_batch: int = 1000
 
     @classmethod
@@ -113,11 +115,13 @@ def split_url(url: str, keywords: Mapping[str, Any]) -> tuple[dict[str, object],
     try:
         parts = urlsplit(url)
     except ValueError as exc:
-        raise InvalidOption(f"{url!r} is not a valid URL: {exc}") from None
+        raise InvalidOption(f"{redact(url)!r} is not a valid URL: {exc}") from None
     if parts.scheme.lower() not in SCHEMES:
-        raise InvalidOption(f"not a PostgreSQL URL (schemes: {', '.join(SCHEMES)}): {url!r}")
+        raise InvalidOption(
+            f"not a PostgreSQL URL (schemes: {', '.join(SCHEMES)}): {redact(url)!r}"
+        )
     if parts.fragment:
-        raise InvalidOption(f"{url!r} has a fragment (#...); PostgreSQL URLs take none")
+        raise InvalidOption(f"{redact(url)!r} has a fragment (#...); PostgreSQL URLs take none")
     ours: dict[str, object] = dict(keywords)
     driver: list[tuple[str, str]] = []
     seen: set[str] = set()
@@ -148,13 +152,17 @@ def split_url(url: str, keywords: Mapping[str, Any]) -> tuple[dict[str, object],
     return ours, libpq_url
 
 
-def redact(url: str) -> str:
-    """`url` with any password replaced by ``***``, for messages and logs."""
+def place(conninfo: str) -> str:
+    """Where `conninfo` leads, for messages: ``database 'app' at db.internal:5432``.
+
+    Host, port and database only: no user, no password, no other parameter.
+    """
     try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<a malformed URL>"
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
+        given = conninfo_to_dict(conninfo)
+    except psycopg.Error:  # a message must not fail: libpq's parser refused it
+        return "<a malformed connection string>"
+    host = str(given.get("host") or given.get("hostaddr") or "localhost")
+    port = str(given.get("port") or "5432")
+    where = f"[{host}]:{port}" if ":" in host and "," not in host else f"{host}:{port}"
+    database = given.get("dbname")
+    return f"database {database!r} at {where}" if database else where

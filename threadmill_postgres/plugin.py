@@ -22,9 +22,11 @@ def threadmill_backend_schemes() -> list[BackendScheme]:
 
 
 @hookimpl
-def threadmill_backend_for_url(url: str, scheme: str, options: Mapping[str, Any]) -> Backend | None:
+def threadmill_backend_for_url(
+    url: str, scheme: str, options: Mapping[str, Any], create: bool
+) -> Backend | None:
     if scheme not in SCHEMES:
         return None
     from threadmill_postgres.backend import PostgresBackend
 
-    return PostgresBackend.from_url(url, **options)
+    return PostgresBackend.from_url(url, create_schema=create, **options)

@@ -7,12 +7,15 @@ PostgreSQL ``text`` column cannot hold (a NUL character). `record` rebuilds a
 record from a row: the payload as the producer gave it, every field the
 backend keeps from its column. Bytes that do not decode, or decode to
 another task, are poison: `record` raises `PayloadError` naming the task,
-and `stand_in` is what replaces them when the task is quarantined.
+and `stand_in` is what replaces them when the task is quarantined. So are
+columns a crash, a bug or a hand edit left out of range (a timestamp no
+datetime can hold, a priority past the protocol's bounds).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import attrs
@@ -20,10 +23,26 @@ import attrs
 from threadmill_core import checks, codec
 from threadmill_core.clock import from_ms, to_ms
 from threadmill_core.errors import PayloadError, TaskQuarantined, UnsupportedValue
-from threadmill_core.models import Lease, TaskError, TaskResult, TaskResultStatus
+from threadmill_core.models import (
+    MAX_PRIORITY,
+    MIN_PRIORITY,
+    Lease,
+    TaskError,
+    TaskResult,
+    TaskResultStatus,
+)
 
 #: The errors column of a task without errors, as the codec writes it.
 NO_ERRORS = codec.encode_errors(())
+
+#: The stored milliseconds a datetime can hold (years 1 to 9999); a timestamp
+#: column outside them is corrupt (the statements use them too).
+MIN_MS = to_ms(datetime.min.replace(tzinfo=UTC))
+MAX_MS = to_ms(datetime.max.replace(tzinfo=UTC))
+
+#: The timestamp columns of `statements.TASK_COLUMNS`, by their place in it.
+_TIMESTAMPS = {5: "run_after", 6: "enqueued_at", 7: "started_at", 8: "last_attempted_at",
+               9: "finished_at"}  # fmt: skip
 
 #: The fields `enqueue` resets, whatever the caller set (it keeps the rest).
 _NEW_STATE: dict[str, Any] = {
@@ -163,7 +182,19 @@ def record(row: Sequence[Any], at: int = 0) -> TaskResult:
         raise PayloadError(f"task {task_id!r}: {exc}") from exc
     except (TypeError, ValueError) as exc:  # a field the payload holds, out of any valid range
         raise PayloadError(f"task {task_id!r}: the stored payload is invalid: {exc}") from exc
+    except OverflowError as exc:  # a timestamp column no datetime can hold
+        raise PayloadError(f"task {task_id!r}: {out_of_range(row[at : at + 14])}") from exc
     return made
+
+
+def out_of_range(columns: Sequence[Any]) -> str:
+    """What is wrong with a row's timestamp columns (`TASK_COLUMNS`), for a quarantine's error."""
+    wrong = [
+        f"{name} {columns[place]} ms"
+        for place, name in _TIMESTAMPS.items()
+        if columns[place] is not None and not MIN_MS <= columns[place] <= MAX_MS
+    ]
+    return f"a stored timestamp is out of range ({', '.join(wrong) or 'unknown column'})"
 
 
 def lease(row: Sequence[Any]) -> Lease:
@@ -191,16 +222,17 @@ def _check_owner(made: TaskResult, task_id: str, queue: str, priority: int) -> N
         )
 
 
-def stand_in(
-    task_id: str, queue: str, priority: int, errors: bytes, reason: PayloadError
-) -> tuple[bytes, bytes]:
-    """The payload and errors that replace an undecodable task's when it is quarantined.
+def stand_in(row: Sequence[Any], reason: PayloadError) -> tuple[bytes, bytes, int]:
+    """The payload, errors and priority that replace a claimed poison task's (a claim's `row`).
 
     The payload is a readable record with an empty `task_path` (the function's
     path was in the bytes that did not decode), so the task can still be
     read, counted and purged; the errors are those still readable, and one
-    `TaskQuarantined` error saying why.
+    `TaskQuarantined` error saying why. A priority out of the protocol's
+    bounds is replaced by the nearest bound (the error gives the stored one).
     """
+    task_id, queue, errors = row[LEASE_ID], row[LEASE_QUEUE], row[LEASE_ERRORS]
+    priority = min(max(row[LEASE_PRIORITY], MIN_PRIORITY), MAX_PRIORITY)
     try:
         kept = codec.decode_errors(errors)
     except PayloadError:
@@ -208,4 +240,4 @@ def stand_in(
     message = f"the stored payload could not be decoded, so the task cannot run: {reason}"
     error = TaskError.from_exception(TaskQuarantined(message))
     placeholder = TaskResult(id=task_id, task_path="", queue=queue, priority=priority)
-    return codec.encode_enqueued(placeholder), codec.encode_errors((*kept, error))
+    return codec.encode_enqueued(placeholder), codec.encode_errors((*kept, error)), priority

@@ -55,7 +55,7 @@ def _step(version: int, oldest_compatible: int) -> Migration:
 
 
 #: Every step, oldest first; the last one's version is `VERSION`.
-MIGRATIONS: tuple[Migration, ...] = (_step(1, 1),)
+MIGRATIONS: tuple[Migration, ...] = (_step(1, 1), _step(2, 1))
 
 #: The schema version this code creates and works with.
 VERSION = MIGRATIONS[-1].version
@@ -140,6 +140,24 @@ def ensure(
             (at, oldest),
         )
     return at
+
+
+def namespaces(conn: psycopg.Connection[tuple[object, ...]]) -> list[str]:
+    """The namespaces of the database: schemas holding a ``meta`` and a ``tasks`` table."""
+    found = conn.execute(
+        "SELECT n.nspname FROM pg_catalog.pg_namespace n WHERE"
+        " EXISTS (SELECT 1 FROM pg_catalog.pg_class c"
+        "         WHERE c.relnamespace = n.oid AND c.relname = 'meta')"
+        " AND EXISTS (SELECT 1 FROM pg_catalog.pg_class c"
+        "             WHERE c.relnamespace = n.oid AND c.relname = 'tasks')"
+        " ORDER BY 1"
+    ).fetchall()
+    return [str(row[0]) for row in found]
+
+
+def exists(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> bool:
+    """Whether `schema` holds a namespace made by threadmill (any version)."""
+    return _versions(conn, schema) is not None
 
 
 def _check(schema: str, version: int, oldest: int, known: int) -> None:

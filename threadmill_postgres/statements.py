@@ -43,6 +43,7 @@ from __future__ import annotations
 from threadmill_core.backend import RATE_HISTORY
 from threadmill_core.clock import duration_ms
 from threadmill_postgres.lease_expiry import EXPIRE_LEASES
+from threadmill_postgres.rows import MAX_MS, MIN_MS
 from threadmill_postgres.schema import quote_ident
 
 #: Seconds of telemetry kept (see `threadmill_core.backend.RATE_HISTORY`).
@@ -53,6 +54,9 @@ TASK_COLUMNS = (
     "t.id, t.queue, t.priority, t.status, t.payload, t.run_after, t.enqueued_at, t.started_at, "
     "t.last_attempted_at, t.finished_at, t.attempts, t.errors, t.worker_ids, t.return_value"
 )
+
+#: The stored milliseconds a datetime can hold: a timestamp outside them is corrupt.
+_TIMES = f"{MIN_MS} AND {MAX_MS}"
 
 #: The one clock reading of a statement.
 _NOW = "now AS MATERIALIZED (SELECT {s}.now_ms() AS ms)"
@@ -369,6 +373,8 @@ held AS MATERIALIZED (
 chosen AS MATERIALIZED (
     SELECT DISTINCT ON (g.id) g.id, g.n, g.target, g.delay, g.errors, g.result
     FROM given g JOIN held h ON h.id = g.id AND h.token = g.token AND h.status = 'RUNNING'
+        -- A corrupt time is refused: the reaper's claim quarantines the task.
+        AND coalesce(h.run_after BETWEEN {_TIMES}, true)
     ORDER BY g.id, g.n
 ),
 requeued_asked AS MATERIALIZED (
@@ -408,13 +414,15 @@ FROM given g
 ORDER BY g.n"""
 
 #: Give back claimed tasks that never started: to the READY tail in call
-#: order, the claim undone (see `Backend.release`), the token cleared. A
-#: claim whose start was recorded, and a reaper's, are refused.
+#: order (DEFERRED due at now + delay when the delay is above zero), the claim
+#: undone (see `Backend.release`), the token cleared. A claim whose start was
+#: recorded, and a reaper's, are refused.
 #:
-#: Params: ids, tokens (arrays in step), channel.
+#: Params: ids, tokens (arrays in step), delay (ms), channel.
 #: Rows, in call order: n, then (NULL when refused) attempts, worker_ids,
-#: started_at and last_attempted_at after the release.
-RELEASE = f"""WITH given AS (
+#: started_at, last_attempted_at, status and run_after after the release.
+RELEASE = f"""WITH {_NOW},
+given AS (
     SELECT * FROM unnest(%(ids)s::text[], %(tokens)s::text[]) WITH ORDINALITY AS g (id, token, n)
 ),
 held AS MATERIALIZED (
@@ -431,17 +439,22 @@ asked AS MATERIALIZED (SELECT id, row_number() OVER (ORDER BY n) AS k FROM chose
 {_places("asked", "placed")},
 released AS (
     UPDATE {{s}}.tasks t SET
-        status = 'READY', ready_order = p.ready_order, token = NULL, deadline = NULL,
+        status = CASE WHEN %(delay)s::bigint > 0 THEN 'DEFERRED' ELSE 'READY' END,
+        ready_order = CASE WHEN %(delay)s::bigint > 0 THEN NULL ELSE p.ready_order END,
+        run_after = CASE WHEN %(delay)s::bigint > 0
+            THEN now.ms + %(delay)s::bigint ELSE t.run_after END,
+        token = NULL, deadline = NULL,
         attempts = greatest(t.attempts - 1, 0),
         worker_ids = t.worker_ids[1:cardinality(t.worker_ids) - 1],
         started_at = CASE WHEN t.attempts > 1 THEN t.started_at END,
         last_attempted_at = CASE WHEN t.attempts > 1 THEN t.last_attempted_at END
-    FROM placed p
+    FROM placed p CROSS JOIN now
     WHERE t.id = p.id
-    RETURNING t.id, t.queue, t.attempts, t.worker_ids, t.started_at, t.last_attempted_at
+    RETURNING t.id, t.queue, t.attempts, t.worker_ids, t.started_at, t.last_attempted_at,
+        t.status, t.run_after
 ),
 {_notify("SELECT queue FROM released")}
-SELECT g.n, r.attempts, r.worker_ids, r.started_at, r.last_attempted_at
+SELECT g.n, r.attempts, r.worker_ids, r.started_at, r.last_attempted_at, r.status, r.run_after
 FROM given g
     LEFT JOIN chosen c ON c.n = g.n
     LEFT JOIN released r ON r.id = c.id
@@ -449,19 +462,30 @@ FROM given g
 ORDER BY g.n"""
 
 #: Finalize undecodable claimed tasks FAILED, fenced by the claim's token,
-#: with a stand-in payload and errors that say why (see `rows.stand_in`).
+#: with a stand-in payload, errors that say why and a priority in bounds (see
+#: `rows.stand_in`). A timestamp column no datetime can hold is reset
+#: (``enqueued_at`` to now, the others to NULL), so the record reads back.
 #:
-#: Params: ids, tokens, payloads, errors (arrays in step).
+#: Params: ids, tokens, payloads, errors, priorities (arrays in step).
 #: Rows: how many were finalized.
 QUARANTINE = f"""WITH {_NOW},
 given AS (
     SELECT * FROM unnest(%(ids)s::text[], %(tokens)s::text[], %(payloads)s::bytea[],
-                         %(errors)s::bytea[]) AS g (id, token, payload, errors)
+                         %(errors)s::bytea[], %(priorities)s::smallint[])
+        AS g (id, token, payload, errors, priority)
 ),
 poisoned AS (
     UPDATE {{s}}.tasks t SET
         status = 'FAILED', finished_at = now.ms, token = NULL, deadline = NULL,
-        ready_order = NULL, payload = g.payload, errors = g.errors, return_value = NULL
+        ready_order = NULL, payload = g.payload, errors = g.errors, return_value = NULL,
+        priority = g.priority,
+        enqueued_at = CASE WHEN t.enqueued_at BETWEEN {_TIMES}
+                           THEN t.enqueued_at ELSE now.ms END,
+        run_after = CASE WHEN t.run_after BETWEEN {_TIMES} THEN t.run_after END,
+        started_at = CASE WHEN t.started_at BETWEEN {_TIMES}
+                          THEN t.started_at END,
+        last_attempted_at = CASE WHEN t.last_attempted_at BETWEEN {_TIMES}
+                                 THEN t.last_attempted_at END
     FROM given g CROSS JOIN now
     WHERE t.id = g.id AND t.token = g.token AND t.status = 'RUNNING'
     RETURNING t.queue
@@ -533,17 +557,28 @@ ORDER BY r.n"""
 
 #: Move up to ``limit`` due DEFERRED tasks (any queue) to READY, in DEFERRED
 #: order, and wake their queues; delete expired results and lapsed receipts,
-#: ``prune`` of each at most.
+#: ``prune`` of each at most. A due time past any datetime (a corrupt row)
+#: counts as due, after the others: the claim that takes it quarantines it
+#: (see `rows.record`); it is looked for in a range of its own, so the scan of
+#: what is due stops where it always did.
 #:
 #: Params: limit, ttl, prune, channel. Row: how many were promoted.
 PROMOTE_DUE = f"""WITH {_NOW},
-due AS MATERIALIZED (
+due_now AS MATERIALIZED (
     SELECT t.id, t.run_after FROM {{s}}.tasks t
     WHERE t.status = 'DEFERRED' AND t.run_after <= (SELECT ms FROM now)
     ORDER BY t.run_after, t.id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ),
+due_corrupt AS MATERIALIZED (
+    SELECT t.id, t.run_after FROM {{s}}.tasks t
+    WHERE t.status = 'DEFERRED' AND t.run_after > {MAX_MS}
+    ORDER BY t.run_after, t.id
+    LIMIT (SELECT %(limit)s - count(*) FROM due_now)
+    FOR UPDATE SKIP LOCKED
+),
+due AS (SELECT * FROM due_now UNION ALL SELECT * FROM due_corrupt),
 asked AS MATERIALIZED (SELECT id, row_number() OVER (ORDER BY run_after, id) AS k FROM due),
 {_places("asked", "placed")},
 promoted AS (
@@ -558,11 +593,13 @@ promoted AS (
 SELECT (SELECT count(*) FROM promoted), (SELECT count(*) FROM notified)"""
 
 #: Milliseconds until the earliest DEFERRED task falls due (negative once due);
-#: NULL when none is DEFERRED. One read of the ``tasks_due`` index.
-NEXT_DUE = """SELECT (
-    SELECT t.run_after FROM {s}.tasks t WHERE t.status = 'DEFERRED'
-    ORDER BY t.run_after LIMIT 1
-) - {s}.now_ms()"""
+#: NULL when none is DEFERRED. One read of the ``tasks_due`` index. A due time
+#: out of any datetime's range (a corrupt row) counts as due now, as in `PROMOTE_DUE`.
+NEXT_DUE = f"""SELECT CASE WHEN first NOT BETWEEN {_TIMES} THEN 0 ELSE first - {{s}}.now_ms() END
+FROM (
+    SELECT (SELECT t.run_after FROM {{s}}.tasks t WHERE t.status = 'DEFERRED'
+            ORDER BY t.run_after LIMIT 1) AS first
+) earliest"""
 
 #: Whether a task is READY, or DEFERRED and due, in any of the queues: the look
 #: `wait_for_tasks` takes when it cannot tell from wake-ups alone.

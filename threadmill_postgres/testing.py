@@ -14,10 +14,14 @@ No URL or option reaches this: the shipped schema's function reads the
 database's clock, and only this module replaces it. The row lives in the
 namespace, so every process on it sees the same moved time, which is what a
 test of "time passed for the reaper, not for the dead worker" wants.
+
+`make_harness` also offers the kit's `Harness.corruptions`: `CORRUPTIONS`,
+each a value the schema accepts but no valid record holds, set by `corrupt`.
 """
 
 from __future__ import annotations
 
+import functools
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -99,7 +103,35 @@ def make_harness(url: str, *, result_ttl: timedelta, exact: bool = True, **optio
         exact_clock=exact,
         close=lambda: drop_namespace(backend),
         result_ttl=result_ttl,
+        corruptions={name: functools.partial(corrupt, backend, name=name) for name in CORRUPTIONS},
     )
+
+
+#: The damage `corrupt` can do to a stored task, by name: the column it sets and
+#: the value, one the schema accepts but no valid record has.
+CORRUPTIONS: dict[str, tuple[str, object]] = {
+    "payload garbled": ("payload", b"\xff not a record"),
+    "timestamp out of range": ("enqueued_at", 2**62),
+    "due time out of range": ("run_after", 2**62),
+    "priority out of range": ("priority", 32000),
+}
+
+
+def corrupt(backend: PostgresBackend, task_id: str, *, name: str) -> None:
+    """Damage the stored row of task `task_id` as `CORRUPTIONS[name]` says (a harness corruption).
+
+    Uses a connection of its own, as a hand edit would; `LookupError` if the
+    task is not stored.
+    """
+    column, value = CORRUPTIONS[name]
+    s = quote_ident(backend.namespace)
+    with psycopg.connect(backend.conninfo, autocommit=True) as conn:
+        cursor = conn.execute(
+            f"UPDATE {s}.tasks SET {column} = %(value)s WHERE id = %(id)s",
+            {"value": value, "id": task_id},
+        )
+        if cursor.rowcount != 1:
+            raise LookupError(f"no task {task_id!r} in namespace {backend.namespace!r}")
 
 
 def plant_raw(

@@ -14,6 +14,12 @@ from threadmill_core import codec
 from threadmill_core.backend import TaskCall
 from threadmill_core.clock import to_ms
 from threadmill_core.models import TaskResult, TaskResultStatus
+from threadmill_redis.errors import (
+    PartlyEnqueued,
+    PartlyEnqueuedUnavailable,
+    RedisBackendError,
+    RedisUnavailable,
+)
 
 #: Tasks to store: the record (or template) giving what is not a call's own, and the calls.
 Group = tuple[TaskResult, Sequence[TaskCall]]
@@ -79,3 +85,28 @@ def outcome(record: TaskResult) -> tuple[str, bytes, bytes]:
     if record.status is TaskResultStatus.SUCCESSFUL and record.return_value is not None:
         result = codec.encode_value(record.return_value)
     return record.status.value, codec.encode_errors(record.errors), result
+
+
+def partly_enqueued(
+    chunks: Sequence[Sequence[Group]],
+    stored: Sequence[list[TaskResult] | None],
+    exc: RedisBackendError,
+) -> PartlyEnqueued:
+    """The error of a batch whose calls stored the chunks of `stored` not None, stopped by `exc`."""
+    done: list[str] = []
+    missing: list[str] = []
+    positions: list[int] = []
+    for chunk, records in zip(chunks, stored, strict=True):
+        ids = [task_id for _base, calls in chunk for task_id, _args, _kwargs in calls]
+        if records is None:
+            positions.extend(range(len(done) + len(missing), len(done) + len(missing) + len(ids)))
+        (done if records is not None else missing).extend(ids)
+    kind = PartlyEnqueuedUnavailable if isinstance(exc, RedisUnavailable) else PartlyEnqueued
+    return kind(
+        f"enqueue stopped part way: {len(done)} of {len(done) + len(missing)} tasks were "
+        f"stored, {len(missing)} were not (the error's not_stored and not_stored_indexes name "
+        f"them): {exc}",
+        done,
+        missing,
+        positions,
+    )

@@ -41,7 +41,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
-from urllib.parse import urlsplit
 
 import redis
 
@@ -55,6 +54,7 @@ from threadmill_core.backend import (
 from threadmill_core.checks import (
     check_calls,
     check_decision,
+    check_delay,
     check_limit,
     check_offset,
     check_purgeable,
@@ -78,8 +78,10 @@ from threadmill_core.models import (
 from threadmill_redis import arguments, clients, connections, scripts
 from threadmill_redis.boundary import call
 from threadmill_redis.clients import Client
+from threadmill_redis.errors import RedisBackendError, RedisUnavailable
 from threadmill_redis.keys import STARTS, STORE, TELEMETRY, Keys
-from threadmill_redis.options import RedisOptions, split_query
+from threadmill_redis.options import RedisOptions, split_url
+from threadmill_redis.pauses import RedisPauses
 from threadmill_redis.replies import (
     Row,
     answer,
@@ -98,11 +100,17 @@ log = logging.getLogger("threadmill_redis")
 SCHEMES = tuple(clients.SCHEMES)
 
 
+#: Hex digits of a task id's random tail (`new_task_id`) that a claim call
+#: sends as the nonce of its tokens: 48 random bits, so a token repeated
+#: after a rollback of the data (which repeats the counter's numbers) needs
+#: two calls to draw the same 48 bits.
+NONCE_LENGTH = 12
+
 #: The names of the namespace-wide keys a script header may declare.
 SCHEMA = frozenset(STORE + TELEMETRY + STARTS)
 
 
-class RedisBackend(Backend):
+class RedisBackend(RedisPauses, Backend):
     """Tasks stored in Redis under one namespace (see `threadmill_redis.keys`).
 
     `client` (a `redis.Redis` or `redis.RedisCluster`) must not decode
@@ -137,7 +145,8 @@ class RedisBackend(Backend):
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> RedisBackend:
-        """Build from a ``redis://``, ``rediss://``, ``unix://`` or ``redis+cluster://`` URL.
+        """Build from a ``redis://``, ``rediss://``, ``unix://``, ``redis+cluster://``,
+        ``redis+sentinel://`` or ``rediss+sentinel://`` URL.
 
         Our options come from the query string or keywords; other query
         parameters go to redis-py (``ssl_ca_certs``, ``socket_timeout``,
@@ -146,11 +155,8 @@ class RedisBackend(Backend):
         the URL's host. Refused credentials are an `InvalidOption` here, not
         an outage; a cluster none of whose nodes answers is `RedisUnavailable`.
         """
-        parts = urlsplit(url)
-        if parts.scheme not in SCHEMES:
-            raise InvalidOption(f"not a Redis URL (schemes: {', '.join(SCHEMES)}): {url!r}")
         client = options.pop("client", None)
-        ours, driver_query = split_query(parts.query, options)
+        ours, driver_query = split_url(url, options, SCHEMES)
         if client is not None:
             return cls(client, **ours)
         # No retries inside redis-py: this backend decides what may be repeated.
@@ -164,7 +170,8 @@ class RedisBackend(Backend):
         return backend
 
     def __repr__(self) -> str:
-        return f"RedisBackend(namespace={self.options.namespace!r}, client={self.client!r})"
+        # `where`, not the client's repr: the address without its credentials.
+        return f"RedisBackend({self.where!r}, namespace={self.options.namespace!r})"
 
     # --- the driver boundary -----------------------------------------------------------
 
@@ -240,7 +247,10 @@ class RedisBackend(Backend):
         another, each encoded while the server stores the one before and
         answered while it stores the next (`scripts.evalsha_each`); each is
         atomic on its own. A repeat after a dropped connection sends them all
-        again, which stores nothing twice (idempotent on id).
+        again, which stores nothing twice (idempotent on id). A batch that
+        fails after some calls stored their tasks raises `PartlyEnqueued`
+        naming the ids stored and not stored; one that stored nothing raises
+        the error itself.
         """
         chunks = arguments.chunks(groups, self.options.enqueue_batch)
         if not chunks:
@@ -256,18 +266,23 @@ class RedisBackend(Backend):
             )
             return enqueued(rows, chunk, now)
 
+        stored: list[list[TaskResult] | None] = [None for _ in chunks]
+
+        def answer(index: int, reply: Any) -> None:
+            now, *rows = reply
+            stored[index] = enqueued(rows, chunks[index], now)
+
         def store_all() -> list[TaskResult]:
-            stored: list[list[TaskResult]] = [[] for _ in chunks]
-
-            def answer(index: int, reply: Any) -> None:
-                now, *rows = reply
-                stored[index] = enqueued(rows, chunks[index], now)
-
             calls = (self._enqueue_call(chunk) for chunk in chunks)
             scripts.evalsha_each(self._connections, self._execute, calls, answer)
-            return [record for chunk in stored for record in chunk]
+            return [record for chunk in stored for record in chunk or ()]
 
-        return call(store_all, repeatable=True, what="enqueue", where=self.where)
+        try:
+            return call(store_all, repeatable=True, what="enqueue", where=self.where)
+        except RedisBackendError as exc:
+            if not any(chunk is not None for chunk in stored):
+                raise  # nothing stored: the error as it is
+            raise arguments.partly_enqueued(chunks, stored, exc) from exc
 
     def _enqueue_call(self, groups: Sequence[arguments.Group]) -> scripts.Call:
         """The ``enqueue.lua`` call of `groups`: its keys (a notify list per queue) and ARGV."""
@@ -295,10 +310,11 @@ class RedisBackend(Backend):
             # is answered with the leases the first send granted. Its name is
             # made as task ids are, from random bytes read ahead, so a woken
             # worker's claim makes no system call for it (uuid4 would).
-            receipt = self.keys.claim_receipt(new_task_id())
-            return claimed_rows(
-                self._run("claim", [*head, want, *names], repeatable=True, receipt=receipt)
-            )
+            # Its random tail is also the nonce of the call's tokens (see claim.lua).
+            request = new_task_id()
+            receipt = self.keys.claim_receipt(request)
+            args = [*head, want, request[-NONCE_LENGTH:], *names]
+            return claimed_rows(self._run("claim", args, repeatable=True, receipt=receipt))
 
         return self._filled(limit, take)
 
@@ -434,10 +450,13 @@ class RedisBackend(Backend):
         head = [self._ttl_ms, self.options.prune_batch, self.options.notify_cap]
         return self._run("decide_many", head + decisions, repeatable=True, extra_keys=notify)
 
-    def release(self, leases: Sequence[Lease]) -> list[TaskResult | None]:
+    def release(
+        self, leases: Sequence[Lease], delay: timedelta = timedelta(0)
+    ) -> list[TaskResult | None]:
+        wait_ms = check_delay(delay)
         if not leases:
             return []
-        args: list[Any] = []
+        args: list[Any] = [wait_ms]
         for lease in leases:
             args += [lease.task_id, lease.token]
         # Repeatable: the first send clears the tokens, so a repeat is refused, changing nothing.
@@ -496,7 +515,10 @@ class RedisBackend(Backend):
                     pipe.ltrim(self.keys.notify(queue), 0, self.options.notify_cap - 1)
                 pipe.execute()
 
-        call(push, repeatable=True, what="notify", where=self.where)
+        try:
+            call(push, repeatable=True, what="notify", where=self.where)
+        except RedisUnavailable as exc:  # out of memory, say: the change itself was made
+            log.debug("could not wake the workers of %s: %s", ", ".join(queues), exc)
 
     # --- maintenance -------------------------------------------------------------------
 
@@ -507,7 +529,8 @@ class RedisBackend(Backend):
         given_back: list[str] = []
 
         def take(want: int) -> list[Row]:
-            reply: list[Any] = self._run("claim_expired", [want, ttl], repeatable=False)
+            nonce = new_task_id()[-NONCE_LENGTH:]
+            reply: list[Any] = self._run("claim_expired", [want, ttl, nonce], repeatable=False)
             given_back.extend(queue.decode() for queue in reply[0])
             return [Row.parse(row) for row in reply[1:]]
 

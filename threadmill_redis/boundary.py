@@ -69,20 +69,45 @@ def call(fn: Callable[[], T], *, repeatable: bool, what: str, where: str | None 
             return fn()
         except redis.AuthenticationError as exc:  # a ConnectionError, but not an outage
             raise RedisBackendError(f"Redis refused the credentials ({what}): {exc}") from exc
-        except UNAVAILABLE as exc:
+        except (redis.RedisError, RedisClusterException) as exc:  # UNAVAILABLE's, and others
+            if not unavailable(exc):
+                raise RedisBackendError(f"Redis failed during {what}: {exc}") from exc
             if repeatable and attempt < REPEATS:
                 log.debug("%s: Redis unavailable (%s); repeating the call", what, exc)
                 time.sleep(0.05 * 2**attempt)
                 continue
             at = f" at {where}" if where else ""
+            if isinstance(exc, OutOfMemoryError):
+                raise RedisUnavailable(
+                    f"Redis{at} is out of memory (used memory over maxmemory; it refuses "
+                    f"writes that would grow it) during {what}: the refused write changed "
+                    "nothing, and writes work again once memory is freed"
+                ) from exc
             raise RedisUnavailable(f"Redis unavailable{at} ({_reason(exc)}) during {what}") from exc
-        except redis.RedisError as exc:
-            raise RedisBackendError(f"Redis failed during {what}: {exc}") from exc
         except Exception as exc:  # the driver broke (see the module docstring)
             raise RedisBackendError(
                 f"the Redis driver failed during {what}: {type(exc).__name__}: {exc}"
             ) from exc
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+#: How a master that is turned into a replica (a failover, REPLICAOF) answers the clients
+#: blocked on it (BLPOP) before it closes their connections. redis-py 8 and later
+#: raise it as a ConnectionError on a Sentinel client; earlier versions, and every
+#: other client, as an error reply.
+DEMOTED = "UNBLOCKED force unblock from blocking operation, instance state changed"
+
+
+#: How a master with ``min-replicas-to-write`` refuses a write while too few replicas are in
+#: sync (one cut off from its replicas, say): before the script wrote anything.
+NO_REPLICAS = "NOREPLICAS"
+
+
+def unavailable(exc: Exception) -> bool:
+    """Whether `exc` means "Redis is not there now": `UNAVAILABLE`, `DEMOTED`, `NO_REPLICAS`."""
+    if isinstance(exc, UNAVAILABLE):
+        return True
+    return isinstance(exc, redis.ResponseError) and str(exc).startswith((DEMOTED, NO_REPLICAS))
 
 
 def _reason(exc: BaseException) -> str:

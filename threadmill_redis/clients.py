@@ -2,7 +2,9 @@
 
 Schemes: ``redis://`` and ``rediss://`` (TLS) and ``unix://`` reach one
 server; ``redis+cluster://host:port`` reaches a Redis Cluster through any of
-its nodes, with redis-py's cluster client. Every key of a namespace shares
+its nodes, with redis-py's cluster client; ``redis+sentinel://`` and
+``rediss+sentinel://`` reach the master that Redis Sentinel names (see
+`threadmill_redis.sentinel`), with redis-py's Sentinel client. Every key of a namespace shares
 one hash tag (see `threadmill_redis.keys`), so each script runs on the one
 shard that holds the namespace, and a cluster scales by spreading namespaces
 over its shards.
@@ -29,9 +31,16 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from threadmill_core.errors import InvalidOption
+from threadmill_core.urls import redact
 from threadmill_redis.boundary import UNAVAILABLE, call
 from threadmill_redis.errors import RedisBackendError, RedisUnavailable
 from threadmill_redis.keys import Keys
+from threadmill_redis.sentinel import (
+    check_sentinels,
+    is_sentinel_url,
+    sentinel_client,
+    sentinel_location,
+)
 
 log = logging.getLogger("threadmill_redis")
 
@@ -39,7 +48,14 @@ log = logging.getLogger("threadmill_redis")
 Client: TypeAlias = redis.Redis | redis.RedisCluster
 
 #: Our URL schemes, and the scheme redis-py is given for each.
-SCHEMES = {"redis": "redis", "rediss": "rediss", "unix": "unix", "redis+cluster": "redis"}
+SCHEMES = {
+    "redis": "redis",
+    "rediss": "rediss",
+    "unix": "unix",
+    "redis+cluster": "redis",
+    "redis+sentinel": "redis",
+    "rediss+sentinel": "rediss",
+}
 CLUSTER_SCHEMES = frozenset({"redis+cluster"})
 
 
@@ -48,16 +64,19 @@ def client_from_url(url: str, query: str) -> Client:
 
     A cluster client learns the topology when it is built, so it raises
     `RedisUnavailable` when no node answers; a single-server client connects
-    on first use.
+    on first use, as does a Sentinel client (`threadmill_redis.sentinel`).
     """
+    no_retries = Retry(NoBackoff(), 0)
+    protocol = parse_qs(query).get("protocol", [None])[-1]
+    if is_sentinel_url(url):
+        return sentinel_client(
+            url, query, lambda: {"retry": no_retries, **_driver_options(redis.Redis, protocol)}
+        )
     parts = urlsplit(url)
-    if parts.scheme in CLUSTER_SCHEMES and parts.path.strip("/") not in ("", "0"):
-        raise InvalidOption(f"a Redis Cluster has database 0 only, not {parts.path!r}: {url!r}")
+    check_database(parts.scheme, parts.path, url)
     driver_url = urlunsplit(parts._replace(scheme=SCHEMES[parts.scheme], query=query))
     if not parts.netloc:  # urlunsplit writes "unix:/path"; redis-py reads only "unix:///path"
         driver_url = driver_url.replace(":", "://", 1)
-    no_retries = Retry(NoBackoff(), 0)
-    protocol = parse_qs(query).get("protocol", [None])[-1]
     try:
         if parts.scheme in CLUSTER_SCHEMES:
             return redis.RedisCluster.from_url(
@@ -67,16 +86,37 @@ def client_from_url(url: str, query: str) -> Client:
             driver_url, retry=no_retries, **_driver_options(redis.Redis, protocol)
         )
     except redis.AuthenticationError as exc:  # a ConnectionError, but not an outage
-        raise InvalidOption(f"Redis refused the credentials in {url!r}: {exc}") from exc
+        raise InvalidOption(f"Redis refused the credentials in {redact(url)!r}: {exc}") from exc
     except UNAVAILABLE as exc:
         if _refused(exc):
             # A node answered, and said no: not a cluster, say. Waiting will not help.
-            raise InvalidOption(f"Redis refused the connection for {url!r}: {exc}") from exc
-        raise RedisUnavailable(f"Redis unavailable at {url!r}: {exc}") from exc
+            raise InvalidOption(f"Redis refused the connection for {redact(url)!r}: {exc}") from exc
+        raise RedisUnavailable(f"Redis unavailable at {redact(url)!r}: {exc}") from exc
     except redis.RedisError as exc:
-        raise InvalidOption(f"Redis refused the connection for {url!r}: {exc}") from exc
+        raise InvalidOption(f"Redis refused the connection for {redact(url)!r}: {exc}") from exc
     except (ValueError, TypeError) as exc:
-        raise InvalidOption(f"invalid Redis URL {url!r}: {exc}") from exc
+        raise InvalidOption(f"invalid Redis URL {redact(url)!r}: {exc}") from exc
+
+
+def check_database(scheme: str, path: str, url: str) -> None:
+    """`InvalidOption` unless the URL's `path` names a database as a whole number, or none.
+
+    redis-py reads ``redis://host/abc`` (or ``/0/x``) as database 0 without
+    a word, so a typo would quietly use another database: the path must be
+    empty or one number (a ``unix://`` URL's path is its socket, and its
+    database is the ``db`` query parameter, which redis-py checks itself).
+    A Redis Cluster has database 0 only.
+    """
+    if scheme == "unix":
+        return
+    database = path.removeprefix("/")
+    if database and not (database.isascii() and database.isdigit()):
+        raise InvalidOption(
+            f"the Redis database in {redact(url)!r} must be a whole number such as 0, "
+            f"got {database!r}"
+        )
+    if scheme in CLUSTER_SCHEMES and int(database or 0) != 0:
+        raise InvalidOption(f"a Redis Cluster has database 0 only, not {database}: {redact(url)!r}")
 
 
 def _driver_options(kind: type[Client], protocol: str | None) -> dict[str, Any]:
@@ -134,6 +174,9 @@ def location(client: Client) -> str:
         return (
             f"redis+cluster://{node.host}:{node.port}" if node is not None else "redis+cluster://"
         )
+    sentinel = sentinel_location(client)
+    if sentinel is not None:
+        return sentinel
     pool = client.connection_pool
     kwargs = pool.connection_kwargs
     db = kwargs.get("db", 0)
@@ -175,13 +218,25 @@ def certificate_refused(exc: BaseException) -> bool:
     return any(isinstance(e, ssl.SSLCertVerificationError) for e in _chain(exc))
 
 
+#: The socket timeout of a connection not told one: none before redis-py 8, 5 s since.
+DEFAULT_SOCKET_TIMEOUT = (
+    inspect.signature(redis.connection.AbstractConnection.__init__)
+    .parameters["socket_timeout"]
+    .default
+)
+
+
 def socket_timeout(client: Client) -> float | None:
-    """The client's socket timeout in seconds, or None for none."""
+    """The client's socket timeout in seconds, or None for none.
+
+    A client built from a URL without ``socket_timeout`` leaves it out of
+    its connection settings, and its connections take redis-py's default.
+    """
     if isinstance(client, redis.RedisCluster):
         kwargs: dict[str, Any] = client.nodes_manager.connection_kwargs
     else:
         kwargs = client.connection_pool.connection_kwargs
-    value = kwargs.get("socket_timeout")
+    value = kwargs.get("socket_timeout", DEFAULT_SOCKET_TIMEOUT)
     return float(value) if value else None
 
 
@@ -203,11 +258,16 @@ def check_server(client: Client, keys: Keys, where: str | None = None) -> None:
 
     Raises `InvalidOption` for what cannot work; warns unless ``noeviction``.
 
-    Refused credentials, a server certificate that does not verify and a
-    Redis user that may not use this namespace's keys will not go away by
-    waiting, so they fail here. A server that cannot be reached now is
-    not an error: workers start during an outage too, and ride it out.
+    Refused credentials, a server certificate that does not verify, a
+    database the server does not have (``redis://host/99`` on a server of
+    16), a master name no sentinel knows or sentinel credentials they all
+    refuse (`threadmill_redis.sentinel.check_sentinels`) and a Redis user
+    that may not use this namespace's keys will not go away by waiting, so
+    they fail here. A server that cannot be reached now is not an error:
+    workers start during an outage too, and ride it out.
     """
+    if isinstance(client, redis.Redis):
+        check_sentinels(client)  # a master name or sentinel credentials that cannot work
     state = keys.store("state")
     try:
         # One read of a namespace key settles credentials, certificate and key permissions.
@@ -220,6 +280,10 @@ def check_server(client: Client, keys: Keys, where: str | None = None) -> None:
     except RedisBackendError as exc:
         if isinstance(exc.__cause__, redis.AuthenticationError):
             raise InvalidOption(f"Redis refused the credentials: {exc.__cause__}") from exc
+        if isinstance(exc.__cause__, redis.ResponseError) and "DB index" in str(exc.__cause__):
+            raise InvalidOption(
+                f"Redis has no such database ({where or 'the client'}): {exc.__cause__}"
+            ) from exc
         if isinstance(exc.__cause__, redis.exceptions.NoPermissionError):
             raise InvalidOption(
                 f"the Redis user may not use the keys of namespace {keys.namespace!r} "

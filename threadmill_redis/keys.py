@@ -62,13 +62,17 @@ the protocol's order::
 
 Bookkeeping and wake-ups::
 
-    {ns}:counters     HASH  seq -> last entered-READY sequence, token -> last fencing token
+    {ns}:counters     HASH  seq -> last entered-READY sequence, token -> the last number
+                            of a fencing token (a token is "<number>-<nonce>", the nonce
+                            random text of the client's for each script call, so a rollback
+                            of the data, which repeats numbers, never repeats a token)
     {ns}:queues       HASH  queue -> number of tasks stored (queues listed by counts())
     {ns}:notify:<q>   LIST  wake-up tokens for workers idle on queue q, capped
     {ns}:claim:<r>    LIST  receipt of claim call r: a base, then the ids it granted, the
-                            n-th id's token being base + n (a call's tokens come from
-                            one counter, in order); expires with the leases it granted
-                            (PEXPIRE lease_ms)
+                            n-th id's token being base + n and the call's nonce (a call's
+                            tokens come from one counter, in order; an empty id where a
+                            corrupt record took a number); expires with the leases it
+                            granted (PEXPIRE lease_ms)
 
 Telemetry (`RedisBackend.rates`): tasks that entered each queue (new ids
 stored by enqueue, requeues) and finished (reached SUCCESSFUL, FAILED or
@@ -80,6 +84,10 @@ the first ``|``, so it may hold ``|`` itself)::
     {ns}:rates        HASH  "<pair>|e" -> tasks that entered the queue in that second,
                             "<pair>|f" -> tasks that finished in it
     {ns}:rate_index   ZSET  pair -> its second, one member per pair counted
+
+Schedules (`Backend.set_schedule_paused`; `threadmill_redis.pauses`)::
+
+    {ns}:schedules    HASH  schedule name -> "<1 paused, 0 not>|<since, server ms>"
 
 A script aggregates its counts per queue first, so it sends one HINCRBY per
 queue and kind, never one per task. Only a script that starts a new pair
@@ -133,6 +141,9 @@ TELEMETRY = ("rates", "rate_index")
 #: tasks (lib/delete_task).
 STARTS = ("starts",)
 
+#: The schedules' pause states: declared by ``set_schedule_paused.lua`` alone.
+SCHEDULES = ("schedules",)
+
 
 def check_namespace(namespace: object) -> str:
     """Return `namespace` if it can be a hash tag, else raise `InvalidOption`."""
@@ -150,10 +161,10 @@ class Keys:
     def __init__(self, namespace: str) -> None:
         self.namespace = check_namespace(namespace)
         self.prefix = f"{{{namespace}}}:"
-        self._store = {name: self.prefix + name for name in STORE + TELEMETRY + STARTS}
+        self._store = {name: self.prefix + name for name in STORE + TELEMETRY + STARTS + SCHEDULES}
 
     def store(self, name: str) -> str:
-        """The namespace-wide key called `name` (one of `STORE`, `TELEMETRY`, `STARTS`)."""
+        """The namespace-wide key called `name` (in `STORE`, `TELEMETRY`, `STARTS`, `SCHEDULES`)."""
         return self._store[name]
 
     def notify(self, queue: str) -> str:

@@ -9,7 +9,7 @@ anything else is an `InvalidOption` naming it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from datetime import timedelta
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
@@ -20,6 +20,7 @@ from redis.connection import URL_QUERY_ARGUMENT_PARSERS
 from threadmill_core.errors import InvalidOption
 from threadmill_core.options import OptionParser, duration, parse_options, positive_int
 from threadmill_redis.keys import check_namespace
+from threadmill_redis.sentinel import SENTINEL_QUERY_OPTIONS, SENTINEL_SCHEMES
 
 #: Query parameters passed on to redis-py: those it parses, and the TLS and
 #: client-name options it takes as plain strings.
@@ -72,10 +73,30 @@ _PARSERS: dict[str, OptionParser] = {
 }
 
 
-def split_query(query: str, keywords: Mapping[str, Any]) -> tuple[dict[str, object], str]:
-    """Split a URL query into our options (merged with `keywords`) and redis-py's.
+def split_url(
+    url: str, keywords: Mapping[str, Any], schemes: Collection[str]
+) -> tuple[dict[str, object], str]:
+    """`split_query` for a URL of one of `schemes` (else `InvalidOption`); a Sentinel URL's
+    query may hold the sentinels' credentials as well (`SENTINEL_QUERY_OPTIONS`)."""
+    scheme, _, rest = url.partition("://")
+    scheme = scheme.lower()
+    if scheme not in schemes or not rest:
+        raise InvalidOption(f"not a Redis URL (schemes: {', '.join(schemes)}): {url!r}")
+    driver_options = DRIVER_QUERY_OPTIONS
+    if scheme in SENTINEL_SCHEMES:
+        driver_options |= SENTINEL_QUERY_OPTIONS
+    # Not urlsplit: it refuses a Sentinel URL's list of hosts with an IPv6 one among them.
+    return split_query(rest.partition("#")[0].partition("?")[2], keywords, driver_options)
 
-    Returns the merged options and the query string to hand to redis-py.
+
+def split_query(
+    query: str, keywords: Mapping[str, Any], driver_options: frozenset[str] = DRIVER_QUERY_OPTIONS
+) -> tuple[dict[str, object], str]:
+    """Split a URL query into our options (merged with `keywords`) and the client's.
+
+    Returns the merged options and the query string to hand to the client
+    builder: the `driver_options` given (redis-py's, plus the sentinels'
+    credentials for a Sentinel URL).
     An option given twice (in the query and as a keyword, or twice in the
     query) is an `InvalidOption`, as is a query parameter nobody knows.
     """
@@ -93,7 +114,7 @@ def split_query(query: str, keywords: Mapping[str, Any]) -> tuple[dict[str, obje
         seen.add(name)
         if name in known:
             ours[name] = value
-        elif name in DRIVER_QUERY_OPTIONS:
+        elif name in driver_options:
             driver.append((name, value))
         else:
             raise InvalidOption(

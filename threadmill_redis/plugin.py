@@ -14,6 +14,8 @@ _DESCRIPTIONS = {
     "rediss": "Redis over TLS, one atomic Lua script per state change",
     "unix": "Redis over a Unix socket, one atomic Lua script per state change",
     "redis+cluster": "Redis Cluster through any of its nodes; a namespace lives on one shard",
+    "redis+sentinel": "Redis Sentinel: the master its sentinels name, followed across failovers",
+    "rediss+sentinel": "Redis Sentinel over TLS: the master its sentinels name, over TLS",
 }
 
 

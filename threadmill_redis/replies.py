@@ -142,7 +142,7 @@ def parse_state(raw: bytes) -> State:
             f[10].decode() or None,
             f[11].decode(),
         )
-    except (ValueError, IndexError, KeyError) as exc:
+    except (ValueError, IndexError, KeyError, OverflowError) as exc:
         raise PayloadError(f"stored task state is not valid: {raw!r}") from exc
 
 
@@ -150,7 +150,7 @@ def parse_finished_at(raw: bytes) -> datetime | None:
     """`parse_state(raw).finished_at`, without parsing the other fields."""
     try:
         return _time(raw.split(b"|", 9)[8])
-    except (ValueError, IndexError) as exc:
+    except (ValueError, IndexError, OverflowError) as exc:
         raise PayloadError(f"stored task state is not valid: {raw!r}") from exc
 
 

@@ -138,8 +138,9 @@ def evalsha_each(
     before (`ThreadConnections.execute_each`); calls the server answered
     NOSCRIPT never ran, so their scripts are loaded and they are sent again,
     after the others, and answered then. Any other error reply raises, once
-    every reply was read. On a cluster (`connections` None) the calls go
-    one by one through `execute`, a client's ``execute_command``.
+    every reply was read and every other call answered. On a cluster
+    (`connections` None) the calls go one by one through `execute`, a
+    client's ``execute_command``.
     """
     if connections is None:
         for index, (script, keys, args) in enumerate(calls):
@@ -160,7 +161,7 @@ def evalsha_each(
             missing.append(index)
         elif isinstance(reply, Exception):
             error = error or reply
-        elif error is None:
+        else:  # answered even after an error: what a call stored is known
             answer(index, reply)
 
     connections.execute_each(commands(), received)

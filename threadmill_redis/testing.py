@@ -11,6 +11,7 @@ switch; this is the only script that moves time, and only tests run it.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from datetime import timedelta
 
 from threadmill_core.clock import duration_ms
@@ -34,7 +35,43 @@ def make_harness(client: Client, *, result_ttl: timedelta, **options: object) ->
         exact_clock=False,
         close=lambda: delete_namespace(backend),
         result_ttl=result_ttl,
+        corruptions=corruptions(backend),
     )
+
+
+def corruptions(backend: RedisBackend) -> dict[str, Callable[[str], None]]:
+    """Named ways to damage a stored task of `backend` (see `Harness.corruptions`).
+
+    Each writes one hash entry of the task as a crash, a bug or a hand edit
+    could (see keys.py for the layout): its state deleted, replaced by bytes
+    of no layout, or with a number field that is not a number; or its
+    payload replaced by bytes that do not decode.
+    """
+    client = backend.client
+    state, payload = backend.keys.store("state"), backend.keys.store("payload")
+
+    def state_missing(task_id: str) -> None:
+        client.hdel(state, task_id)
+
+    def state_garbled(task_id: str) -> None:
+        client.hset(state, task_id, b"\xff\x00not a state")
+
+    def number_garbled(task_id: str) -> None:
+        raw = client.hget(state, task_id)
+        assert isinstance(raw, bytes), f"task {task_id!r} has no state to damage"
+        fields = raw.split(b"|", 11)
+        fields[2] = b"two"  # attempts
+        client.hset(state, task_id, b"|".join(fields))
+
+    def payload_garbled(task_id: str) -> None:
+        client.hset(payload, task_id, b"{not a record")
+
+    return {
+        "state missing": state_missing,
+        "state garbled": state_garbled,
+        "state number field garbled": number_garbled,
+        "payload garbled": payload_garbled,
+    }
 
 
 def advance(backend: RedisBackend, delta: timedelta) -> None:

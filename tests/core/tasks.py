@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from threadmill_core import ExponentialBackoff, TaskContext, TaskResult, task
 from threadmill_core.backend import Backend
 from threadmill_core.models import Lease
+from threadmill_core.retry import no_retry
 
 calls: list[tuple[str, object]] = []
 calls_lock = threading.Lock()
@@ -25,6 +26,13 @@ def record_call(name: str, value: object) -> None:
 @task
 def echo(value: object) -> object:
     record_call("echo", value)
+    return value
+
+
+@task(retry=no_retry)
+def final(value: object) -> object:
+    """`echo` with every failure final, an expired lease too (the default retries that)."""
+    record_call("final", value)
     return value
 
 
@@ -67,7 +75,8 @@ def report_context(context: TaskContext) -> dict[str, object]:
     return {"attempt": context.attempt, "token": context.token, "id": context.record.id}
 
 
-@task
+# No retry: the tests that let its lease expire see the reaper's decision as final.
+@task(retry=no_retry)
 def wait_for_release(context: TaskContext) -> bool:
     """Block until the test sets `release`; returns whether the lease was lost meanwhile."""
     started.set()
@@ -75,7 +84,7 @@ def wait_for_release(context: TaskContext) -> bool:
     return context.lease_lost
 
 
-@task
+@task(retry=no_retry)
 def wait_for_release_without_context() -> bool:
     """`wait_for_release` for a task that takes no context: it cannot know of a lost lease."""
     started.set()

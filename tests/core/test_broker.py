@@ -142,3 +142,20 @@ def test_enqueue_many_leaves_the_garbage_collector_as_the_application_set_it() -
         assert gc.isenabled()
         assert backend.collecting == [True, False, True]
         assert [broker.get_result(r.id).args for r in stored] == [[0], [1], [2]]
+
+
+def test_enqueue_many_stores_under_the_ids_given_once_each() -> None:
+    """With `ids`, the calls are stored under them; an id stored already is not stored again,
+    and a count of ids other than the calls' stores nothing."""
+    from threadmill_core.ids import new_task_id
+
+    broker = Broker(MemoryBackend())
+    named = [new_task_id(), new_task_id()]
+    stored = broker.enqueue_many(tasks.echo, [((1,), {}), ((2,), {})], ids=named)
+    assert [record.id for record in stored] == named
+    again = broker.enqueue_many(tasks.echo, [((3,), {})], ids=named[:1])
+    assert again[0].args == [1]
+    assert broker.counts()["default"].ready == 2
+    with pytest.raises(ValueError, match=r"one id per call \(2\)"):
+        broker.enqueue_many(tasks.echo, [((4,), {}), ((5,), {})], ids=[new_task_id()])
+    assert broker.counts()["default"].ready == 2

@@ -23,6 +23,7 @@ from threadmill_core import (
     hookimpl,
 )
 from threadmill_core.cli import main
+from threadmill_core.execution import UNKNOWN_TASK_GRACE
 from threadmill_core.maintenance import reap
 from threadmill_core.plugins import installed_backends, plugin_manager
 
@@ -110,7 +111,9 @@ def test_lifecycle_hooks_fire_in_order(
     ]
 
 
-def test_every_task_a_batch_finishes_is_announced_once(broker: Broker, recorder: Recorder) -> None:
+def test_every_task_a_batch_finishes_is_announced_once(
+    broker: Broker, clock: FakeClock, recorder: Recorder
+) -> None:
     """Successes, a final failure and a quarantined task finish; a retried one does not yet.
 
     One worker pass acknowledges them all in one batch, announced together.
@@ -119,6 +122,7 @@ def test_every_task_a_batch_finishes_is_announced_once(broker: Broker, recorder:
     failed = tasks.wrong_kind.using(broker=broker).enqueue()
     retried = tasks.flaky.using(broker=broker).enqueue(fail_times=1)
     [unknown] = broker.backend.enqueue([TaskResult(id="unknown", task_path="nowhere:fn")])
+    clock.advance(UNKNOWN_TASK_GRACE)  # unknown to every worker that long: quarantined
     Worker(broker, prefetch=10).run(burst=True)
     finished = [task_id for event, task_id in recorder.events if event == "finished"]
     assert sorted(finished) == sorted([*(r.id for r in done), failed.id, unknown.id])
@@ -144,7 +148,7 @@ def test_a_reaper_pass_announces_the_tasks_it_failed_as_one_batch(
     broker: Broker, clock: FakeClock, recorder: Recorder
 ) -> None:
     """Expired leases with no retry left finish FAILED together; one with retries does not."""
-    given_up = [tasks.echo.using(broker=broker).enqueue(n) for n in range(3)]
+    given_up = [tasks.final.using(broker=broker).enqueue(n) for n in range(3)]
     retried = tasks.flaky.using(broker=broker).enqueue(fail_times=1)
     leases = broker.backend.claim(["default"], worker="gone", lease_ttl=timedelta(seconds=5),
                                   limit=10)  # fmt: skip

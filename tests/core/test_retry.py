@@ -6,6 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import attrs
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from threadmill_core import (
     ExponentialBackoff,
@@ -18,7 +20,7 @@ from threadmill_core import (
     codec,
 )
 from threadmill_core.models import RetryPolicySpec
-from threadmill_core.retry import decide, policy_spec, resolve_policy
+from threadmill_core.retry import MAX_DELAY_SECONDS, decide, policy_spec, resolve_policy
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
 
@@ -48,6 +50,41 @@ def test_backoff_never_overflows(attempt: int) -> None:
     """A huge attempt number gives max_delay, not an OverflowError."""
     policy = ExponentialBackoff(base_delay=0.5, max_delay=60, max_retries=None, jitter=0)
     assert policy(context(attempt)) == timedelta(seconds=60)
+
+
+def test_a_zero_base_delay_never_overflows() -> None:
+    """With base_delay=0 and no retry bound, attempt 1,025 (and later ones) waits 0 s."""
+    policy = ExponentialBackoff(base_delay=0, max_retries=None, jitter=0)
+    assert [policy(context(n)) for n in (1, 1_025, 10**6)] == [timedelta(0)] * 3
+
+
+@given(
+    base=st.floats(min_value=0, max_value=MAX_DELAY_SECONDS),
+    ceiling=st.floats(min_value=0, max_value=MAX_DELAY_SECONDS),
+    factor=st.one_of(st.floats(min_value=1, max_value=1e300), st.integers(1, 10**6)),
+    jitter=st.floats(min_value=0, max_value=1),
+    attempt=st.one_of(st.integers(0, 2_000), st.integers(0, 10**400)),
+)
+def test_backoff_delays_are_total(
+    base: float, ceiling: float, factor: float, jitter: float, attempt: int
+) -> None:
+    """Any valid policy gives a delay between base_delay and max_delay (plus its jitter) for
+    any attempt number, never an OverflowError."""
+    base, ceiling = min(base, ceiling), max(base, ceiling)
+    policy = ExponentialBackoff(
+        base_delay=base, max_delay=ceiling, factor=factor, max_retries=None, jitter=jitter
+    )
+    delay = policy.delay_for(attempt)
+    assert base <= delay <= ceiling
+    waited = policy(context(attempt))
+    assert waited is not None
+    assert delay - 1e-6 <= waited.total_seconds() <= delay * (1 + jitter) * (1 + 1e-9) + 1e-6
+
+
+def test_a_max_delay_past_timedelta_range_is_refused() -> None:
+    """A max_delay a jittered timedelta could not hold is an InvalidOption at construction."""
+    with pytest.raises(InvalidOption, match="max_delay must be at most"):
+        ExponentialBackoff(max_delay=1e300)
 
 
 def test_backoff_gives_up_after_max_retries() -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from threadmill_core.inspector import redact
 
@@ -16,8 +18,38 @@ from threadmill_core.inspector import redact
         ("unix:///run/redis.sock?password=s3cret", "unix:///run/redis.sock?password=***"),
         ("memory://", "memory://"),
         ("redis://[::1", "<a malformed URL>"),
+        ("redis://:pa/ss@h:6379/0", "redis://:***@h:6379/0"),
+        ("redis://bob:pa?ss@h/0", "redis://bob:***@h/0"),
+        ("redis://:pa#ss@h/0", "redis://:***@h/0"),
+        ("redis://h:6379/0?email=a@b", "redis://h:6379/0?email=a@b"),
+        ("redis://[::1]:6379/0", "redis://[::1]:6379/0"),
+        ("host=db password=s3cret dbname=jobs", "host=db password=*** dbname=jobs"),
+        ("host=db password = 'a \\' s3cret' user=x", "host=db password = *** user=x"),
+        ("host=db sslpassword=s3cret", "host=db sslpassword=***"),
+        ("dbname=jobs", "dbname=jobs"),
     ],
 )
 def test_a_password_in_the_address_or_the_query_is_hidden(url: str, shown: str) -> None:
     """Passwords go, wherever a driver reads them from; everything else is shown as given."""
     assert redact(url) == shown
+
+
+#: Passwords as people type them into URLs, unescaped: any printable text but the "@"
+#: that would end them, between markers no other part of the URL holds.
+_PASSWORDS = st.text(
+    st.characters(codec="ascii", categories=["L", "N", "P", "S"], exclude_characters="@"),
+    max_size=20,
+).map(lambda text: f"SECRET{text}SECRET")
+
+
+@given(password=_PASSWORDS, user=st.sampled_from(["", "bob"]))
+def test_no_url_password_is_ever_shown(password: str, user: str) -> None:
+    """Whatever a URL's password holds ("/", "?", "#", ":" unescaped), no part of it is shown."""
+    shown = redact(f"redis://{user}:{password}@db.example:6379/0?namespace=q")
+    assert "SECRET" not in shown
+
+
+@given(password=_PASSWORDS.filter(lambda text: "'" not in text and "\\" not in text))
+def test_no_conninfo_password_is_ever_shown(password: str) -> None:
+    """A libpq string's password, quoted, is hidden whatever it holds."""
+    assert "SECRET" not in redact(f"host=db password='{password}' dbname=jobs")

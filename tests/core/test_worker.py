@@ -23,8 +23,10 @@ from threadmill_core import (
     scheduler,
     task,
 )
+from threadmill_core.execution import UNKNOWN_TASK_DELAY, UNKNOWN_TASK_GRACE
 from threadmill_core.ids import new_task_id
 from threadmill_core.maintenance import reap
+from threadmill_core.retry import INTERRUPTION_RETRIES
 
 READY, DEFERRED, SUCCESSFUL, FAILED = (
     TaskResultStatus.READY,
@@ -156,15 +158,47 @@ def test_return_value_the_codec_cannot_carry_fails_the_task(broker: Broker) -> N
     assert "the return value is a datetime.datetime" in final.errors[-1].message
 
 
-def test_unregistered_task_path_is_quarantined_and_never_imported(broker: Broker) -> None:
-    """A stored record naming a path no loaded task has is FAILED and nothing runs."""
+def test_an_unknown_task_goes_back_uncharged_then_is_quarantined_after_the_grace(
+    broker: Broker, clock: FakeClock
+) -> None:
+    """A record naming a path no loaded task has is never imported nor run: it is given back
+    uncharged, due UNKNOWN_TASK_DELAY later, until UNKNOWN_TASK_GRACE after its enqueue, then
+    quarantined FAILED by the next worker that claims it and does not know it either."""
     planted = TaskResult(id=new_task_id(), task_path="os:system", args=["touch /tmp/pwned"])
     broker.backend.enqueue([planted])
+    enqueued = clock.now()
+    while clock.now() - enqueued < UNKNOWN_TASK_GRACE:
+        worker(broker).run(burst=True)
+        back = broker.get_result(planted.id)
+        assert (back.status, back.attempts, back.errors, back.worker_ids) == (DEFERRED, 0, (), ())
+        assert back.run_after == clock.now() + UNKNOWN_TASK_DELAY
+        clock.advance(timedelta(minutes=3))
     worker(broker).run(burst=True)
     final = broker.get_result(planted.id)
-    assert final.status is FAILED
-    assert final.errors[-1].exception_class_path == "threadmill_core.errors.TaskQuarantined"
+    assert (final.status, final.attempts) == (FAILED, 1)
+    assert [e.exception_class_path for e in final.errors] == [
+        "threadmill_core.errors.TaskQuarantined"
+    ]
     assert "os:system is not registered" in final.errors[-1].message
+
+
+def test_a_task_unknown_to_one_worker_runs_on_a_worker_that_knows_it(
+    broker: Broker, clock: FakeClock
+) -> None:
+    """A rolling deploy in one process: a worker without the task gives it back, not charged;
+    a worker with it runs it once due: attempt 1, no error."""
+    record = tasks.echo.using(broker=broker).enqueue("new")
+    old = worker(broker, tasks={tasks.add.path: tasks.add})
+    for _ in range(3):
+        old.run(burst=True)
+        back = broker.get_result(record.id)
+        assert (back.status, back.attempts, back.errors) == (DEFERRED, 0, ())
+        clock.advance(UNKNOWN_TASK_DELAY)
+    worker(broker).run(burst=True)
+    final = broker.get_result(record.id)
+    assert (final.status, final.return_value, final.attempts, final.errors) == (
+        SUCCESSFUL, "new", 1, (),
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -266,18 +300,24 @@ def test_a_task_given_back_has_its_start_recorded_before_it_runs(
     assert (final.status, final.attempts, final.errors) == (SUCCESSFUL, 1, ())
 
 
-def test_expired_lease_without_retry_policy_fails(broker: Broker, clock: FakeClock) -> None:
-    """Lease expiry of a started task with no retry policy finalizes it FAILED."""
+def test_expired_leases_under_the_default_policy_are_retried_up_to_the_bound(
+    broker: Broker, clock: FakeClock
+) -> None:
+    """A started task that names no policy is retried after each of its first
+    INTERRUPTION_RETRIES lease expiries, and FAILED after the next one."""
     record = tasks.echo.using(broker=broker).enqueue(1)
-    leases = broker.backend.claim(["default"], worker="ghost", lease_ttl=timedelta(seconds=5))
-    broker.backend.mark_started(leases)
-    clock.advance(timedelta(seconds=6))
-    assert reap(broker.backend) == 1
-    final = broker.get_result(record.id)
-    assert final.status is FAILED
-    assert [e.exception_class_path for e in final.errors] == [
+    for attempt in range(1, INTERRUPTION_RETRIES + 2):
+        clock.advance(timedelta(seconds=5))  # past the previous retry's delay (1, 2, 4 s + 10 %)
+        leases = broker.backend.claim(["default"], worker="ghost", lease_ttl=timedelta(seconds=5))
+        assert [lease.record.attempts for lease in leases] == [attempt]
+        broker.backend.mark_started(leases)
+        clock.advance(timedelta(seconds=6))
+        assert reap(broker.backend) == 1
+        retried = broker.get_result(record.id)
+        assert retried.status is (FAILED if attempt > INTERRUPTION_RETRIES else DEFERRED)
+    assert [e.exception_class_path for e in retried.errors] == [
         "threadmill_core.errors.AcknowledgementTimeout"
-    ]
+    ] * (INTERRUPTION_RETRIES + 1)
 
 
 @pytest.mark.parametrize("waits", [tasks.wait_for_release, tasks.wait_for_release_without_context])
@@ -295,7 +335,7 @@ def test_lost_lease_is_told_to_the_task_and_its_outcome_not_written(
         assert tasks.started.wait(timeout=30)  # the task runs, its lease in the heartbeat
         wait_for_a_mark(counted)  # and its start is recorded: an expiry charges it
         clock.advance(timedelta(seconds=31))
-        assert reap(broker.backend) == 1  # no retry policy: FAILED by the reaper
+        assert reap(broker.backend) == 1  # no_retry: FAILED by the reaper
         w.heartbeat()  # refused: the worker learns the lease is lost
     finally:
         tasks.release.set()
@@ -532,7 +572,7 @@ def test_stop_now_gives_back_the_prefetch_and_abandons_the_running_task(
     assert "its retry policy decides" in line
     assert broker.get_result(running.id).status is TaskResultStatus.RUNNING  # outcome not sent
     clock.advance(timedelta(seconds=31))
-    assert reap(broker.backend) == 1  # started, so charged: echo-like, no retry policy
+    assert reap(broker.backend) == 1  # started, so charged, under no_retry: FAILED
     assert broker.get_result(running.id).status is FAILED
 
 

@@ -2,7 +2,9 @@
 
 Settings: threadmill_django on memory:// as the default alias (each test
 that needs a clock of its own puts a broker in place with `use_broker`), a
-SQLite database in a temporary directory, and the test app `djapp`.
+SQLite database in a temporary directory, the test app `djapp`, and the
+admin (with what it needs: auth, sessions, messages, static files) for the
+admin pages' tests.
 """
 
 from __future__ import annotations
@@ -28,7 +30,40 @@ else:
     settings.configure(
         SECRET_KEY="threadmill-tests",
         USE_TZ=True,
-        INSTALLED_APPS=["threadmill_django", "tests.django.djapp"],
+        INSTALLED_APPS=[
+            # The admin, for threadmill_django's admin pages (tests/django/test_admin*.py).
+            "django.contrib.admin",
+            "django.contrib.auth",
+            "django.contrib.contenttypes",
+            "django.contrib.sessions",
+            "django.contrib.messages",
+            "django.contrib.staticfiles",
+            "threadmill_django",
+            "tests.django.djapp",
+        ],
+        MIDDLEWARE=[
+            "django.contrib.sessions.middleware.SessionMiddleware",
+            "django.middleware.common.CommonMiddleware",
+            "django.middleware.csrf.CsrfViewMiddleware",
+            "django.contrib.auth.middleware.AuthenticationMiddleware",
+            "django.contrib.messages.middleware.MessageMiddleware",
+        ],
+        ROOT_URLCONF="tests.django.urls",
+        TEMPLATES=[
+            {
+                "BACKEND": "django.template.backends.django.DjangoTemplates",
+                "APP_DIRS": True,
+                "OPTIONS": {
+                    "context_processors": [
+                        "django.template.context_processors.request",
+                        "django.contrib.auth.context_processors.auth",
+                        "django.contrib.messages.context_processors.messages",
+                    ]
+                },
+            }
+        ],
+        STATIC_URL="static/",
+        ALLOWED_HOSTS=["localhost", "127.0.0.1", "testserver"],
         DATABASES={
             "default": {
                 "ENGINE": "django.db.backends.sqlite3",

@@ -296,6 +296,7 @@ def test_result_ttl_travels_in_the_url() -> None:
         ({"lease_ttl": "30"}, None, "['OPTIONS']['lease_ttl'] must be a timedelta or"),
         ({"result_ttl": -1}, None, "['OPTIONS']['result_ttl'] must be a positive duration"),
         ({"log_level": "LOUD"}, None, "['OPTIONS']['log_level'] must be one of"),
+        ({"log_format": "xml"}, None, "['OPTIONS']['log_format'] must be one of"),
         ({"task_modules": "app.jobs"}, None, "['OPTIONS']['task_modules'] must be a list"),
         ({}, ["ok", "bad\nname"], "['QUEUES']: queue must be"),
     ],

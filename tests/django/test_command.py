@@ -132,6 +132,23 @@ def test_the_worker_needs_a_settings_module(monkeypatch: pytest.MonkeyPatch) -> 
         call_command("threadmill", "worker", "--burst")
 
 
+def test_an_unknown_log_format_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--log-format xml: the worker command refuses it in one line naming the formats, code 2."""
+    monkeypatch.setenv("DJANGO_SETTINGS_MODULE", "tests.django.unused_settings")
+    params = {
+        "BACKEND": "threadmill_django.TaskBackend",
+        "OPTIONS": {"url": "redis://127.0.0.1:1/0"},
+    }
+    with (
+        override_settings(TASKS={"default": params}),
+        pytest.raises(
+            CommandError, match="unknown log format 'xml': --log-format takes text or json"
+        ) as refused,
+    ):
+        call_command("threadmill", "worker", "--burst", "--log-format", "xml")
+    assert refused.value.returncode == 2
+
+
 # --- the worker's command line -----------------------------------------------------------
 
 
@@ -148,13 +165,15 @@ def options(**given: Any) -> Any:
 def test_worker_defaults_come_from_the_alias() -> None:
     """QUEUES and the worker OPTIONS become threadmill worker's defaults."""
     alias = options(threads=3, processes=2, lease_ttl=timedelta(seconds=45), result_ttl=600,
-                    max_tasks=100, log_level="WARNING")  # fmt: skip
+                    max_tasks=100, log_level="WARNING", log_format="json",
+                    connect_timeout=5)  # fmt: skip
     args, modules = parse_worker_args(alias, [])
     settings = worker_settings(alias, args)
     assert settings.queues == ("high", "default")
     assert (settings.threads, settings.processes, settings.max_tasks) == (3, 2, 100)
     assert settings.lease_ttl == timedelta(seconds=45)
-    assert settings.log_level == "WARNING"
+    assert settings.connect_timeout == timedelta(seconds=5)
+    assert (settings.log_level, settings.log_format) == ("WARNING", "json")
     assert settings.broker_url == "redis://127.0.0.1:1/0?result_ttl=600"
     assert "tests.django.djapp.tasks" in modules
     assert settings.modules == tuple(modules)
@@ -173,6 +192,16 @@ def test_the_command_line_wins_over_the_alias() -> None:
         "tests.django.test_command",
         "tests.django.bench",
     ]
+
+
+def test_the_metrics_port_comes_from_the_alias_or_the_command_line() -> None:
+    """OPTIONS ``metrics_port`` and ``metrics_host`` serve the worker's metrics; the flags win."""
+    alias = options(metrics_port=9100, metrics_host="0.0.0.0")
+    settings = worker_settings(alias, parse_worker_args(alias, [])[0])
+    assert (settings.metrics_port, settings.metrics_host) == (9100, "0.0.0.0")
+    args, _modules = parse_worker_args(alias, ["--metrics-port", "9200"])
+    assert worker_settings(alias, args).metrics_port == 9200
+    assert worker_settings(options(), parse_worker_args(options(), [])[0]).metrics_port is None
 
 
 def test_every_worker_option_reaches_the_supervisor() -> None:

@@ -22,6 +22,7 @@ from django.utils import timezone
 from tests.django.bench import Bench, Signals
 from tests.django.djapp import tasks
 from threadmill_core.errors import AcknowledgementTimeout
+from threadmill_core.execution import UNKNOWN_TASK_GRACE
 from threadmill_core.maintenance import reap
 from threadmill_core.models import TaskError
 from threadmill_django import Task, TaskBackend, TaskCancelled, TaskContext, runner
@@ -409,7 +410,8 @@ def test_database_connections_are_closed_after_each_task(bench: Bench, runs: lis
 
 
 def test_a_record_of_an_unregistered_function_is_quarantined(bench: Bench) -> None:
-    """Only registered tasks run: a stored call of any other path fails, nothing imported."""
+    """Only registered tasks run: a stored call of any other path fails once no worker knew it
+    for UNKNOWN_TASK_GRACE after its enqueue, nothing imported."""
     from threadmill_core import task as core_task
 
     record = core_task(tasks.add.func).using(broker=bench.broker).enqueue(1, 2)
@@ -417,6 +419,9 @@ def test_a_record_of_an_unregistered_function_is_quarantined(bench: Bench) -> No
 
     unregister_task(record.task_path)  # as in a worker that never loaded the module
     try:
+        bench.work()
+        assert bench.broker.get_result(record.id).status.value == "DEFERRED"  # given back
+        bench.clock.advance(UNKNOWN_TASK_GRACE)
         bench.work()
         stored = bench.broker.get_result(record.id)
         assert stored.status.value == "FAILED"

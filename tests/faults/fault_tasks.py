@@ -20,6 +20,7 @@ import redis
 
 from threadmill_core import ExponentialBackoff, TaskContext, TaskResult, hookimpl, task
 from threadmill_core.plugins import plugin_manager
+from threadmill_core.retry import no_retry
 
 #: Expired leases are retried quickly and forever: no fault may turn into a FAILED task.
 RETRY = ExponentialBackoff(base_delay=timedelta(milliseconds=50), max_retries=None, jitter=0)
@@ -57,7 +58,8 @@ def hold(context: TaskContext, log_url: str, tag: str, n: int) -> int:
     return n
 
 
-@task
+# No retry, so the charge that ends the give-backs is final (the default would retry it).
+@task(retry=no_retry)
 def kills_its_worker(context: TaskContext, log_url: str, tag: str) -> None:
     """Record the start, then SIGKILL the worker process at once, before any mark."""
     log_event(log_url, tag, f"start:0:{os.getpid()}:{context.attempt}")

@@ -90,8 +90,10 @@ class FlakyBackend(Backend):
             lambda: self.inner.claim(queues, worker=worker, lease_ttl=lease_ttl, limit=limit),
         )
 
-    def release(self, leases: Sequence[Lease]) -> list[TaskResult | None]:
-        return self._through("release", lambda: self.inner.release(leases))
+    def release(
+        self, leases: Sequence[Lease], delay: timedelta = timedelta(0)
+    ) -> list[TaskResult | None]:
+        return self._through("release", lambda: self.inner.release(leases, delay))
 
     def mark_started(self, leases: Sequence[Lease]) -> list[bool]:
         return self._through("mark_started", lambda: self.inner.mark_started(leases))

@@ -13,11 +13,14 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import attrs
 import pytest
+import redis
 
 from tests.conftest import IN_CI, RedisServer, free_port
 
@@ -246,3 +249,156 @@ class Cluster:
     def close(self) -> None:
         for node in self.nodes:
             node.close()
+
+
+# --- Sentinel ------------------------------------------------------------------------
+
+
+class SentinelServer(Server):
+    """The redis-server binary running as a sentinel (``--sentinel``) that monitors `master`.
+
+    A sentinel rewrites its configuration file as it learns, so each has a
+    file of its own in its data dir. A master is judged down after a second
+    without an answer, and a failover gives up after five.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        master_port: int,
+        quorum: int,
+        passwords: tuple[str, str] | None = None,
+        extra: Sequence[str] = (),
+    ) -> None:
+        executable = require("redis-server")
+        self.port = free_port()
+        self.dir = Path(tempfile.mkdtemp(prefix="threadmill-sentinel-"))
+        config = self.dir / "sentinel.conf"
+        config.write_text(
+            f"sentinel monitor {name} 127.0.0.1 {master_port} {quorum}\n"
+            f"sentinel down-after-milliseconds {name} 1000\n"
+            f"sentinel failover-timeout {name} 5000\n"
+            f"sentinel parallel-syncs {name} 1\n"
+        )
+        if passwords is not None:  # (the master's, the sentinels' own)
+            master_password, own = passwords
+            with config.open("a") as out:
+                out.write(f"sentinel auth-pass {name} {master_password}\nrequirepass {own}\n")
+        self.args = [
+            executable, str(config), "--sentinel",
+            "--port", str(self.port),
+            "--bind", "127.0.0.1",
+            "--dir", str(self.dir),
+            "--daemonize", "no",
+            *extra,
+        ]  # fmt: skip
+        self.process = None
+        self.start()
+
+
+class SentinelDeployment:
+    """A master, one replica of it and three sentinels (quorum 2), on loopback ports.
+
+    With `passwords` (the master's, the sentinels'), the master and the
+    replica want the first (``requirepass``, ``masterauth``), the sentinels
+    the second. With `tls`, every one of them also listens for TLS on a port
+    of its own, and they speak TLS to each other: the sentinels name
+    those ports, and `url` is a ``rediss+sentinel://`` one. `master_at` and
+    `replica_at` are the ports the sentinels name for the two servers.
+    """
+
+    def __init__(
+        self,
+        name: str = "threadmill-master",
+        passwords: tuple[str, str] | None = None,
+        tls: TlsFiles | None = None,
+    ) -> None:
+        self.name = name
+        self.passwords = passwords
+        self.tls = tls
+        # No wait before a full sync (Redis 7 waits 5 s for more replicas by default).
+        data = ["--repl-diskless-sync-delay", "0"]
+        if passwords is not None:
+            data += ["--requirepass", passwords[0], "--masterauth", passwords[0]]
+        self.servers: list[Server] = []
+        self.sentinels: list[SentinelServer] = []
+        self.sentinel_ports: list[int] = []
+        try:
+            master_tls, self.master_at = self._tls()
+            self.master = Server(*data, *master_tls)
+            self.servers.append(self.master)
+            self.master_at = self.master_at or self.master.port
+            replica_tls, self.replica_at = self._tls()
+            replicating = ["--replicaof", "127.0.0.1", str(self.master_at)]
+            self.replica = Server(*data, *replica_tls, *replicating)
+            self.servers.append(self.replica)
+            self.replica_at = self.replica_at or self.replica.port
+            for _ in range(3):
+                sentinel_tls, port = self._tls()
+                self.sentinels.append(
+                    SentinelServer(name, self.master_at, 2, passwords, sentinel_tls)
+                )
+                self.sentinel_ports.append(port or self.sentinels[-1].port)
+            self._wait_until_watched()
+        except BaseException:
+            self.close()
+            raise
+
+    def _tls(self) -> tuple[list[str], int]:
+        """Options for one more server with TLS on a port of its own, and that port (0: no TLS)."""
+        if self.tls is None:
+            return [], 0
+        port = free_port()
+        files = self.tls
+        return [
+            "--tls-port", str(port),
+            "--tls-cert-file", str(files.server_cert),
+            "--tls-key-file", str(files.server_key),
+            "--tls-ca-cert-file", str(files.ca),
+            "--tls-auth-clients", "no",
+            "--tls-replication", "yes",
+        ], port  # fmt: skip
+
+    def url(self, namespace: str, db: int = 0) -> str:
+        hosts = ",".join(f"127.0.0.1:{port}" for port in self.sentinel_ports)
+        if self.tls is not None:
+            return (
+                f"rediss+sentinel://{hosts}/{self.name}/{db}?namespace={namespace}"
+                f"&ssl_ca_certs={self.tls.ca}"
+            )
+        return f"redis+sentinel://{hosts}/{self.name}/{db}?namespace={namespace}"
+
+    def master_port(self) -> int:
+        """The port of the master the sentinels name now."""
+        with self._sentinel(0) as sentinel:
+            _host, port = sentinel.sentinel_get_master_addr_by_name(self.name)
+        return int(port)
+
+    def _wait_until_watched(self) -> None:
+        """Until the replica is in sync and every sentinel knows the replica and the others."""
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self._watched():
+                return
+            time.sleep(0.1)
+        pytest.fail("the sentinels did not find the replica and each other within 30 s")
+
+    def _sentinel(self, index: int, **options: object) -> redis.Redis:
+        password = self.passwords[1] if self.passwords else None
+        return redis.Redis(port=self.sentinels[index].port, password=password, **options)  # type: ignore[arg-type]  # redis-py's keywords
+
+    def _watched(self) -> bool:
+        password = self.passwords[0] if self.passwords else None
+        with redis.Redis(port=self.replica.port, password=password) as replica:
+            if replica.info("replication").get("master_link_status") != "up":
+                return False
+        for index in range(len(self.sentinels)):
+            with self._sentinel(index, decode_responses=True) as sentinel:
+                state = sentinel.sentinel_master(self.name)
+                if int(state["num-slaves"]) < 1 or int(state["num-other-sentinels"]) < 2:
+                    return False
+        return True
+
+    def close(self) -> None:
+        for server in [*self.sentinels, *self.servers]:
+            server.close()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 
@@ -22,6 +23,7 @@ from threadmill_core.errors import BackendUnavailable
 from threadmill_core.maintenance import reap
 from threadmill_core.supervisor import Supervisor, WorkerSettings, connect_when_reachable
 from threadmill_core.worker import RECONNECT_BACKOFF, Outage
+from threadmill_core.worker_settings import BackendNeverReached, reach_at_start
 from threadmill_memory import MemoryBackend
 
 NO_WAIT = ExponentialBackoff(base_delay=0, max_delay=0, max_retries=None, jitter=0)
@@ -188,7 +190,8 @@ def test_an_acknowledgement_is_refused_once_the_reaper_took_the_task_over(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """If the lease of a started task expires and is reaped during the outage, the late
-    acknowledgement is refused and the reaper's decision stands."""
+    acknowledgement is refused and the reaper's decision stands: under the default policy a
+    retry, which runs when due and succeeds, the AcknowledgementTimeout kept."""
     caplog.set_level(logging.INFO, logger="threadmill")
     record = wait_for_release.using(broker=broker).enqueue()
 
@@ -206,11 +209,19 @@ def test_an_acknowledgement_is_refused_once_the_reaper_took_the_task_over(
     finally:
         release.set()
         runner.join(timeout=30)
-    final = broker.get_result(record.id)
-    assert final.status is TaskResultStatus.FAILED  # no retry policy: the reaper decided
-    assert final.errors[-1].exception_class_path.endswith("AcknowledgementTimeout")
-    assert final.return_value is None
+    retried = broker.get_result(record.id)
+    assert retried.status is TaskResultStatus.DEFERRED  # the default retries an interruption
+    assert retried.return_value is None
     assert len(lines(caplog, "acknowledgement refused")) == 1
+    clock.advance(timedelta(seconds=2))
+    worker(broker, maintenance=False).run(burst=True)
+    final = broker.get_result(record.id)
+    assert (final.status, final.return_value, final.attempts) == (
+        TaskResultStatus.SUCCESSFUL, "released", 2,
+    )  # fmt: skip
+    assert [e.exception_class_path.rpartition(".")[2] for e in final.errors] == [
+        "AcknowledgementTimeout"
+    ]
 
 
 def test_a_task_whose_start_was_not_recorded_runs_again_when_its_acknowledgement_is_late(
@@ -330,3 +341,35 @@ def test_connecting_waits_for_an_unavailable_backend(monkeypatch: pytest.MonkeyP
     assert not outage.down
     attempts.clear()
     assert connect_when_reachable("x://", outage, lambda _delay: True) is None, "stopped"
+
+
+def test_a_backend_that_never_answers_at_start_is_given_up_after_the_connect_timeout(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """At start, a backend that has not answered once within the timeout raises
+    BackendNeverReached (after one outage warning); one that answers in time is used."""
+    flaky = FlakyBackend(MemoryBackend())
+    monkeypatch.setattr(
+        "threadmill_core.worker_settings.connect", lambda url: Broker(flaky, url=url)
+    )
+    caplog.set_level(logging.INFO, logger="threadmill")
+    outage = Outage(logging.getLogger("threadmill.test"), NO_WAIT)
+    flaky.fail("now", times=1_000)
+    pauses: list[float] = []
+
+    def pause(delay: float) -> None:
+        pauses.append(delay)
+        time.sleep(0.01)
+
+    with pytest.raises(BackendNeverReached, match=r"did not answer within 0\.2 s") as raised:
+        reach_at_start("redis://u:pw@h:1/0", outage, pause, timedelta(seconds=0.2))
+    assert "redis://u:***@h:1/0" in str(raised.value)
+    assert isinstance(raised.value.__cause__, BackendUnavailable)
+    assert len(lines(caplog, WARNING)) == 1
+    assert len(pauses) > 1, "it tried again before giving up"
+
+    flaky.fail("now", times=2)
+    broker = reach_at_start("x://", outage, lambda _delay: None, timedelta(seconds=30))
+    assert broker is not None
+    assert broker.backend is flaky
+    assert not outage.down, "the outage ended once it answered"

@@ -242,8 +242,8 @@ def test_a_task_that_kills_its_worker_before_its_start_is_recorded_is_charged_at
     read_events: Callable[[str], list[str]],
 ) -> None:
     """A task that SIGKILLs its worker at once is not marked: it goes back uncharged once, then
-    its next claim records its start before it runs, and that kill is charged (no retry
-    policy: FAILED)."""
+    its next claim records its start before it runs, and that kill is charged (no_retry:
+    FAILED)."""
     record = fault_tasks.kills_its_worker.using(broker=broker).enqueue(log_url, namespace)
     process = start_cli(broker_url)
     try:
@@ -268,9 +268,9 @@ def test_the_tasks_claimed_beside_a_task_that_kills_its_worker_are_never_charged
     namespace: str,
     read_events: Callable[[str], list[str]],
 ) -> None:
-    """A task that SIGKILLs its worker before its start is recorded, among 40 innocent tasks
-    of no retry policy, prefetch 8: every innocent ends SUCCESSFUL after one attempt with no
-    error; the killer alone is charged, FAILED after one free give-back."""
+    """A task that SIGKILLs its worker before its start is recorded, among 40 innocent tasks,
+    prefetch 8: every innocent ends SUCCESSFUL after one attempt with no error; the killer
+    alone is charged (no_retry), FAILED after one free give-back."""
     echo = fault_tasks.echo.using(broker=broker)
     before = broker.enqueue_many(echo, [((n,), {}) for n in range(20)])
     killer = fault_tasks.kills_its_worker.using(broker=broker).enqueue(log_url, namespace)

@@ -111,3 +111,13 @@ def stored(broker: Broker, task_id: str) -> TaskResult:
     record = broker.backend.get(task_id)
     assert record is not None, f"task {task_id} is gone"
     return record
+
+
+def shared_start(fleet: Fleet) -> str:
+    """The start every id of the fleet shares: UUIDv7 ids made together share their time."""
+    every = [*fleet.failed, *fleet.successful, *fleet.ready, *fleet.deferred, *fleet.running]
+    shared = every[0]
+    while not all(task_id.startswith(shared) for task_id in every):
+        shared = shared[:-1]
+    assert len(shared) >= 4, every
+    return shared

@@ -9,7 +9,7 @@ from datetime import timedelta
 
 import pytest
 
-from tests.inspector.conftest import Fleet, Threadmill, stored
+from tests.inspector.conftest import Fleet, Threadmill, shared_start, stored
 from threadmill_core import Backend, Broker, FakeClock, TaskResultStatus, cli
 from threadmill_core.models import QueueRates
 from threadmill_memory import MemoryBackend
@@ -186,6 +186,23 @@ def test_ls_refuses_an_unknown_status(threadmill: Threadmill) -> None:
     assert exit_.value.code == 2
 
 
+def test_ls_without_status_lists_the_waiting_tasks_and_counts_the_others(
+    fleet: Fleet, threadmill: Threadmill
+) -> None:
+    """ls QUEUE alone lists READY, then counts the other segments and says how to list one."""
+    ran = threadmill("ls", "emails")
+    assert ran.code == 0, ran.err
+    lines = ran.out.splitlines()
+    assert [line.split()[0] for line in lines[1:-2]] == fleet.ready
+    assert lines[-2] == "1-1 of 1 READY in queue 'emails'"
+    assert lines[-1] == (
+        "other segments: 1 DEFERRED, 1 RUNNING, 3 SUCCESSFUL, 0 FAILED, 0 CANCELLED "
+        "(--status STATUS lists one; threadmill stats counts every queue)"
+    )
+    data = json.loads(threadmill("ls", "emails", "--json").out)
+    assert (data["status"], [t["id"] for t in data["tasks"]]) == ("READY", fleet.ready)
+
+
 # --- show ------------------------------------------------------------------------------
 
 
@@ -228,6 +245,35 @@ def test_show_of_poison_says_it_does_not_decode(
     ran = threadmill("show", "poisoned")
     assert ran.code == 3
     assert "exists but cannot be shown: its stored bytes do not decode" in ran.err
+
+
+def test_show_takes_the_start_or_the_end_of_an_id_that_names_one_task(
+    fleet: Fleet, threadmill: Threadmill
+) -> None:
+    """show accepts a unique start or end of an id, in any case, as the whole id."""
+    whole = fleet.failed[1]
+    for piece in (whole[-8:], whole[-8:].upper(), whole[:-4]):
+        ran = threadmill("show", piece)
+        assert ran.code == 0, (piece, ran.err)
+        assert ran.out.splitlines()[0] == f"id               {whole}"
+
+
+def test_show_of_an_ambiguous_piece_of_an_id_lists_the_matches_and_exits_3(
+    fleet: Fleet, threadmill: Threadmill
+) -> None:
+    """A start shared by several ids (UUIDv7 ids of one batch share their time) lists each
+    match with its queue and status, shows none and exits 3."""
+    shared = shared_start(fleet)
+    ran = threadmill("show", shared)
+    assert (ran.code, ran.out) == (3, "")
+    assert ran.err.startswith(f"threadmill show: {shared!r} starts or ends 8 task ids: ")
+    every = [*fleet.failed, *fleet.successful, *fleet.ready, *fleet.deferred, *fleet.running]
+    assert all(task_id in ran.err for task_id in every)
+    assert f"{fleet.failed[0]} (reports, FAILED)" in ran.err
+    assert ran.err.rstrip().endswith("; give more of the id")
+    short = threadmill("show", fleet.failed[0][-3:])
+    assert short.code == 3
+    assert "no task with id" in short.err, "3 characters are too few to look for"
 
 
 # --- requeue ---------------------------------------------------------------------------
@@ -356,6 +402,24 @@ def test_cancel_cancels_pending_tasks_and_refuses_running_and_finished(
     assert stored(broker, fleet.ready[0]).status is CANCELLED
     assert stored(broker, fleet.running[0]).status is TaskResultStatus.RUNNING
     assert threadmill("cancel", *fleet.successful).code == 3
+
+
+def test_requeue_and_cancel_take_pieces_of_ids_and_refuse_ambiguous_ones(
+    fleet: Fleet, threadmill: Threadmill, broker: Broker
+) -> None:
+    """requeue and cancel act on the task a unique piece of an id names, and refuse a piece
+    that names several, listing them, acting on none."""
+    ran = threadmill("requeue", fleet.failed[0][-8:])
+    assert (ran.code, ran.out.splitlines()[0]) == (
+        0, f"requeued   {fleet.failed[0]}  (reports, now READY)"
+    )  # fmt: skip
+    shared = shared_start(fleet)
+    ran = threadmill("cancel", fleet.deferred[0][-10:].upper(), shared)
+    assert ran.code == 1
+    lines = ran.out.splitlines()
+    assert lines[0] == f"cancelled  {fleet.deferred[0]}  (emails, now CANCELLED)"
+    assert lines[1].startswith(f"refused    {shared}  {shared!r} starts or ends 8 task ids: ")
+    assert stored(broker, fleet.ready[0]).status is READY, "an ambiguous piece acts on none"
 
 
 # --- purge -----------------------------------------------------------------------------

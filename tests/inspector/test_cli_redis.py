@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from tests.conftest import RedisServer
-from tests.inspector.conftest import Fleet, make_fleet, stored
+from tests.inspector.conftest import Fleet, make_fleet, shared_start, stored
 from threadmill_core import Broker, TaskResultStatus, connect
 
 pytestmark = pytest.mark.redis
@@ -93,6 +93,24 @@ def test_show_prints_the_record_and_an_unknown_id_exits_3(fleet: Fleet, threadmi
     ran = threadmill("show", "01900000-0000-7000-8000-000000000000")
     assert (ran.returncode, ran.stdout) == (3, "")
     assert "no task with id" in ran.stderr
+
+
+def test_show_finds_a_task_by_the_eight_characters_the_demo_prints(
+    fleet: Fleet, threadmill: Run
+) -> None:
+    """The last 8 characters of an id (what `threadmill demo` prints) show that task; a start
+    several ids share lists them and exits 3; ls with no --status lists the waiting tasks."""
+    ran = threadmill("show", fleet.failed[1][-8:])
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.splitlines()[0] == f"id               {fleet.failed[1]}"
+    shared = shared_start(fleet)
+    ran = threadmill("show", shared)
+    assert (ran.returncode, ran.stdout) == (3, "")
+    assert f"{fleet.failed[0]} (reports, FAILED)" in ran.stderr
+    ran = threadmill("ls", "emails")
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.splitlines()[1].split()[0] == fleet.ready[0]
+    assert ran.stdout.splitlines()[-1].startswith("other segments: 1 DEFERRED, 1 RUNNING")
 
 
 def test_requeue_and_cancel_report_what_they_did_and_refused(

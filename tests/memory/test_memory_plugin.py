@@ -108,7 +108,9 @@ def test_the_entry_point_serves_memory_urls() -> None:
     pm = pluggy.PluginManager(hookspecs.PROJECT)
     pm.add_hookspecs(hookspecs)
     assert pm.load_setuptools_entrypoints(hookspecs.PROJECT, name="memory") == 1
-    backend = pm.hook.threadmill_backend_for_url(url="memory://", scheme="memory", options={})
+    backend = pm.hook.threadmill_backend_for_url(
+        url="memory://", scheme="memory", options={}, create=True
+    )
     assert isinstance(backend, MemoryBackend)
 
 

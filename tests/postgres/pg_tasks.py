@@ -71,3 +71,9 @@ class AckRecorder:
 
 if plugin_manager().get_plugin("threadmill-postgres-fault-tests") is None:
     plugin_manager().register(AckRecorder(), name="threadmill-postgres-fault-tests")
+
+
+@task
+def echo(n: int) -> int:
+    """Return `n` (a task that always succeeds)."""
+    return n

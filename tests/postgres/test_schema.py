@@ -45,7 +45,7 @@ def test_the_first_backend_on_a_namespace_makes_its_schema_at_the_current_versio
         "SELECT table_name FROM information_schema.tables WHERE table_schema = %s ORDER BY 1",
         (namespace,),
     )
-    assert [name for (name,) in tables] == ["claims", "meta", "rates", "tasks"]
+    assert [name for (name,) in tables] == ["claims", "meta", "rates", "schedules", "tasks"]
     second = make_backend(namespace=namespace)
     assert second.counts() == {}
 
@@ -113,12 +113,12 @@ def test_a_schema_too_new_for_this_code_is_refused_before_anything_changes(
     assert beside.counts()["default"].ready == 2
 
 
-#: A second version for the upgrade test: adds a column and an index, as a real step would.
-STEP_2 = Migration(
-    version=2,
+#: A later version for the upgrade test: adds a column and an index, as a real step would.
+STEP_NEXT = Migration(
+    version=schema.VERSION + 1,
     oldest_compatible=1,
     sql="""
-ALTER TABLE {schema}.tasks ADD COLUMN note text NOT NULL DEFAULT 'from version 2';
+ALTER TABLE {schema}.tasks ADD COLUMN note text NOT NULL DEFAULT 'from the next version';
 CREATE INDEX tasks_note ON {schema}.tasks (note);
 """,
 )
@@ -131,14 +131,29 @@ def test_an_older_schema_is_upgraded_in_place_keeping_its_tasks(
     namespace = new_namespace()
     backend = make_backend(namespace=namespace)
     records = backend.enqueue(tasks(3))
-    steps = (*MIGRATIONS, STEP_2)
+    steps = (*MIGRATIONS, STEP_NEXT)
     with psycopg.connect(database.url, autocommit=True) as conn:
-        assert schema.ensure(conn, namespace, steps) == 2
-        assert schema.ensure(conn, namespace, steps) == 2, "a second time changes nothing"
-    assert meta(database, namespace) == {"version": 2, "oldest_compatible": 1}
+        assert schema.ensure(conn, namespace, steps) == STEP_NEXT.version
+        assert schema.ensure(conn, namespace, steps) == STEP_NEXT.version, "a second time: same"
+    assert meta(database, namespace) == {"version": STEP_NEXT.version, "oldest_compatible": 1}
     notes = admin(database, f"SELECT DISTINCT note FROM {quote_ident(namespace)}.tasks")
-    assert notes == [("from version 2",)]
-    # Code that knows only version 1 goes on using it: the step raised no floor.
+    assert notes == [("from the next version",)]
+    # Code that knows only the version before goes on using it: the step raised no floor.
+    assert [r.id for r in backend.peek("default", READY)] == [r.id for r in records]
+
+
+def test_a_version_1_schema_gains_the_schedules_table_keeping_its_tasks(
+    make_backend: Callable[..., PostgresBackend], database: PostgresDatabase
+) -> None:
+    """A namespace made by version 1 code is upgraded to 2: its tasks kept, pauses stored."""
+    namespace = new_namespace()
+    with psycopg.connect(database.url, autocommit=True) as conn:
+        assert schema.ensure(conn, namespace, MIGRATIONS[:1]) == 1
+    backend = make_backend(namespace=namespace)
+    assert meta(database, namespace) == {"version": 2, "oldest_compatible": 1}
+    records = backend.enqueue(tasks(2))
+    paused = backend.set_schedule_paused("nightly", True)
+    assert backend.schedule_pauses() == {"nightly": paused}
     assert [r.id for r in backend.peek("default", READY)] == [r.id for r in records]
 
 

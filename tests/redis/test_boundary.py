@@ -188,6 +188,16 @@ def test_the_socket_timeout_is_read_from_the_client() -> None:
         assert clients.socket_timeout(untimed) is None
 
 
+def test_a_url_without_a_socket_timeout_gets_the_one_its_connections_have() -> None:
+    """A client built from a URL that names no socket timeout reports the one its connections
+    get from redis-py (5 s since redis-py 8), so the blocking wait stays below it."""
+    for url in ("redis://127.0.0.1:6379/0", "redis+sentinel://127.0.0.1:26379/m/0"):
+        client = clients.client_from_url(url, "")
+        made = client.connection_pool.make_connection()
+        assert clients.socket_timeout(client) == made.socket_timeout, url
+        client.close()
+
+
 @pytest.mark.redis
 def test_a_unix_socket_url_reaches_the_server(tmp_path: Path) -> None:
     """``unix:///path/to/redis.sock`` works end to end: enqueue, claim and acknowledge."""

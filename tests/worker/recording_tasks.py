@@ -50,6 +50,39 @@ def long_running(context: TaskContext, url: str, tag: str, seconds: float) -> bo
     return context.lease_lost
 
 
+@task
+def interrupted_once(context: TaskContext, url: str, tag: str, seconds: float) -> int:
+    """Run `seconds` on attempt 1 (long enough to be stopped hard), at once on later ones.
+
+    It names no retry policy: the default's.
+    """
+    _log(url, tag, "start", 0, context.attempt)
+    if context.attempt == 1:
+        time.sleep(seconds)
+    _log(url, tag, "end", 0, context.attempt)
+    return context.attempt
+
+
+@task
+def refuses(context: TaskContext, url: str, tag: str) -> None:
+    """Fail with an exception of its own; it names no retry policy: the default's."""
+    _log(url, tag, "start", 1, context.attempt)
+    raise ValueError("refused by the task itself")
+
+
+@task
+def first_step(url: str, tag: str) -> str:
+    """Enqueue `second_step` without naming a broker (the default one); returns its id."""
+    return second_step.enqueue(url, tag).id
+
+
+@task
+def second_step(url: str, tag: str) -> int:
+    """Record its run; returns the pid of the process that ran it."""
+    _log(url, tag, "start", 2, 1)
+    return os.getpid()
+
+
 class AckRecorder:
     """Records each acknowledgement of `sleepy` that landed (the worker calls this hook after)."""
 

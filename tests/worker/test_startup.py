@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import RedisServer, free_port
 from threadmill_core import Broker, TaskResult, TaskResultStatus
 from threadmill_core.ids import new_task_id
 
@@ -137,3 +139,56 @@ def test_debug_logs_no_maintenance_notification_failure_per_connection(
     assert done.returncode == 0, done.stdout
     assert "maintenance notifications" not in done.stdout.lower()
     assert "MAINT_NOTIFICATIONS" not in done.stdout
+
+
+def test_a_backend_that_never_answers_ends_the_worker_with_one_line(project: Path) -> None:
+    """A backend that never answered within --connect-timeout ends the worker with one error
+    line naming it (credentials hidden) and exit code 3, instead of retrying for ever."""
+    url = f"redis://jobs:s3cret@127.0.0.1:{free_port()}/0"
+    started = time.monotonic()
+    done = worker(project, "myapp.tasks", "-b", url, "-p", "1", "--connect-timeout", "1.5")
+    took = time.monotonic() - started
+    assert done.returncode == 3, done.stdout
+    assert 1.5 <= took < 15, took
+    [error] = [line for line in done.stdout.splitlines() if "ERROR" in line]
+    masked = url.replace("s3cret", "***")
+    assert error.endswith(
+        f"cannot start: backend {masked} did not answer within 1.5 s of starting "
+        f"(RedisUnavailable: Redis unavailable at redis://127.0.0.1:{url.rsplit(':', 1)[1]} "
+        "(connection refused) during the clock read (TIME)); check the URL, or start the "
+        "backend first (--connect-timeout sets the wait)"
+    ), error
+    assert "s3cret" not in done.stdout
+    assert "Traceback" not in done.stdout
+    assert "worker 0" not in done.stdout, "no worker process started"
+
+
+def test_a_backend_that_comes_up_within_the_connect_timeout_is_waited_for(
+    project: Path, namespace: str
+) -> None:
+    """A server started a moment after its worker is waited for: the burst runs and exits 0."""
+    server = RedisServer()
+    server.stop()
+    url = f"{server.url}?namespace={namespace}"
+    try:
+        with subprocess.Popen(
+            [THREADMILL, "worker", "myapp.tasks", "-b", url, "-p", "1", "--burst",
+             "--connect-timeout", "30"],
+            cwd=project, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        ) as running:  # fmt: skip
+            assert running.stdout is not None
+            seen = []
+            deadline = time.monotonic() + 30
+            # The worker meets a refused connection first (however slow its start).
+            while not any("backend unavailable" in line for line in seen):
+                assert time.monotonic() < deadline, "".join(seen)
+                line = running.stdout.readline()
+                assert line, "".join(seen)  # the worker ended before it said so
+                seen.append(line)
+            server.start()
+            rest, _ = running.communicate(timeout=60)
+        out = "".join(seen) + rest
+        assert running.returncode == 0, out
+        assert "backend reachable again" in out
+    finally:
+        server.close()

@@ -237,8 +237,9 @@ def test_task_outliving_three_lease_ttls_completes_once(
     assert all(e.endswith(":1") for e in events), "both on attempt 1"
 
 
-def test_unregistered_task_is_failed_without_running(broker: Broker, broker_url: str) -> None:
-    """A record naming a path the worker's modules did not register is FAILED, not imported."""
+def test_unregistered_task_is_given_back_without_running(broker: Broker, broker_url: str) -> None:
+    """A record naming a path the worker's modules did not register is not imported nor run:
+    it is given back for another worker, uncharged."""
     from threadmill_core import TaskResult
     from threadmill_core.ids import new_task_id
 
@@ -247,10 +248,9 @@ def test_unregistered_task_is_failed_without_running(broker: Broker, broker_url:
     process = start_cli(broker_url, "--processes", "1", "--burst", "--poll-interval", "0.2")
     output, _ = process.communicate(timeout=60)
     assert process.returncode == 0, output
-    final = broker.get_result(planted.id)
-    assert final.status is TaskResultStatus.FAILED
-    assert "os:system is not registered" in final.errors[-1].message
-    assert "quarantined" in output
+    back = broker.get_result(planted.id)
+    assert (back.status, back.attempts, back.errors) == (TaskResultStatus.DEFERRED, 0, ())
+    assert f"task {planted.id} (os:system) is not registered here: given back" in output
 
 
 def test_the_maintenance_loop_sleeps_until_a_deferred_task_is_due(

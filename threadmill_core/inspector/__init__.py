@@ -4,7 +4,9 @@ Reading (`threadmill_core.inspector.queries`): `overview` (counts and rates
 per queue) and `list_tasks` (one page of a segment). Acting
 (`threadmill_core.inspector.actions`): `requeue`, `requeue_failed` and
 `cancel`, fenced by the backend one task at a time, each `Report` saying
-what was done and why anything was refused. Reporting: tables and records
+what was done and why anything was refused. Finding a task by the start
+or end of its id (`threadmill_core.inspector.lookup`): `find_task`, and
+what it costs. Reporting: tables and records
 as text (`threadmill_core.inspector.text`) or as JSON
 (`threadmill_core.inspector.as_json`).
 
@@ -31,6 +33,7 @@ from threadmill_core.inspector.as_json import (
     report_json,
     stats_json,
 )
+from threadmill_core.inspector.lookup import Found, find_task
 from threadmill_core.inspector.queries import (
     CANCELLED,
     DEFERRED,
@@ -79,6 +82,7 @@ __all__ = [
     "SUCCESSFUL",
     "TIME_COLUMN",
     "ExitCode",
+    "Found",
     "Listed",
     "Outcome",
     "Overview",
@@ -87,6 +91,7 @@ __all__ = [
     "Undecodable",
     "cancel",
     "dumps",
+    "find_task",
     "format_errors",
     "format_list",
     "format_overview",

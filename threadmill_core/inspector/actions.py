@@ -16,6 +16,7 @@ import attrs
 from threadmill_core.broker import Broker
 from threadmill_core.errors import PayloadError
 from threadmill_core.exit_codes import ExitCode
+from threadmill_core.inspector.lookup import search
 from threadmill_core.inspector.queries import (
     DEFERRED,
     FAILED,
@@ -100,7 +101,11 @@ def _act(
     task_id: str,
     action: Callable[[str], TaskResult | None],
     explain: Callable[[TaskResultStatus], str],
+    *,
+    abbreviated: bool = False,
 ) -> Outcome:
+    """`action` on `task_id`, or on the one task it abbreviates when `abbreviated` and no
+    task has that id (see `threadmill_core.inspector.lookup`); why not, if refused."""
     try:
         record = action(task_id)
     except PayloadError as exc:
@@ -112,6 +117,12 @@ def _act(
         current = broker.backend.get(task_id)
     except PayloadError as exc:
         return Outcome(task_id=task_id, done=False, reason=_poison(exc))
+    if current is None and abbreviated:
+        found = search(broker, task_id)
+        if found.task_id is not None:
+            return _act(broker, found.task_id, action, explain)
+        if found.matches:
+            return Outcome(task_id=task_id, done=False, reason=found.ambiguity())
     if current is None:
         return Outcome(task_id=task_id, done=False, reason=_UNKNOWN)
     return Outcome(
@@ -120,14 +131,25 @@ def _act(
 
 
 def requeue(broker: Broker, task_ids: Iterable[str]) -> Report:
-    """Requeue each task (FAILED or CANCELLED back to READY); refusals say why."""
-    outcomes = tuple(_act(broker, i, broker.requeue, _why_not_requeued) for i in task_ids)
+    """Requeue each task (FAILED or CANCELLED back to READY); refusals say why.
+
+    An id no task has may be an abbreviation of one (see `threadmill_core.inspector.lookup`):
+    the task it names is requeued; one that names several is refused, listing them.
+    """
+    outcomes = tuple(
+        _act(broker, i, broker.requeue, _why_not_requeued, abbreviated=True) for i in task_ids
+    )
     return Report(action="requeue", outcomes=outcomes)
 
 
 def cancel(broker: Broker, task_ids: Iterable[str]) -> Report:
-    """Cancel each task (READY or DEFERRED to CANCELLED); refusals say why."""
-    outcomes = tuple(_act(broker, i, broker.cancel, _why_not_cancelled) for i in task_ids)
+    """Cancel each task (READY or DEFERRED to CANCELLED); refusals say why.
+
+    Abbreviated ids are taken as `requeue` takes them.
+    """
+    outcomes = tuple(
+        _act(broker, i, broker.cancel, _why_not_cancelled, abbreviated=True) for i in task_ids
+    )
     return Report(action="cancel", outcomes=outcomes)
 
 

@@ -10,6 +10,7 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 
+from threadmill_core.display import SHOWN_CHARS, cut
 from threadmill_core.inspector.queries import (
     CANCELLED,
     DEFERRED,
@@ -162,7 +163,11 @@ def format_list(
 
 
 def format_record(record: TaskResult) -> str:
-    """The whole record for `show`: fields, arguments, result, then every error in full."""
+    """The whole record for `show`: fields, arguments, result, then every error in full.
+
+    A value, an error message or a traceback line longer than `SHOWN_CHARS`
+    is cut there, with a marker saying how much was cut (`display.cut`).
+    """
     retry = "-"
     if record.retry is not None:
         retry = record.retry.path
@@ -202,10 +207,19 @@ def format_errors(errors: Sequence[TaskError]) -> list[str]:
     for number, error in enumerate(errors, 1):
         if number > 1:
             lines.append("")
-        lines.append(f"  #{number} {error.exception_class_path}: {error.message}")
-        lines.extend(f"     {line}" for line in error.traceback.rstrip().splitlines())
+        message = cut(error.message, SHOWN_CHARS, _WHOLE)
+        lines.append(f"  #{number} {error.exception_class_path}: {message}")
+        lines.extend(
+            f"     {cut(line, SHOWN_CHARS, _WHOLE)}"
+            for line in error.traceback.rstrip().splitlines()
+        )
     return lines
 
 
+#: What a cut value's marker adds: where the whole of it is.
+_WHOLE = "; --json shows all"
+
+
 def _json_text(value: object) -> str:
-    return json.dumps(value, ensure_ascii=False)
+    """`value` as JSON, cut to `SHOWN_CHARS` (a stored argument may be a megabyte)."""
+    return cut(json.dumps(value, ensure_ascii=False), SHOWN_CHARS, _WHOLE)

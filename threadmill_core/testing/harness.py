@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 
 import attrs
@@ -47,6 +47,15 @@ class Harness:
 
     `result_ttl` must be the retention the backend was built with; the kit
     never advances the clock past it, so terminal tasks stay visible.
+
+    `corruptions` are named ways to damage the stored record of the task
+    with the given id, as a crash, a bug or a hand edit could ("state
+    missing", "state garbled", "payload garbled", ...), each a function of
+    the id. The kit's corrupt-record scenarios damage one task per
+    corruption beside good ones in every segment, and insist that each
+    corrupt one is quarantined FAILED (or, where no record is left to mark,
+    gone) and that its neighbours are processed as if it were not there. A
+    backend that cannot hold a corrupt record leaves this empty.
     """
 
     backend: Backend
@@ -54,6 +63,10 @@ class Harness:
     exact_clock: bool = False
     close: Callable[[], None] = _nothing
     result_ttl: timedelta = DEFAULT_RESULT_TTL
+    #: Named ways to damage the stored record of the task with the given id, as
+    #: a crash, a bug or a hand edit could ("payload garbled", "timestamp out of
+    #: range", ...); the kit's corrupt-record scenarios use those a backend offers.
+    corruptions: Mapping[str, Callable[[str], None]] = attrs.field(factory=dict)
 
 
 #: Builds a fresh Harness (an empty backend); the kit calls it once per test case.

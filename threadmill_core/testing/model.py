@@ -475,9 +475,9 @@ class ProtocolModel:
         task.started = True
         return Outcome(self.record(task), verdict)
 
-    def release(self, serial: int) -> Outcome:
-        """Give back a claimed task that never started: READY tail, the claim's attempt
-        undone, token cleared."""
+    def release(self, serial: int, delay_ms: int = 0) -> Outcome:
+        """Give back a claimed task that never started: READY tail (DEFERRED, due in
+        `delay_ms`, when that is above zero), the claim's attempt undone, token cleared."""
         refusal = self.refusal(serial)
         if refusal is not None:
             return Outcome(None, refusal)
@@ -491,6 +491,9 @@ class ProtocolModel:
                 None, "a lease whose start was recorded (a started task is not given back)"
             )
         self._give_back(task, next(self._ready_seq), "release()")
+        if delay_ms > 0:
+            task.status = DEFERRED
+            task.run_after = self.now_ms + delay_ms
         return Outcome(self.record(task), APPLIED)
 
     def _give_back(self, task: ModelTask, ready_seq: int, action: str) -> None:

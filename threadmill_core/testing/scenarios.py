@@ -14,20 +14,23 @@ recorded starts (an unstarted claim that expires goes back uncharged, and
 later leases of the task say so; a started one is charged; `release`
 refuses a started one; `mark_started` is fenced and idempotent) and the orderings
 that are easy to get subtly wrong (queues, priority, FIFO for thousands of
-tasks enqueued in one call), and time on the backend's clock (due times,
+tasks enqueued in one call), corrupt records beside good ones in every
+segment (`Harness.corruptions`), and time on the backend's clock (due times,
 retry delays, result expiry, and `next_due` where the backend answers it;
 one whose `next_due` is None, the default, skips that scenario).
 `PAYLOAD_CASES` are values that must come back value for value through
 enqueue, claim, complete and get (`check_payload_round_trip`).
+`schedules` holds N schedulers storing each tick once (what ``@periodic``
+rests on: `enqueue` idempotent on id) and the schedules' pause states.
 `BAD_INPUT_CASES` each make one call with a bad argument, which must raise
 its documented exception and change nothing.
 
 This module is the catalogue; the scenarios live in
 `threadmill_core.testing._scenarios` by kind (``fencing``, ``starts``,
-``dead_workers``, ``ordering``, ``clock``, ``payloads``, ``bad_input``), with the helpers they
-share in ``kit`` (re-exported here: `expect`, `new_task`, `claim_one`,
-`start_one`, ...), and a
-backend's own scenarios can join `SCENARIOS` with the `scenario` decorator.
+``dead_workers``, ``ordering``, ``clock``, ``corrupt``, ``schedules``,
+``payloads``, ``bad_input``), with the helpers they share in ``kit``
+(re-exported here: `expect`, `new_task`, `claim_one`, `start_one`, ...), and
+a backend's own scenarios can join `SCENARIOS` with the `scenario` decorator.
 
 A broken rule raises `ProtocolViolation`, whose first line says which.
 Every wait is `Harness.advance`; nothing sleeps. Time steps are whole
@@ -37,9 +40,18 @@ them too; boundaries that need an exact clock are checked only on one.
 
 from __future__ import annotations
 
-from threadmill_core.testing._scenarios import clock, dead_workers, fencing, ordering, starts
+from threadmill_core.testing._scenarios import (
+    clock,
+    corrupt,
+    dead_workers,
+    fencing,
+    ordering,
+    schedules,
+    starts,
+)
 from threadmill_core.testing._scenarios.bad_input import BAD_INPUT_CASES, BadCall
 from threadmill_core.testing._scenarios.clock import (
+    a_release_with_a_delay_defers_the_task_uncharged,
     deferred_tasks_fall_due_on_the_backend_clock,
     finished_tasks_are_kept_for_result_ttl_then_gone,
     next_due_counts_down_to_the_earliest_deferred_task,
@@ -110,6 +122,8 @@ SCENARIOS: dict[str, Scenario] = {
     **dead_workers.SCENARIOS,
     **ordering.SCENARIOS,
     **clock.SCENARIOS,
+    **corrupt.SCENARIOS,
+    **schedules.SCENARIOS,
 }
 
 #: Register a scenario of your own in `SCENARIOS` under its function's name.
@@ -132,6 +146,7 @@ __all__ = [
     "Scenario",
     "a_lease_from_before_a_purge_cannot_decide_the_id_enqueued_again",
     "a_reaper_pass_gives_back_the_unstarted_claims_it_meets_beyond_its_limit",
+    "a_release_with_a_delay_defers_the_task_uncharged",
     "a_started_claim_that_expires_is_charged",
     "an_unstarted_claim_is_always_given_back_and_later_leases_count_it",
     "an_unstarted_claim_that_expires_goes_back_uncharged",

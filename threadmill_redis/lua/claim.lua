@@ -21,12 +21,16 @@
 --   KEYS[15] counters    HASH seq and token counters
 --   KEYS[16] queues      HASH queue -> number of tasks stored
 --   KEYS[17] receipt     LIST this call's receipt (unique per call, same on a repeat): the
---                        tokens' base, then the ids granted (the n-th id's token is base + n)
---   KEYS[18] starts      HASH id -> "<unstarted expiries>|<claim>" (see lib/load_start)
+--                        tokens' base, then the ids granted (the n-th id's token is base + n,
+--                        then '-' and the nonce; an empty id where a corrupt record took n)
+--   KEYS[18] rates       HASH telemetry: "<second>|<queue>|e" (or "|f") -> tasks entered (finished)
+--   KEYS[19] rate_index  ZSET telemetry: "<second>|<queue>" -> second
+--   KEYS[20] starts      HASH id -> "<unstarted expiries>|<claim>" (see lib/load_start)
 --   ARGV[1]  worker_entry  the worker's id, encoded for the workers hash
 --   ARGV[2]  lease_ms      lease length in milliseconds
 --   ARGV[3]  limit         most tasks to claim
---   ARGV[4..] queues       queue names, best first
+--   ARGV[4]  nonce         random text unique to this call (the same on a repeat), no '|'
+--   ARGV[5..] queues       queue names, best first
 --
 -- Reply: empty when nothing is ready; else the code (OK, or REPEAT on a
 -- repeat), then one row per claimed task, best first, payload included, as
@@ -48,8 +52,10 @@
 --@include "lib/hmget_all"
 --@include "lib/load_task"
 --@include "lib/member_id"
+--@include "lib/parse_task"
 --@include "lib/now_ms"
 --@include "lib/promote_task"
+--@include "lib/quarantine_corrupt"
 --@include "lib/queue_prefix"
 --@include "lib/sort_bound"
 --@include "lib/task_row"
@@ -59,6 +65,12 @@
 local worker_entry = ARGV[1]
 local lease_ms = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
+-- A token is the next number of the namespace's counter, then '-' and this
+-- call's nonce: a counter stored with the data repeats its numbers after a
+-- restore from a snapshot or a failover to a replica that lost writes, and
+-- the nonce, chosen by the client for each call, never does (Lua has no
+-- randomness of its own), so no token is ever issued twice for a task.
+local nonce = '-' .. ARGV[4]
 
 if redis.call('EXISTS', K.receipt) == 1 then
   local rows = { code('REPEAT') }
@@ -66,7 +78,7 @@ if redis.call('EXISTS', K.receipt) == 1 then
   local base = tonumber(held[1])
   for n = 1, #held - 1 do
     local t = load_task(K, held[n + 1])
-    if t ~= nil and t.status == 'RUNNING' and t.token == string.format('%d', base + n) then
+    if t ~= nil and t.status == 'RUNNING' and t.token == string.format('%d', base + n) .. nonce then
       local row = task_row(K, t, code('REPEAT'), true)
       for f = 2, 6 do
         rows[#rows + 1] = row[f]
@@ -83,27 +95,37 @@ local deadline_text = string.format('%d', deadline)
 local OK = code('OK')
 -- Every due task, as the protocol says (not a batch): the maintenance loop's
 -- promote_due keeps this backlog short.
-for i = 4, #ARGV do
+for i = 5, #ARGV do
   local queue = ARGV[i]
   -- Due means run_after <= now, so the exclusive bound is now + 1.
   local due = redis.call('ZRANGEBYLEX', K.deferred,
     '[' .. queue_prefix(queue), '(' .. sort_bound(queue, now + 1))
   for _, member in ipairs(due) do
-    promote_task(K, load_task(K, member_id(member)))
+    local id = member_id(member)
+    local t, corrupt = load_task(K, id)
+    if t ~= nil and t.status == 'DEFERRED' then
+      promote_task(K, t)
+    else -- a stale member, or a corrupt record (quarantined): not promoted
+      redis.call('ZREM', K.deferred, member)
+      if t == nil then
+        quarantine_corrupt(K, id, queue, corrupt, now_text)
+      end
+    end
   end
 end
 
-local rows, receipt, claimed = { OK }, {}, 0
-for i = 4, #ARGV do
-  if claimed >= limit then
-    break
-  end
+local rows, receipt, claimed, granted = { OK }, {}, 0, 0
+local i = 5
+while i <= #ARGV and claimed < limit do
   local prefix = queue_prefix(ARGV[i])
+  local want = limit - claimed
   local members = redis.call('ZRANGEBYLEX', K.ready, '[' .. prefix, '(' .. prefix .. ':',
-    'LIMIT', 0, limit - claimed)
+    'LIMIT', 0, want)
+  local corrupt = 0
   if #members > 0 then
     -- Out of READY first: a write that frees memory, so a server at its
     -- maxmemory (noeviction) still lets the claim go on and drain the queue.
+    -- Nothing after it can fail: a corrupt state is quarantined, not claimed.
     call_in_slices({ 'ZREM', K.ready }, members)
     -- One HINCRBY reserves a fresh token for each task of this queue.
     local last = redis.call('HINCRBY', K.counters, 'token', #members)
@@ -119,23 +141,35 @@ for i = 4, #ARGV do
     local errors = hmget_all(K.errors, ids)
     local old_workers = hmget_all(K.workers, ids)
     local starts = hmget_all(K.starts, ids)
-    local state_args, worker_args = {}, {}
+    local state_args, worker_args, good = {}, {}, {}
     local first = last - #members -- tokens first + n
-    -- A call's tokens come from the one counter, in order: so one base for all.
+    -- A call's tokens come from the one counter, in order: so one base for
+    -- all, and the receipt holds an empty id where a token went unused.
     receipt[1] = receipt[1] or string.format('%d', first)
     for n, id in ipairs(ids) do
-      local token = string.format('%d', first + n)
-      local state = claimed_state(states[n], now_text, deadline_text, token)
-      local workers = (old_workers[n] or '') .. worker_entry
-      local two = 2 * n
-      state_args[two - 1], state_args[two] = id, state
-      worker_args[two - 1], worker_args[two] = id, workers
-      receipt[1 + claimed + n] = id
-      -- The row of lib/task_row, from what is being written (a RUNNING task
-      -- has no result), then the count of give-backs.
-      local r = 1 + 6 * (claimed + n)
-      rows[r - 5], rows[r - 4], rows[r - 3], rows[r - 2], rows[r - 1], rows[r] =
-        id, state, payloads[n], errors[n], workers, string.match(starts[n] or '', '^%d*')
+      local token = string.format('%d', first + n) .. nonce
+      local state = states[n] and claimed_state(states[n], now_text, deadline_text, token)
+      if state then
+        local workers = (old_workers[n] or '') .. worker_entry
+        granted = granted + 1
+        good[#good + 1] = id
+        local two = 2 * #good
+        state_args[two - 1], state_args[two] = id, state
+        worker_args[two - 1], worker_args[two] = id, workers
+        receipt[#receipt + 1] = id
+        -- The row of lib/task_row, from what is being written (a RUNNING task
+        -- has no result), then the count of give-backs.
+        local r = 1 + 6 * granted
+        rows[r - 5], rows[r - 4], rows[r - 3], rows[r - 2], rows[r - 1], rows[r] =
+          id, state, payloads[n], errors[n], workers, string.match(starts[n] or '', '^%d*')
+      else -- not claimed: a corrupt record is quarantined
+        corrupt = corrupt + 1
+        receipt[#receipt + 1] = ''
+        -- (A valid state of another status only lost this stale member.)
+        if not (states[n] and parse_task(id, states[n])) then
+          quarantine_corrupt(K, id, ARGV[i], states[n], now_text)
+        end
+      end
     end
     call_in_slices({ 'HSET', K.state }, state_args)
     call_in_slices({ 'HSET', K.workers }, worker_args)
@@ -145,20 +179,20 @@ for i = 4, #ARGV do
     -- the head for the place of each member added: so each lands before
     -- the batch's others without passing them. (Only the cost depends on
     -- the order.)
-    local sorted = {}
-    for n, id in ipairs(ids) do
-      sorted[n] = id
-    end
-    table.sort(sorted)
+    table.sort(good)
     local running, leases, queue = {}, {}, ARGV[i]
-    for n = 1, #sorted do
-      local id, two = sorted[#sorted + 1 - n], 2 * n
+    for n = 1, #good do
+      local id, two = good[#good + 1 - n], 2 * n
       running[two - 1], running[two] = '0', timed_member(queue, deadline, id)
       leases[two - 1], leases[two] = deadline_text, id
     end
     call_in_slices({ 'ZADD', K.running }, running)
     call_in_slices({ 'ZADD', K.leases }, leases)
-    claimed = claimed + #members
+    claimed = claimed + #good
+  end
+  -- The queue is done unless corrupt records took places its next tasks can fill.
+  if corrupt == 0 or #members < want then
+    i = i + 1
   end
 end
 if claimed == 0 then

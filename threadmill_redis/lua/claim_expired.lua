@@ -26,8 +26,11 @@
 --   KEYS[15] counters    HASH seq and token counters
 --   KEYS[16] queues      HASH queue -> number of tasks stored
 --   KEYS[17] starts      HASH id -> "<unstarted expiries>|<claim>" (see lib/load_start)
+--   KEYS[18] rates       HASH telemetry: "<second>|<queue>|e" (or "|f") -> tasks entered (finished)
+--   KEYS[19] rate_index  ZSET telemetry: "<second>|<queue>" -> second
 --   ARGV[1]  limit            most tasks to claim
 --   ARGV[2]  claim_ms         claim length in milliseconds
+--   ARGV[3]  nonce            random text unique to this call, no '|' (see lib/new_token)
 --
 -- Reply: first the queue of each task given back (a list, one entry per
 -- task, for the caller to wake their workers), then one OK row per claimed
@@ -39,7 +42,12 @@
 --@include "lib/load_start"
 --@include "lib/load_task"
 --@include "lib/new_token"
+--@include "lib/member_id"
 --@include "lib/now_ms"
+--@include "lib/corrupt_queue"
+--@include "lib/printable"
+--@include "lib/quarantine_corrupt"
+--@include "lib/timed_member"
 --@include "lib/save_start"
 --@include "lib/save_task"
 --@include "lib/task_row"
@@ -48,8 +56,9 @@
 --@keys
 local limit = tonumber(ARGV[1])
 local claim_ms = tonumber(ARGV[2])
+local nonce = ARGV[3]
 
-local now = now_ms()
+local now, now_text = now_ms()
 local given_back = {}
 local reply, claimed = { given_back }, 0
 -- A lease is valid before its deadline and expired from it on. Each task met
@@ -61,9 +70,34 @@ while claimed < limit do
     break
   end
   for _, id in ipairs(ids) do
-    local t = load_task(K, id)
-    if t == nil then
-      redis.call('ZREM', K.leases, id) -- an index entry without its task: drop it
+    local t, corrupt = load_task(K, id)
+    if t == nil or t.status ~= 'RUNNING' then
+      -- A stale entry (the task is elsewhere), or a corrupt record: quarantined,
+      -- its member in RUNNING's view found from the queue its state still
+      -- names, or else among the view's members (RUNNING is small).
+      local deadline = redis.call('ZSCORE', K.leases, id)
+      redis.call('ZREM', K.leases, id)
+      if t == nil then
+        local queue, member = corrupt_queue(corrupt), nil
+        if queue ~= nil then
+          member = timed_member(queue, tonumber(deadline), id)
+        else
+          for _, held in ipairs(redis.call('ZRANGE', K.running, 0, -1)) do
+            if member_id(held) == id then
+              member = held
+              queue = string.sub(held, 9, 8 + tonumber(string.sub(held, 1, 8), 16))
+            end
+          end
+        end
+        if member ~= nil then
+          redis.call('ZREM', K.running, member)
+          quarantine_corrupt(K, id, queue, corrupt, now_text)
+        else
+          redis.log(redis.LOG_WARNING, 'threadmill: removed the lease of task ' .. printable(id)
+            .. ', whose stored state is ' .. (corrupt and 'not valid' or 'missing')
+            .. ' and which is in no segment')
+        end
+      end
     else
       local count, claim = load_start(K, id)
       if claim ~= t.token and claim ~= 'r' .. t.token then
@@ -72,7 +106,7 @@ while claimed < limit do
         given_back[#given_back + 1] = t.queue
       else
         unindex_task(K, t)
-        t.token = new_token(K)
+        t.token = new_token(K, nonce)
         t.deadline = now + claim_ms
         t.sort = t.deadline
         save_task(K, t)

@@ -49,7 +49,6 @@
 --@include "lib/call_in_slices"
 --@include "lib/code"
 --@include "lib/hmget_all"
---@include "lib/load_task"
 --@include "lib/new_state"
 --@include "lib/new_state_ends"
 --@include "lib/notify_room"
@@ -71,7 +70,7 @@ if #ARGV == 8 then -- one run of one record: ARGV[2] is 1
   local queue, priority_text, run_after_text = ARGV[3], ARGV[4], ARGV[5]
   local id = ARGV[7]
   if redis.call('HSETNX', K.payload, id, ARGV[8]) == 0 then
-    return { now, task_row(K, load_task(K, id), EXISTS, true) }
+    return { now, task_row(K, { id = id }, EXISTS, true) }
   end
   local run_after = tonumber(run_after_text)
   if run_after ~= nil and run_after > now then
@@ -205,6 +204,6 @@ for key, count in pairs(woken) do
 end
 
 for index, id in pairs(repeats) do
-  rows[index] = task_row(K, load_task(K, id), EXISTS, true)
+  rows[index] = task_row(K, { id = id }, EXISTS, true)
 end
 return rows

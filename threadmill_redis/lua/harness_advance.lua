@@ -33,6 +33,7 @@
 --@include "lib/call_in_slices"
 --@include "lib/index_task"
 --@include "lib/load_task"
+--@include "lib/member_id"
 --@include "lib/save_task"
 --@include "lib/unindex_task"
 
@@ -42,13 +43,36 @@ local delta_ms = tonumber(ARGV[1])
 local shifted = 0
 for _, id in ipairs(redis.call('HKEYS', K.state)) do
   local t = load_task(K, id)
-  -- READY's sort key is a sequence number, not a time.
-  if t.status ~= 'READY' then
+  -- READY's sort key is a sequence number, not a time. A corrupt record is
+  -- left as it is, but for its time index entries (below).
+  if t ~= nil and t.status ~= 'READY' then
     unindex_task(K, t)
     t.sort = t.sort - delta_ms
     save_task(K, t)
     index_task(K, t)
     shifted = shifted + 1
+  end
+end
+-- The time index entries and view members of tasks with no valid state
+-- move as the others' do, so a corrupt record falls due, expires and ages
+-- like its neighbours.
+for _, index in ipairs({ K.due, K.leases, K.finished }) do
+  for _, id in ipairs(redis.call('ZRANGE', index, 0, -1)) do
+    if load_task(K, id) == nil then
+      redis.call('ZINCRBY', index, -delta_ms, id)
+    end
+  end
+end
+for _, view in ipairs({ K.deferred, K.running, K.successful, K.failed, K.cancelled }) do
+  for _, member in ipairs(redis.call('ZRANGE', view, 0, -1)) do
+    local id = member_id(member)
+    if load_task(K, id) == nil then
+      local at = 9 + tonumber(string.sub(member, 1, 8), 16) -- the sort key's first digit
+      local sort = tonumber(string.sub(member, at, at + 18)) - delta_ms
+      redis.call('ZREM', view, member)
+      redis.call('ZADD', view, '0', string.sub(member, 1, at - 1) .. string.format('%019d', sort)
+        .. id)
+    end
   end
 end
 -- Rebuilt rather than renamed in place, so a moved pair never meets one not yet moved.

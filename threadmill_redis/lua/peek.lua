@@ -18,7 +18,8 @@
 --   ARGV[4]  limit          most records to return
 --   ARGV[5]  result_ttl_ms  result retention in milliseconds
 --
--- Reply: OK rows with payload (lib/task_row), in segment order.
+-- Reply: OK rows with payload (lib/task_row), in segment order, one per
+-- member: a task whose state is corrupt or missing answers as stored.
 
 --@include "lib/code"
 --@include "lib/load_task"
@@ -45,6 +46,9 @@ local rows = {}
 local members = redis.call('ZRANGEBYLEX', K[string.lower(status)], low, '(' .. prefix .. ':',
   'LIMIT', offset, limit)
 for _, member in ipairs(members) do
-  rows[#rows + 1] = task_row(K, load_task(K, member_id(member)), code('OK'), true)
+  local id = member_id(member)
+  -- A corrupt record's row (its state garbled or missing) too, as stored:
+  -- the caller reports it (task_row needs only the id).
+  rows[#rows + 1] = task_row(K, load_task(K, id) or { id = id }, code('OK'), true)
 end
 return rows

@@ -19,6 +19,8 @@
 --   KEYS[15] counters    HASH seq and token counters
 --   KEYS[16] queues      HASH queue -> number of tasks stored
 --   KEYS[17] starts      HASH id -> "<unstarted expiries>|<claim>" (deleted with the task)
+--   KEYS[18] rates       HASH telemetry: "<second>|<queue>|e" (or "|f") -> tasks entered (finished)
+--   KEYS[19] rate_index  ZSET telemetry: "<second>|<queue>" -> second
 --   ARGV[1]  limit          most tasks to promote
 --   ARGV[2]  result_ttl_ms  result retention in milliseconds
 --   ARGV[3]  prune_batch    most expired results to delete
@@ -30,21 +32,43 @@
 --@include "lib/now_ms"
 --@include "lib/promote_task"
 --@include "lib/prune_expired"
+--@include "lib/corrupt_queue"
+--@include "lib/printable"
+--@include "lib/quarantine_corrupt"
+--@include "lib/timed_member"
 
 --@keys
 local limit = tonumber(ARGV[1])
 local result_ttl_ms = tonumber(ARGV[2])
 local prune_batch = tonumber(ARGV[3])
 
-local now = now_ms()
+local now, now_text = now_ms()
 local reply, seen = { 0 }, {}
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', K.due, '-inf', now, 'LIMIT', 0, limit)) do
-  local t = load_task(K, id)
-  promote_task(K, t)
-  reply[1] = reply[1] + 1
-  if not seen[t.queue] then
-    seen[t.queue] = true
-    reply[#reply + 1] = t.queue
+  local t, corrupt = load_task(K, id)
+  if t ~= nil and t.status == 'DEFERRED' then
+    promote_task(K, t)
+    reply[1] = reply[1] + 1
+    if not seen[t.queue] then
+      seen[t.queue] = true
+      reply[#reply + 1] = t.queue
+    end
+  elseif t ~= nil then -- a stale entry: the task is elsewhere
+    redis.call('ZREM', K.due, id)
+  else
+    -- A corrupt record. Its queue, if its state still names one, finds its
+    -- member in DEFERRED's view (sorted by due time, this entry's score);
+    -- else only this entry goes, and a claim of its queue meets the member.
+    local queue = corrupt_queue(corrupt)
+    if queue ~= nil then
+      local due = redis.call('ZSCORE', K.due, id)
+      redis.call('ZREM', K.deferred, timed_member(queue, tonumber(due), id))
+      quarantine_corrupt(K, id, queue, corrupt, now_text)
+    else
+      redis.call('ZREM', K.due, id)
+      redis.log(redis.LOG_WARNING, 'threadmill: removed the due entry of task ' .. printable(id)
+        .. ': its stored state is ' .. (corrupt and 'not valid' or 'missing'))
+    end
   end
 end
 prune_expired(K, now, result_ttl_ms, prune_batch)

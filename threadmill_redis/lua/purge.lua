@@ -27,6 +27,7 @@
 -- Reply: {tasks deleted, of which were live}: expired results are deleted
 -- too, but were already gone for every reader, so they are not counted.
 
+--@include "lib/delete_corrupt"
 --@include "lib/delete_task"
 --@include "lib/is_expired"
 --@include "lib/load_task"
@@ -46,10 +47,17 @@ local members = redis.call('ZRANGEBYLEX', K[string.lower(status)], '[' .. prefix
   '(' .. prefix .. ':', 'LIMIT', 0, batch)
 local live = 0
 for _, member in ipairs(members) do
-  local t = load_task(K, member_id(member))
-  if not is_expired(t, now, result_ttl_ms) then
+  local t, corrupt = load_task(K, member_id(member))
+  if t == nil then -- a corrupt record: deleted and counted like any other
     live = live + 1
+    delete_corrupt(K, member_id(member), corrupt, K[string.lower(status)], member)
+  elseif t.status ~= status then -- a stale member (the task is elsewhere): only it goes
+    redis.call('ZREM', K[string.lower(status)], member)
+  else
+    if not is_expired(t, now, result_ttl_ms) then
+      live = live + 1
+    end
+    delete_task(K, t)
   end
-  delete_task(K, t)
 end
 return { #members, live }

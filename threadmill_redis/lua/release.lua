@@ -1,7 +1,8 @@
 -- Give back claimed tasks that never started (a worker's prefetch at a
--- graceful shutdown): each RUNNING task whose token is the caller's, held by
--- a worker's claim whose start was never recorded, goes to the tail of READY
--- with its claim undone (lib/give_back). The token is cleared, so a repeat
+-- graceful shutdown, a task the worker did not load): each RUNNING task whose
+-- token is the caller's, held by a worker's claim whose start was never
+-- recorded, goes to the tail of READY (or, with a delay, to DEFERRED due at
+-- now + delay) with its claim undone (lib/give_back). The token is cleared, so a repeat
 -- after a lost reply, and any later use of the lease, is refused and changes
 -- nothing.
 --
@@ -22,9 +23,10 @@
 --   KEYS[15] counters    HASH seq and token counters
 --   KEYS[16] queues      HASH queue -> number of tasks stored
 --   KEYS[17] starts      HASH id -> "<unstarted expiries>|<claim>" (see lib/load_start)
---   ARGV[1]  id     the first lease's task
---   ARGV[2]  token  that lease's token
---   ARGV[3..] two more per further lease: id, token
+--   ARGV[1]  delay_ms  0 for the READY tail, else DEFERRED due after this many ms
+--   ARGV[2]  id        the first lease's task
+--   ARGV[3]  token     that lease's token
+--   ARGV[4..] two more per further lease: id, token
 --
 -- Reply: per lease, in order, an OK row with payload (lib/task_row), or
 -- REFUSED (only code and id) for a stale token, a task not RUNNING, a
@@ -34,12 +36,18 @@
 --@include "lib/give_back"
 --@include "lib/load_start"
 --@include "lib/load_task"
+--@include "lib/now_ms"
 --@include "lib/task_row"
 
 --@keys
 
+local delay_ms = tonumber(ARGV[1])
+local due_ms = nil
+if delay_ms > 0 then
+  due_ms = now_ms() + delay_ms
+end
 local rows = {}
-for i = 1, #ARGV, 2 do
+for i = 2, #ARGV, 2 do
   local id, token = ARGV[i], ARGV[i + 1]
   local t = load_task(K, id)
   local started = false
@@ -50,7 +58,7 @@ for i = 1, #ARGV, 2 do
   if t == nil or t.status ~= 'RUNNING' or t.token ~= token or started then
     rows[#rows + 1] = { code('REFUSED'), id }
   else
-    give_back(K, t)
+    give_back(K, t, due_ms)
     rows[#rows + 1] = task_row(K, t, code('OK'), true)
   end
 end

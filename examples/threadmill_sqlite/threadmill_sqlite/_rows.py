@@ -167,6 +167,21 @@ def decode(row: sqlite3.Row) -> TaskResult:
         raise PayloadError(f"task {task_id!r}: a stored column is invalid: {exc}") from exc
 
 
+def decode_on(row: sqlite3.Row, held: TaskResult, decided: TaskResult) -> TaskResult:
+    """The record a decision stored in `row`, read without its stored bytes (which do not
+    decode): `held`, the lease's record, with the row's state and `decided`'s errors and value.
+    """
+    status = TaskResultStatus(row["status"])
+    return attrs.evolve(
+        held,
+        status=status,
+        run_after=_ms(row, "run_after"),
+        finished_at=_ms(row, "finished_at"),
+        errors=tuple(decided.errors),
+        return_value=decided.return_value if status is TaskResultStatus.SUCCESSFUL else None,
+    )
+
+
 def quarantine(row: sqlite3.Row, reason: PayloadError, now_ms: int) -> dict[str, object]:
     """Every column but the placement (status, token, deadline, ...) of the FAILED record
     that replaces an undecodable row.

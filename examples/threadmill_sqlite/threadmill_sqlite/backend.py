@@ -64,6 +64,7 @@ from typing import Any
 from threadmill_core.backend import NOTHING_DEFERRED, RATE_HISTORY, Backend
 from threadmill_core.checks import (
     check_decision,
+    check_delay,
     check_limit,
     check_offset,
     check_purgeable,
@@ -86,6 +87,7 @@ from threadmill_core.models import (
 
 from threadmill_sqlite import _rows
 from threadmill_sqlite._database import SYNCHRONOUS, Database
+from threadmill_sqlite._pauses import SQLitePauses
 from threadmill_sqlite.errors import SQLiteBackendError
 
 log = logging.getLogger("threadmill_sqlite")
@@ -134,7 +136,7 @@ DEFAULT_RESULT_TTL = timedelta(days=1)
 DEFAULT_BUSY_TIMEOUT = timedelta(seconds=30)
 
 
-class SQLiteBackend(Backend):
+class SQLiteBackend(SQLitePauses, Backend):
     """Tasks in the SQLite database file at `path`, created (with its tables) if missing.
 
     `path` is made absolute when the backend is built, so a later change of
@@ -330,9 +332,9 @@ class SQLiteBackend(Backend):
     def extend_many(self, leases: Sequence[Lease], lease_ttl: timedelta) -> list[Lease | None]:
         """`extend` for every lease, in one transaction; answers in the order given.
 
-        A renewed task whose stored bytes no longer decode raises `PayloadError`
-        and undoes the batch; its lease then lapses and `claim_expired`
-        quarantines it.
+        A renewed task whose stored bytes no longer decode is renewed too,
+        answered with the lease's own record, so its neighbours in the batch
+        are; `claim_expired` quarantines it once its lease lapses.
         """
         leases = list(leases)
         lease_ms = ttl_ms("lease_ttl", lease_ttl)
@@ -348,14 +350,15 @@ class SQLiteBackend(Backend):
                     f"RETURNING {_rows.COLUMNS}",
                     (deadline_ms, lease.task_id, lease.token),
                 ).fetchall()
+                if not rows:
+                    renewed.append(None)
+                    continue
+                try:
+                    record = _rows.decode(rows[0])
+                except PayloadError:  # poison: the holder's record; claim_expired quarantines it
+                    record = lease.record
                 renewed.append(
-                    Lease(
-                        token=lease.token,
-                        deadline=from_ms(deadline_ms),
-                        record=_rows.decode(rows[0]),
-                    )
-                    if rows
-                    else None
+                    Lease(token=lease.token, deadline=from_ms(deadline_ms), record=record)
                 )
         return renewed
 
@@ -370,8 +373,8 @@ class SQLiteBackend(Backend):
 
         Every decision is checked (`check_decision`) and its errors and return
         value encoded before the transaction, so a bad one changes nothing. A
-        decided task whose stored bytes no longer decode raises `PayloadError`
-        and undoes the batch, as in `extend_many`.
+        decided task whose stored bytes no longer decode is decided all the
+        same and answered on the lease's record, so its neighbours are.
         """
         decisions = list(decisions)
         encoded = [_encode_decision(decision) for decision in decisions]
@@ -427,7 +430,10 @@ class SQLiteBackend(Backend):
         (stored,) = conn.execute(
             f"{sql} RETURNING {_rows.COLUMNS}", (*params, row["id"])
         ).fetchall()
-        return _rows.decode(stored)
+        try:
+            return _rows.decode(stored)
+        except PayloadError:  # poison: decided all the same, answered on the holder's record
+            return _rows.decode_on(stored, decision.lease.record, decision.record)
 
     def mark_started(self, leases: Sequence[Lease]) -> list[bool]:
         """Every mark in one transaction, each fenced on its own; answers in order."""
@@ -445,13 +451,17 @@ class SQLiteBackend(Backend):
                 answers.append(cursor.rowcount == 1)
         return answers
 
-    def release(self, leases: Sequence[Lease]) -> list[TaskResult | None]:
+    def release(
+        self, leases: Sequence[Lease], delay: timedelta = timedelta(0)
+    ) -> list[TaskResult | None]:
         """Every release in one transaction, each fenced on its own; answers in order."""
         leases = list(leases)
+        wait_ms = check_delay(delay)
         if not leases:
             return []
         answers: list[TaskResult | None] = []
-        with self._write("release") as (conn, _now_ms):
+        with self._write("release") as (conn, now_ms):
+            due_ms = now_ms + wait_ms if wait_ms else None
             for lease in leases:
                 row = self._row(conn, lease.task_id)
                 if (
@@ -462,23 +472,37 @@ class SQLiteBackend(Backend):
                 ):
                     answers.append(None)
                     continue
-                answers.append(self._give_back(conn, _rows.decode(row), row["unstarted_expiries"]))
+                answers.append(
+                    self._give_back(conn, _rows.decode(row), row["unstarted_expiries"], due_ms)
+                )
         if any(answer is not None for answer in answers):
             self._notify()
         return answers
 
-    def _give_back(self, conn: sqlite3.Connection, record: TaskResult, expiries: int) -> TaskResult:
-        """Undo a RUNNING task's claim: READY tail, attempt and worker undone, token cleared."""
+    def _give_back(
+        self,
+        conn: sqlite3.Connection,
+        record: TaskResult,
+        expiries: int,
+        due_ms: int | None = None,
+    ) -> TaskResult:
+        """Undo a RUNNING task's claim: READY tail (DEFERRED till `due_ms`, if given),
+        attempt and worker undone, token cleared."""
         attempts = max(record.attempts - 1, 0)
+        place = (
+            ("status = 'READY', ready_seq = ?", self._next_ready_seq(conn))
+            if due_ms is None
+            else ("status = 'DEFERRED', run_after = ?", due_ms)
+        )
         (stored,) = conn.execute(
-            "UPDATE threadmill_tasks SET status = 'READY', ready_seq = ?, token = NULL, "
+            f"UPDATE threadmill_tasks SET {place[0]}, token = NULL, "
             "claim = 'unstarted', deadline = NULL, attempts = ?, worker_ids = ?, "
             "unstarted_expiries = ?, "
             "started_at = CASE WHEN ? THEN started_at END, "
             "last_attempted_at = CASE WHEN ? THEN last_attempted_at END "
             f"WHERE id = ? RETURNING {_rows.COLUMNS}",
             (
-                self._next_ready_seq(conn),
+                place[1],
                 attempts,
                 _rows.encode_worker_ids(record.worker_ids[:-1]),
                 expiries,

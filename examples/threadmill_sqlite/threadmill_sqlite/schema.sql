@@ -89,3 +89,13 @@ CREATE TABLE IF NOT EXISTS threadmill_rates (
     finished INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (bucket, queue)
 ) WITHOUT ROWID;
+
+-- The schedules' pause states (`Backend.set_schedule_paused`): one row per
+-- schedule ever paused or resumed, whether it is paused and since when (the
+-- database's clock, milliseconds). Added to version 2 without a bump, as
+-- threadmill_rates was to version 1: an older file gets it on its next connect.
+CREATE TABLE IF NOT EXISTS threadmill_schedules (
+    name   TEXT PRIMARY KEY,
+    paused INTEGER NOT NULL,                -- 1 paused, 0 not
+    since  INTEGER NOT NULL
+) WITHOUT ROWID;

@@ -100,6 +100,11 @@ def make_harness(*, result_ttl: timedelta, exact: bool = False) -> Harness:
         exact_clock=exact,
         close=close,
         result_ttl=result_ttl,
+        # Columns are typed and checked, so the one corrupt shape a row can
+        # hold is bytes that do not decode (which the backend quarantines).
+        corruptions={
+            "payload garbled": lambda task_id: plant_raw(backend, task_id, payload=b"{not a record")
+        },
     )
 
 

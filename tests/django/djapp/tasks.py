@@ -103,3 +103,19 @@ def uses_the_database() -> bool:
         cursor.execute("SELECT 1")
     RUNS.append(("db", was_closed))
     return was_closed
+
+
+@task(takes_context=True)
+def fails_first_time(context: TaskContext, label: str) -> str:
+    """For the admin's tests: FAILED at its first attempt (no retry), then, requeued, done."""
+    if context.attempt == 1:
+        raise LookupError(f"{label}: the first attempt always fails")
+    return label
+
+
+@task(takes_context=True)
+def remember_tick(context: TaskContext) -> None:
+    """Records the schedule and tick its run came from (see test_periodic.py)."""
+    from threadmill_core import tick_of
+
+    RUNS.append(tick_of(context))

@@ -249,20 +249,22 @@ class CallingMachine(CheckingMachine):
             if outcome.refused:
                 self.last_refusal = f"mark_started() refused {outcome.verdict} (correctly)"
 
-    def do_release(self, refs: Sequence[LeaseRef]) -> None:
+    def do_release(self, refs: Sequence[LeaseRef], delay: timedelta = timedelta(0)) -> None:
         """Give back claimed tasks in one `release` on both sides and check every answer."""
-        got = self.backend.release([ref.lease for ref in refs])
+        got = self.backend.release([ref.lease for ref in refs], delay)
         if not isinstance(got, list) or len(got) != len(refs):
             self.fail("release() must answer once per lease, in order", len(refs), got)
         hints = {
-            "status": "release() must send the task back to READY",
+            "status": "release() must send the task back to READY (DEFERRED with a delay)",
+            "run_after": "release() with a delay must make run_after now() + delay",
             "attempts": "release() must undo the claim's attempt (attempts - 1)",
             "worker_ids": "release() must drop the claim's worker from worker_ids",
             "started_at": "release() must clear started_at when no attempt is left",
             "last_attempted_at": "release() must clear last_attempted_at when no attempt is left",
         }
         for ref, answer in zip(refs, got, strict=True):
-            self.check_outcome("release()", self.model.release(ref.serial), answer, hints)
+            expected = self.model.release(ref.serial, duration_ms(delay))
+            self.check_outcome("release()", expected, answer, hints)
 
     # --- maintenance -----------------------------------------------------------------
 

@@ -1,4 +1,5 @@
-"""The state machine's rules for inspection and operators: get, peek, requeue, cancel, purge.
+"""The state machine's rules for inspection and operators: get, peek, requeue, cancel, purge,
+and pausing schedules (against `PauseModel`).
 
 `forge` makes up a lease the backend never issued, which every fenced
 operation must refuse like a stale one.
@@ -12,12 +13,16 @@ from hypothesis import strategies as st
 from hypothesis.stateful import multiple, precondition, rule
 
 from threadmill_core.backend import PURGEABLE_STATUSES
-from threadmill_core.clock import from_ms
+from threadmill_core.clock import from_ms, to_ms
 from threadmill_core.models import Lease, TaskResultStatus
 from threadmill_core.testing import strategies as ts
 from threadmill_core.testing._judge import show
 from threadmill_core.testing._machine.calls import CallingMachine
 from threadmill_core.testing._machine.values import RUNNING, LeaseRef, leases, task_ids
+from threadmill_core.testing.pause_model import PauseModel
+
+#: The schedules the machine pauses and resumes.
+SCHEDULE_NAMES = ("nightly", "poll-eu", "ünï code")
 
 
 class OperatorRules(CallingMachine):
@@ -89,6 +94,28 @@ class OperatorRules(CallingMachine):
         expected = self.model.purge(queue, status)
         if got != expected:
             self.fail(f"purge() reported {got} tasks deleted from {status.value}", expected, got)
+
+    @rule(name=st.sampled_from(SCHEDULE_NAMES), paused=st.booleans())
+    def set_schedule_paused(self, name: str, paused: bool) -> None:
+        """Pause or resume a schedule: stored as of now; setting it again changes nothing."""
+        self.begin(f"set_schedule_paused({name!r}, {paused})")
+        model: PauseModel | None = getattr(self, "pause_model", None)
+        if model is None:
+            model = self.pause_model = PauseModel()
+        before = model.states.get(name)
+        got = self.backend.set_schedule_paused(name, paused)
+        # On a server clock the kit cannot predict the time: it takes the backend's.
+        expected = model.set(name, paused, self.model.now_ms if self.exact else to_ms(got.since))
+        if (got.paused, to_ms(got.since)) != expected:
+            rule = (
+                "set_schedule_paused() of the state it had must change nothing"
+                if before is not None and before[0] == paused
+                else "set_schedule_paused() must store the flag as of now()"
+            )
+            self.fail(rule, expected, (got.paused, to_ms(got.since)))
+        listed = {n: (p.paused, to_ms(p.since)) for n, p in self.backend.schedule_pauses().items()}
+        if listed != model.states:
+            self.fail("schedule_pauses() does not list what was stored", model.states, listed)
 
     @precondition(lambda self: self.has(RUNNING))
     @rule(target=leases, task_id=task_ids)

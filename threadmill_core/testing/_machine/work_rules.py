@@ -180,12 +180,15 @@ class WorkRules(CallingMachine):
         self.do_mark_started(batch)
 
     @precondition(lambda self: bool(self.bundle("leases")))
-    @rule(batch=st.lists(leases, min_size=1, max_size=4))
-    def release(self, batch: list[LeaseRef]) -> None:
-        """Give back claimed tasks (a worker's prefetch at shutdown): current or stale, started
-        or not, a worker's or a reaper's lease."""
-        self.begin(f"release({batch})", *(ref.task_id for ref in batch))
-        self.do_release(batch)
+    @rule(
+        batch=st.lists(leases, min_size=1, max_size=4),
+        delay=st.sampled_from([timedelta(0), timedelta(seconds=5)]),
+    )
+    def release(self, batch: list[LeaseRef], delay: timedelta) -> None:
+        """Give back claimed tasks (a worker's prefetch at shutdown; with a delay, a task it
+        did not load): current or stale, started or not, a worker's or a reaper's lease."""
+        self.begin(f"release({batch}, {delay!r})", *(ref.task_id for ref in batch))
+        self.do_release(batch, delay)
 
     @rule(decision=decisions, many=st.booleans())
     def repeat_decision(self, decision: SentDecision, many: bool) -> None:

@@ -132,6 +132,14 @@ _BAD_CALLS: dict[str, tuple[type[Exception], BadCall]] = {
         ValueError,
         lambda b, lease: b.retry(lease, failed(lease), -LEASE_TTL),
     ),
+    "release() with a negative delay": (
+        ValueError,
+        lambda b, lease: b.release([lease], -LEASE_TTL),
+    ),
+    "release() with a delay in seconds, not a timedelta": (
+        ValueError,
+        lambda b, lease: b.release([lease], 5),  # type: ignore[arg-type]  # the bad input
+    ),
     "retry() with the record of another task": (
         ValueError,
         lambda b, lease: b.retry(lease, attrs.evolve(failed(lease), id="ready"), timedelta(0)),

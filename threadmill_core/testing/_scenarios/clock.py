@@ -76,6 +76,41 @@ def retry_delay_is_measured_on_the_backend_clock(harness: Harness) -> None:
     )
 
 
+@scenario
+def a_release_with_a_delay_defers_the_task_uncharged(harness: Harness) -> None:
+    """release() with a delay gives the claim back undone, DEFERRED for that much backend time."""
+    backend = harness.backend
+    backend.enqueue([new_task("t")])
+    lease = claim_one(backend, "t")
+    [back] = backend.release([lease], timedelta(minutes=30))
+    expect(
+        back is not None
+        and back.status is DEFERRED
+        and (back.attempts, back.worker_ids, back.errors) == (0, (), ())
+        and back.started_at is None,
+        "release() with a delay must defer the task with its claim undone",
+        "DEFERRED, attempts 0, no worker, no error, started_at None",
+        back,
+    )
+    expect(
+        backend.release([lease], timedelta(minutes=30)) == [None],
+        "release() accepted a lease it had already given back",
+    )
+    harness.advance(timedelta(minutes=29))
+    expect(
+        backend.claim(["default"], worker="w", lease_ttl=LEASE_TTL) == [],
+        "a task released with a delay came back before its delay",
+    )
+    harness.advance(timedelta(minutes=2))
+    again = claim_one(backend, "t")
+    expect(
+        again.record.attempts == 1,
+        "the claim after a release is attempt 1 again: a release is not charged",
+        1,
+        again.record.attempts,
+    )
+
+
 def _expect_due_in(harness: Harness, expected: timedelta, rule: str) -> None:
     """`next_due()` says `expected`: exactly on an exact clock, else up to a minute less."""
     got = harness.backend.next_due()

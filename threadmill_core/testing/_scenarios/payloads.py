@@ -15,6 +15,7 @@ from threadmill_core.testing._scenarios.kit import (
 )
 from threadmill_core.testing.harness import Harness
 from threadmill_core.testing.model import same_value
+from threadmill_core.values import MAX_DEPTH
 
 
 def _nested(depth: int) -> JSON:
@@ -44,7 +45,7 @@ PAYLOAD_CASES: dict[str, JSON] = {
     "NUL and control characters": "a\x00b\x1f\n\t\u2028",
     "dict key order": {"z": 1, "a": 2, "m": {"y": 3, "b": 4}},
     "empty and non-ASCII keys": {"": 0, "ключ": [], "🔑": {}},
-    "deep nesting": _nested(100),
+    "deep nesting (the most the codec takes)": _nested(MAX_DEPTH),
     "long string": "threadmill " * 10_000,
     "mixed": {"ints": [0, -1, 2**64], "floats": [1e308, -1e-308], "s": "x", "none": None},
 }

@@ -1,8 +1,10 @@
 """``manage.py threadmill [--backend ALIAS] COMMAND [ARGS...]``: threadmill's CLI on an alias.
 
 ``worker`` runs threadmill's supervisor with Django in every process (see
-`threadmill_django.worker`). ``stats``, ``ls``, ``show``, ``requeue``,
-``cancel``, ``purge`` and ``inspect`` are the ``threadmill`` command's own,
+`threadmill_django.worker`), and keeps the ``@periodic`` schedules of its
+task modules. ``stats``, ``ls``, ``show``, ``requeue``, ``cancel``,
+``purge``, ``inspect`` and ``schedules`` (which imports the task modules
+first) are the ``threadmill`` command's own,
 run on the alias's broker: the same output, ``--json`` and exit codes, by
 construction. Django's options (``--settings``, ``--verbosity``) go before
 COMMAND; everything after it is the threadmill command's.
@@ -11,7 +13,6 @@ COMMAND; everything after it is the threadmill command's.
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 from typing import Any
@@ -22,18 +23,28 @@ from django.tasks.exceptions import InvalidTaskBackend
 
 from threadmill_core import cli
 from threadmill_core.errors import ThreadmillError
-from threadmill_core.supervisor import LOG_FORMAT, Supervisor
+from threadmill_core.startup import import_task_modules
+from threadmill_core.supervisor import Supervisor
+from threadmill_core.worker_logging import configure_worker_logging
 from threadmill_django.backend import TaskBackend
-from threadmill_django.worker import WorkerUsageError, parse_worker_args, worker_settings
+from threadmill_django.worker import (
+    WorkerUsageError,
+    discover_task_modules,
+    parse_worker_args,
+    worker_settings,
+)
 
-INSPECTING = ("stats", "ls", "show", "requeue", "cancel", "purge", "inspect")
+INSPECTING = (
+    "stats", "ls", "show", "requeue", "cancel", "purge", "inspect", "schedules",
+)  # fmt: skip
 
 
 class Command(BaseCommand):
     help = (
         "threadmill's commands on a Django task backend alias: worker runs tasks; stats, ls, "
-        "show, requeue, cancel, purge and inspect look at the queues and steer them, as the "
-        "threadmill command does. `manage.py threadmill COMMAND --help` explains each."
+        "show, requeue, cancel, purge, inspect and schedules look at the queues and "
+        "schedules and steer them, as the threadmill command does. "
+        "`manage.py threadmill COMMAND --help` explains each."
     )
     # The worker runs the checks itself; the inspecting commands only read and steer.
     requires_system_checks: list[str] = []  # noqa: RUF012  # Django's own attribute, a list
@@ -75,7 +86,14 @@ class Command(BaseCommand):
                     "not --broker",
                     returncode=2,
                 )
-            code = cli.main([subcommand, *arguments], broker=chosen.broker)
+            try:
+                broker = chosen.broker
+            except ThreadmillError as exc:  # as `threadmill` says a URL that cannot work
+                print(f"threadmill: {exc}", file=sys.stderr)
+                sys.exit(2)
+            if subcommand == "schedules":  # the schedules are declared by the task modules
+                import_task_modules([*discover_task_modules(), *options.task_modules])
+            code = cli.main([subcommand, *arguments], broker=broker)
         if code:
             sys.exit(code)
 
@@ -92,5 +110,5 @@ class Command(BaseCommand):
             settings = worker_settings(backend.options_checked, args)
         except (WorkerUsageError, ThreadmillError) as exc:
             raise CommandError(str(exc), returncode=2) from exc
-        logging.basicConfig(level=args.log_level, format=LOG_FORMAT)
+        configure_worker_logging(args.log_level, args.log_format)
         return Supervisor(settings).run()

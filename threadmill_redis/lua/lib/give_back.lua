@@ -5,12 +5,20 @@
 --@include "lib/without_last_worker"
 
 -- Undo the claim RUNNING task `t` (as loaded) is under, as if it never
--- happened: the tail of READY, attempts - 1, the claim's worker id dropped,
--- started_at and last_attempted_at cleared when no attempt is left, no token.
--- Errors, run_after and the payload stay. The caller wakes the queue's workers.
-local function give_back(K, t)
+-- happened: the tail of READY (or DEFERRED due at `due_ms`, when given),
+-- attempts - 1, the claim's worker id dropped, started_at and
+-- last_attempted_at cleared when no attempt is left, no token. Errors,
+-- run_after (unless deferred) and the payload stay. The caller wakes the
+-- queue's workers.
+local function give_back(K, t, due_ms)
   unindex_task(K, t)
-  enter_ready(K, t)
+  if due_ms == nil then
+    enter_ready(K, t)
+  else
+    t.status = 'DEFERRED'
+    t.run_after = due_ms
+    t.sort = due_ms
+  end
   t.deadline = nil
   t.token = nil
   t.attempts = math.max(t.attempts - 1, 0)

@@ -8,5 +8,8 @@ local function load_start(K, id)
     return 0, ''
   end
   local count, claim = string.match(raw, '^(%d+)|(.*)$')
+  if count == nil then -- corrupt: read as nothing recorded, so no caller fails on it
+    return 0, ''
+  end
   return tonumber(count), claim
 end

@@ -1,4 +1,5 @@
 --@include "lib/load_task"
+--@include "lib/delete_corrupt"
 --@include "lib/delete_task"
 
 -- Delete up to `batch` terminal tasks whose results outlived `ttl_ms`, oldest
@@ -7,11 +8,11 @@
 local function prune_expired(K, now, ttl_ms, batch)
   local ids = redis.call('ZRANGEBYSCORE', K.finished, '-inf', now - ttl_ms, 'LIMIT', 0, batch)
   for _, id in ipairs(ids) do
-    local t = load_task(K, id)
+    local t, corrupt = load_task(K, id)
     if t then
       delete_task(K, t)
-    else
-      redis.call('ZREM', K.finished, id)
+    else -- a corrupt record, or an entry without one
+      delete_corrupt(K, id, corrupt, nil, nil)
     end
   end
   return #ids

@@ -1,0 +1,173 @@
+"""The scheduler on the memory backend and a fake clock: each tick stored once, catch-up, overlap,
+pauses."""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from tests.core import periodic_tasks
+from threadmill_core import FakeClock, TaskResultStatus
+from threadmill_core.periodic import (
+    CATCH_UP_TICKS,
+    Schedule,
+    add_schedule,
+    registered_schedules,
+    tick_id,
+    unregister_schedule,
+)
+from threadmill_core.scheduling import Scheduler, due
+from threadmill_core.testing.scenarios import succeeded
+from threadmill_memory import MemoryBackend
+
+START = datetime(2026, 6, 1, 12, 0, 0, 250_000, tzinfo=UTC)
+
+
+@pytest.fixture(autouse=True)
+def _no_schedules_left() -> Iterator[None]:
+    for name in registered_schedules():  # what a document's example declared, say
+        unregister_schedule(name)
+    yield
+    for name in registered_schedules():
+        unregister_schedule(name)
+
+
+def every(seconds: float, **options: object) -> Schedule:
+    return add_schedule(periodic_tasks.poll, every=timedelta(seconds=seconds), **options)
+
+
+def stored_ids(backend: MemoryBackend) -> list[str]:
+    records = []
+    for status in (TaskResultStatus.READY, TaskResultStatus.DEFERRED, TaskResultStatus.RUNNING):
+        records += backend.peek("default", status, limit=100_000)
+    return sorted(record.id for record in records)
+
+
+def test_five_schedulers_interleaved_on_one_clock_store_each_tick_once() -> None:
+    """Five schedulers waking in random order on one clock store each tick exactly once."""
+    clock = FakeClock(START)
+    backend = MemoryBackend(clock=clock)
+    fast, slow = every(1, name="fast"), every(7, name="slow", args=["eu"])
+    schedulers = [Scheduler(backend, [fast, slow]) for _ in range(5)]
+    for scheduler in schedulers:  # all start together: each looks back the same window
+        scheduler.run_pass(clock.now())
+    rng = random.Random(34)
+    for _ in range(600):
+        clock.advance(timedelta(milliseconds=rng.choice([50, 300, 1000, 2500])))
+        for scheduler in rng.sample(schedulers, k=rng.randint(1, 5)):
+            scheduler.run_pass(clock.now())
+    end = clock.now()
+    for scheduler in schedulers:
+        scheduler.run_pass(end)
+    expected = sorted(
+        tick_id(schedule.name, tick)
+        for schedule in (fast, slow)
+        for tick in _ticks(schedule, START - schedule.catch_up, end)
+    )
+    assert stored_ids(backend) == expected
+    record = backend.get(tick_id("slow", slow.next_tick(START)))
+    assert record is not None
+    assert (record.args, record.run_after) == (["eu"], slow.next_tick(START))
+
+
+def _ticks(schedule: Schedule, after: datetime, until: datetime) -> list[datetime]:
+    """The ticks in (after, until], at most CATCH_UP_TICKS of them before `START`."""
+    got, tick = [], schedule.next_tick(after)
+    while tick <= until:
+        got.append(tick)
+        tick = schedule.next_tick(tick)
+    before = [t for t in got if t <= START]
+    return before[-CATCH_UP_TICKS:] + [t for t in got if t > START]
+
+
+def test_missed_ticks_within_the_window_are_caught_up_once_each_older_skipped_and_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """After downtime: ticks inside catch_up are stored, the rest skipped with a warning."""
+    clock = FakeClock(START)
+    backend = MemoryBackend(clock=clock)
+    schedule = every(60, catch_up=timedelta(minutes=5))
+    scheduler = Scheduler(backend, [schedule])
+    scheduler.run_pass(clock.now())
+    assert len(stored_ids(backend)) == 5  # a fresh scheduler looks back the window: 5 minutes
+    clock.advance(timedelta(hours=1))  # down for an hour
+    with caplog.at_level(logging.WARNING, logger="threadmill.schedules"):
+        scheduler.run_pass(clock.now())
+    assert len(stored_ids(backend)) == 5 + 5
+    assert "55 missed tick(s)" in caplog.text
+
+
+def test_catch_up_never_bursts_past_its_tick_limit() -> None:
+    """However long the window, a pass stores at most CATCH_UP_TICKS missed ticks."""
+    found = due(every(1), START - timedelta(minutes=30), START)
+    assert len(found.ticks) == CATCH_UP_TICKS
+    assert found.skipped == 30 * 60 - CATCH_UP_TICKS
+    assert found.ticks[-1] == START.replace(microsecond=0)
+
+
+def test_overlap_false_skips_ticks_while_the_previous_runs(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """overlap=False stores no tick while an earlier tick's task is pending or running."""
+    clock = FakeClock(START)
+    backend = MemoryBackend(clock=clock)
+    schedule = every(10, overlap=False, catch_up=timedelta(0))
+    scheduler = Scheduler(backend, [schedule])
+    scheduler.run_pass(clock.now())  # a tick 0.25 s late is stored, whatever catch_up
+    [first] = stored_ids(backend)
+    lease = backend.claim(["default"], worker="w", lease_ttl=timedelta(minutes=5))[0]
+    assert lease.task_id == first
+    with caplog.at_level(logging.INFO, logger="threadmill.schedules"):
+        for _ in range(3):  # three ticks while it runs: none stored
+            clock.advance(timedelta(seconds=10))
+            scheduler.run_pass(clock.now())
+    assert stored_ids(backend) == [first]
+    assert "(overlap=False)" in caplog.text
+    backend.complete(lease, succeeded(lease))
+    clock.advance(timedelta(seconds=10))
+    scheduler.run_pass(clock.now())
+    assert stored_ids(backend) == [tick_id(schedule.name, clock.now().replace(microsecond=0))]
+
+
+def test_a_paused_schedule_stores_nothing_and_does_not_catch_up_when_resumed() -> None:
+    """Paused: no tick stored by any scheduler; resumed: none of the paused ticks come back."""
+    clock = FakeClock(START)
+    backend = MemoryBackend(clock=clock)
+    schedule = every(60)
+    backend.set_schedule_paused(schedule.name, True)
+    Scheduler(backend, [schedule]).run_pass(clock.now())
+    clock.advance(timedelta(minutes=10))
+    Scheduler(backend, [schedule]).run_pass(clock.now())
+    assert stored_ids(backend) == []
+    backend.set_schedule_paused(schedule.name, False)
+    fresh = Scheduler(backend, [schedule])  # would look back an hour
+    fresh.run_pass(clock.now())
+    assert stored_ids(backend) == []
+    clock.advance(timedelta(minutes=1))
+    fresh.run_pass(clock.now())
+    assert len(stored_ids(backend)) == 1
+
+
+def test_a_ticks_task_reads_its_schedule_and_tick_from_its_context() -> None:
+    """A worker running a tick's task gives it a context that tick_of reads: schedule, time."""
+    from threadmill_core import Broker, Tick, Worker
+
+    clock = FakeClock(START)
+    backend = MemoryBackend(clock=clock)
+    schedule = add_schedule(
+        periodic_tasks.where_from, every=timedelta(minutes=1), name="where", catch_up=timedelta(0)
+    )
+    periodic_tasks.seen.clear()
+    clock.advance(timedelta(seconds=30))  # 12:00:30.25, the 12:00 tick 30 s late: not stored
+    Scheduler(backend, [schedule]).run_pass(clock.now())
+    clock.advance(timedelta(seconds=30))
+    Scheduler(backend, [schedule]).run_pass(clock.now())
+    with Broker(backend) as broker:
+        assert Worker(broker, queues=["default"], threads=1).run(burst=True) == 1
+    assert periodic_tasks.seen == [
+        Tick(schedule="where", at=datetime(2026, 6, 1, 12, 1, tzinfo=UTC))
+    ]

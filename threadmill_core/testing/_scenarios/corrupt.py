@@ -1,0 +1,274 @@
+"""Corrupt records: poison never hurts its neighbours (guarantee 11).
+
+Each scenario damages one task per `Harness.corruptions` entry, placed
+between good tasks of one segment (READY, DEFERRED, RUNNING, finished),
+then drives that segment the way workers and maintenance do: a claim, a
+promotion, a reaper pass, a batch of decisions and renewals, a listing and
+a purge. Every good neighbour must be processed exactly as if the corrupt
+ones were not there, and every corrupt one must end FAILED with an error
+(quarantined), or be gone where no record was left to mark; none may be
+handed to a worker. A backend whose harness lists no corruptions passes
+them trivially.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from threadmill_core.errors import PayloadError
+from threadmill_core.models import Decision, Lease, TaskResult, TaskResultStatus
+from threadmill_core.testing._scenarios.kit import (
+    CLAIM_TTL,
+    FAILED,
+    LEASE_TTL,
+    PAST_A_LEASE,
+    READY,
+    SUCCESSFUL,
+    Scenario,
+    expect,
+    mark,
+    new_task,
+    registering,
+    succeeded,
+)
+from threadmill_core.testing.harness import Harness
+
+#: This module's scenarios, by name (`threadmill_core.testing.scenarios.SCENARIOS` holds all).
+SCENARIOS: dict[str, Scenario] = {}
+scenario = registering(SCENARIOS)
+
+
+def _enqueue_mixed(harness: Harness, **fields: object) -> tuple[list[str], dict[str, str]]:
+    """Enqueue a good task, then per corruption a task to damage and another good one.
+
+    Returns the good ids in enqueue order and the doomed ids by corruption
+    name (nothing is damaged yet).
+    """
+    good, doomed, records = ["good-0"], {}, [new_task("good-0", **fields)]  # type: ignore[arg-type]
+    for n, name in enumerate(sorted(harness.corruptions), 1):
+        doomed[name] = f"corrupt-{n}"
+        good.append(f"good-{n}")
+        records += [new_task(doomed[name], **fields), new_task(good[-1], **fields)]  # type: ignore[arg-type]
+    harness.backend.enqueue(records)
+    return good, doomed
+
+
+def _damage(harness: Harness, doomed: dict[str, str]) -> None:
+    for name, task_id in doomed.items():
+        harness.corruptions[name](task_id)
+
+
+def _settled(harness: Harness, doomed: dict[str, str], after: str) -> None:
+    """Each damaged task is FAILED with an error, or gone; never handed out again."""
+    for name, task_id in doomed.items():
+        try:
+            record = harness.backend.get(task_id)
+        except PayloadError as exc:
+            expect(False, f"{after}: the task with {name} must be quarantined, not left", got=exc)
+            return
+        if record is None:
+            continue
+        expect(
+            record.status is FAILED and bool(record.errors) and bool(record.errors[-1].message),
+            f"{after}: a task with {name} must end FAILED with an error saying what was wrong "
+            "(or be gone where no record is left)",
+            "FAILED with an error",
+            record,
+        )
+    again = harness.backend.claim(["default"], worker="w2", lease_ttl=LEASE_TTL, limit=100)
+    expect(
+        again == [],
+        f"{after}: nothing may be left to claim (a corrupt task handed out, or a good one lost)",
+        [],
+        [lease.task_id for lease in again],
+    )
+
+
+def _claim_good(harness: Harness, good: list[str], after: str) -> list[Lease]:
+    """Claim with room for every task: exactly the good ones, in order, must come."""
+    leases = harness.backend.claim(["default"], worker="w1", lease_ttl=LEASE_TTL, limit=100)
+    got = [lease.task_id for lease in leases]
+    expect(
+        got == good,
+        f"{after}: a claim must hand out every good task beside corrupt ones, in order, "
+        "and no corrupt one",
+        good,
+        got,
+    )
+    return leases
+
+
+def _complete_all(harness: Harness, leases: list[Lease], after: str) -> None:
+    decisions = [Decision(lease=lease, record=succeeded(lease)) for lease in leases]
+    done = harness.backend.decide_many(decisions)
+    expect(
+        all(record is not None and record.status is SUCCESSFUL for record in done),
+        f"{after}: every good task's completion must be applied",
+        [SUCCESSFUL] * len(leases),
+        [None if record is None else record.status for record in done],
+    )
+
+
+def _listed(harness: Harness, status: TaskResultStatus) -> list[TaskResult]:
+    """A segment of "default" as `peek` lists it; where a page holds a record that does not
+    decode (`PayloadError`, as the protocol allows), read one record at a time, as the
+    inspector does, leaving out those that raise."""
+    try:
+        return harness.backend.peek("default", status, offset=0, limit=100)
+    except PayloadError:
+        pass
+    listed: list[TaskResult] = []
+    for position in range(100):
+        try:
+            one = harness.backend.peek("default", status, offset=position, limit=1)
+        except PayloadError:
+            continue
+        if not one:
+            break
+        listed.extend(one)
+    return listed
+
+
+@scenario
+def a_corrupt_ready_record_never_costs_its_neighbours_their_claim(harness: Harness) -> None:
+    """Corrupt READY records claimed in one batch with good ones: the good ones all run."""
+    if not harness.corruptions:
+        return
+    good, doomed = _enqueue_mixed(harness)
+    _damage(harness, doomed)
+    leases = _claim_good(harness, good, "corrupt READY records")
+    _complete_all(harness, leases, "corrupt READY records")
+    _settled(harness, doomed, "corrupt READY records claimed")
+    counts = harness.backend.counts().get("default")
+    expect(
+        counts is not None and counts.ready == 0 and counts.successful == len(good),
+        "corrupt READY records: counts() must show no READY task and every good one SUCCESSFUL",
+        got=counts,
+    )
+
+
+@scenario
+def a_corrupt_deferred_record_never_stops_its_neighbours_falling_due(harness: Harness) -> None:
+    """Corrupt DEFERRED records beside good ones: promotion moves every good one to READY."""
+    if not harness.corruptions:
+        return
+    later = harness.backend.now() + timedelta(minutes=1)
+    good, doomed = _enqueue_mixed(harness, run_after=later)
+    _damage(harness, doomed)
+    harness.advance(PAST_A_LEASE)
+    harness.backend.promote_due(limit=100)
+    for task_id in good:
+        record = harness.backend.get(task_id)
+        expect(
+            record is not None and record.status is READY,
+            "corrupt DEFERRED records: promote_due() must promote every good task due",
+            READY,
+            record,
+        )
+    leases = _claim_good(harness, good, "corrupt DEFERRED records")
+    _complete_all(harness, leases, "corrupt DEFERRED records")
+    _settled(harness, doomed, "corrupt DEFERRED records promoted")
+
+
+@scenario
+def a_corrupt_running_record_never_stops_its_neighbours_being_reaped(harness: Harness) -> None:
+    """Corrupt RUNNING records beside good ones: renewals and the reaper take every good one."""
+    if not harness.corruptions:
+        return
+    good, doomed = _enqueue_mixed(harness)
+    leases = harness.backend.claim(["default"], worker="w1", lease_ttl=LEASE_TTL, limit=100)
+    mark(harness.backend, *leases)
+    _damage(harness, doomed)
+    renewed = harness.backend.extend_many(leases, LEASE_TTL)
+    got_renewed = [lease.task_id for lease in renewed if lease is not None]
+    expect(
+        set(good) <= set(got_renewed),
+        "corrupt RUNNING records: extend_many() must renew every good lease of its batch",
+        good,
+        got_renewed,
+    )
+    harness.advance(PAST_A_LEASE)
+    reaped = harness.backend.claim_expired(limit=100, claim_ttl=CLAIM_TTL)
+    got = sorted(lease.task_id for lease in reaped)
+    expect(
+        got == sorted(good),
+        "corrupt RUNNING records: claim_expired() must claim every good expired task "
+        "and no corrupt one",
+        sorted(good),
+        got,
+    )
+    _complete_all(harness, reaped, "corrupt RUNNING records")
+    _settled(harness, doomed, "corrupt RUNNING records reaped")
+    counts = harness.backend.counts().get("default")
+    expect(
+        counts is not None and counts.running == 0,
+        "corrupt RUNNING records: after the reaper pass no task may be left RUNNING",
+        got=counts,
+    )
+
+
+@scenario
+def a_corrupt_running_record_never_costs_its_batch_its_decisions(harness: Harness) -> None:
+    """Corrupt RUNNING records decided in one batch with good ones: every good decision applies."""
+    if not harness.corruptions:
+        return
+    good, doomed = _enqueue_mixed(harness)
+    leases = harness.backend.claim(["default"], worker="w1", lease_ttl=LEASE_TTL, limit=100)
+    mark(harness.backend, *leases)
+    _damage(harness, doomed)
+    done = harness.backend.decide_many(
+        [Decision(lease=lease, record=succeeded(lease)) for lease in leases]
+    )
+    applied = [
+        lease.task_id
+        for lease, record in zip(leases, done, strict=True)
+        if record is not None and record.status is SUCCESSFUL
+    ]
+    expect(
+        set(good) <= set(applied),
+        "corrupt RUNNING records: decide_many() must apply every good decision of its batch",
+        good,
+        applied,
+    )
+    harness.advance(PAST_A_LEASE)  # a corrupt one left RUNNING is the reaper's to quarantine
+    reaped = harness.backend.claim_expired(limit=100, claim_ttl=CLAIM_TTL)
+    expect(
+        reaped == [],
+        "corrupt RUNNING records: the reaper must quarantine a corrupt record, not claim it",
+        [],
+        [lease.task_id for lease in reaped],
+    )
+
+
+@scenario
+def a_corrupt_finished_record_never_hides_its_neighbours(harness: Harness) -> None:
+    """Corrupt finished records beside good ones: the good ones are listed, and purge takes all."""
+    if not harness.corruptions:
+        return
+    good, doomed = _enqueue_mixed(harness)
+    leases = harness.backend.claim(["default"], worker="w1", lease_ttl=LEASE_TTL, limit=100)
+    _complete_all(harness, leases, "finished tasks")
+    _damage(harness, doomed)
+    listed = [record.id for record in _listed(harness, SUCCESSFUL) if record.id in good]
+    expect(
+        listed == good,
+        "corrupt finished records: peek() must list every good neighbour, in order (a page "
+        "that holds a corrupt record may raise PayloadError; then each one is read alone)",
+        good,
+        listed,
+    )
+    counts = harness.backend.counts().get("default")
+    expect(counts is not None, "corrupt finished records: counts() must still count the queue")
+    harness.backend.purge("default", SUCCESSFUL)
+    for task_id in [*good, *doomed.values()]:
+        try:
+            left: TaskResult | None = harness.backend.get(task_id)
+        except PayloadError as exc:  # a corrupt record purge left behind
+            expect(False, "corrupt finished records: purge() must delete them too", got=exc)
+            return
+        expect(
+            left is None or left.status is FAILED,
+            "corrupt finished records: purge() of SUCCESSFUL must delete every task of it",
+            None,
+            left,
+        )
