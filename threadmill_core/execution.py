@@ -2,16 +2,16 @@
 
 `execute` is what a task thread does with a task from the prefetch (a task
 given back after an expiry with its start unrecorded has its start recorded
-first, `start_first`). The
-task's own exceptions (any `BaseException`) become decisions (through its
-retry policy, by `threadmill_core.retry.decide`). Nothing is imported on a
-record's say-so: a task this worker did not load is never run here. It is
-given back for another worker (`Backend.release` with `UNKNOWN_TASK_DELAY`:
-uncharged, due again a few seconds later), as happens during a rolling
-deploy while some workers still run the old code; it is quarantined (FAILED
-with a `TaskQuarantined` error) only when claimed by a worker that does not
-know it `UNKNOWN_TASK_GRACE` or more after its enqueue, on the backend's
-clock: then no worker loaded it in all that time.
+first, `start_first`). The task's own exceptions (any `BaseException`) become
+decisions (through its retry policy, by `threadmill_core.retry.decide`).
+Nothing is imported on a record's say-so: a task this worker did not load is
+never run here (nor marked started first). It is given back for another
+worker (`Backend.release` with `UNKNOWN_TASK_DELAY`: uncharged, due again a
+few seconds later), as happens during a rolling deploy while some workers
+still run the old code; it is quarantined (FAILED with a `TaskQuarantined`
+error) only when claimed by a worker that does not know it
+`UNKNOWN_TASK_GRACE` or more after its enqueue, on the backend's clock: then
+no worker loaded it in all that time.
 """
 
 from __future__ import annotations

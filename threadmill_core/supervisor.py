@@ -5,8 +5,8 @@ The supervisor starts `processes` worker processes (each a `Worker` with
 (expiring at once the leases it held, for the reaper's next pass: see
 `threadmill_core.child_leases`), recycles one after `max_tasks` claims (plus
 up to `max_tasks_jitter`, so processes do not all restart at once), and runs
-the maintenance loop (reaper and mover) itself. Several supervisors on one backend are safe: reaper
-claims are fenced like worker claims.
+the maintenance loop (reaper and mover) itself. Several supervisors on one
+backend are safe: reaper claims are fenced like worker claims.
 
 This module is the supervisor's side. What runs inside a worker process is
 `threadmill_core.worker_process`; what both sides use (`WorkerSettings`,
