@@ -53,7 +53,7 @@ import attrs
 import psycopg
 
 from threadmill_core import codec
-from threadmill_core.backend import NOTHING_DEFERRED, RATE_HISTORY, UNSTARTED_EXPIRY_LIMIT, Backend
+from threadmill_core.backend import NOTHING_DEFERRED, RATE_HISTORY, Backend
 from threadmill_core.checks import (
     check_decision,
     check_delay,
@@ -550,7 +550,6 @@ class PostgresBackend(PostgresPauses, PostgresTransactional, Backend):
             params = {
                 "limit": want,
                 "scan": scan,
-                "unstarted": UNSTARTED_EXPIRY_LIMIT,
                 "ttl": held_ms,
                 "request": uuid.uuid4().hex,
                 "channel": self.channel,
@@ -563,6 +562,15 @@ class PostgresBackend(PostgresPauses, PostgresTransactional, Backend):
             return claimed, got[0][0] == scan or len(claimed) == want
 
         return self._filled(limit, take)
+
+    def expire_leases(self, worker: str) -> int:
+        """One statement (`lease_expiry.EXPIRE_LEASES`); repeated after a lost reply (a repeat
+        finds nothing left to expire)."""
+        if not rows.storable(worker):
+            return 0  # no claim can have stored it
+        statement = self.sql.expire_leases
+        (row,) = self.db.fetch(statement, {"worker": worker}, what="expire_leases", repeatable=True)
+        return int(row[0])
 
     def promote_due(self, *, limit: int) -> int:
         check_limit(limit)
