@@ -107,9 +107,7 @@ def _converter() -> cattrs.Converter:
 
     converter.register_unstructure_hook(
         TaskResult,
-        make_dict_unstructure_fn(
-            TaskResult, converter, headers=override(omit_if_default=True)
-        ),
+        make_dict_unstructure_fn(TaskResult, converter, headers=override(omit_if_default=True)),
     )
     return converter
 

@@ -40,7 +40,15 @@ them too; boundaries that need an exact clock are checked only on one.
 
 from __future__ import annotations
 
-from threadmill_core.testing._scenarios import clock, corrupt, fencing, ordering, schedules, starts
+from threadmill_core.testing._scenarios import (
+    clock,
+    corrupt,
+    fencing,
+    ordering,
+    payloads,
+    schedules,
+    starts,
+)
 from threadmill_core.testing._scenarios.bad_input import BAD_INPUT_CASES, BadCall
 from threadmill_core.testing._scenarios.clock import (
     a_release_with_a_delay_defers_the_task_uncharged,
@@ -112,6 +120,7 @@ SCENARIOS: dict[str, Scenario] = {
     **clock.SCENARIOS,
     **corrupt.SCENARIOS,
     **schedules.SCENARIOS,
+    **payloads.SCENARIOS,
 }
 
 #: Register a scenario of your own in `SCENARIOS` under its function's name.
