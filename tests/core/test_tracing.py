@@ -7,36 +7,25 @@ from datetime import timedelta
 
 import pytest
 from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
 from tests.core import tasks
+from tests.spans import recorded
 from threadmill_core import Broker, FakeClock, TaskResultStatus, Worker, connect, tracing
 from threadmill_core.errors import InvalidOption
-
-#: The process's tracer provider (OpenTelemetry takes one per process), set up once.
-_EXPORTER = InMemorySpanExporter()
-
-
-@pytest.fixture(scope="module", autouse=True)
-def provider() -> None:
-    if not isinstance(trace.get_tracer_provider(), TracerProvider):
-        made = TracerProvider()
-        made.add_span_processor(SimpleSpanProcessor(_EXPORTER))
-        trace.set_tracer_provider(made)
-    assert isinstance(trace.get_tracer_provider(), TracerProvider)
 
 
 @pytest.fixture
 def spans() -> Iterator[InMemorySpanExporter]:
     """Tracing on, the exporter emptied; off again afterwards."""
-    _EXPORTER.clear()
+    exporter = recorded()
+    exporter.clear()
     tracing.enable()
-    yield _EXPORTER
+    yield exporter
     tracing.disable()
-    _EXPORTER.clear()
+    exporter.clear()
 
 
 def of_kind(exporter: InMemorySpanExporter, kind: SpanKind) -> list[ReadableSpan]:
@@ -143,14 +132,15 @@ def test_enqueue_many_makes_one_producer_span_for_the_batch(
 
 def test_with_tracing_off_no_span_is_made_and_no_header_stored(broker: Broker) -> None:
     """Off (the default), a task enqueued inside a span stores no headers and runs untraced."""
-    _EXPORTER.clear()
+    exporter = recorded()
+    exporter.clear()
     assert tracing.tracer is None
     with trace.get_tracer("test").start_as_current_span("request"):
         record = tasks.echo.using(broker=broker).enqueue(1)
     assert record.headers == {}
     assert broker.get_result(record.id).headers == {}
     Worker(broker, queues=["default"]).run(burst=True)
-    assert [span.name for span in _EXPORTER.get_finished_spans()] == ["request"]
+    assert [span.name for span in exporter.get_finished_spans()] == ["request"]
 
 
 def test_the_environment_variable_switches_tracing_on_and_refuses_other_values(
