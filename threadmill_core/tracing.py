@@ -51,6 +51,7 @@ shows the work it enqueued, every attempt of it as siblings under the
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -113,7 +114,9 @@ def enable_from_environment() -> None:
         enable()
 
 
+@functools.cache
 def _propagator() -> Any:
+    """The W3C trace-context propagator, made once."""
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
     return TraceContextTextMapPropagator()
