@@ -178,3 +178,22 @@ def test_with_tracing_off_nothing_is_stored_or_traced(
     spans = run_worker(project, broker_url)
     assert broker.get_result(record.id).status is TaskResultStatus.SUCCESSFUL
     assert [(span["name"], span["parent"]) for span in spans] == [("inside", None)]
+
+
+def test_tracing_without_opentelemetry_is_one_clear_line_and_exit_code_3(
+    project: Path, tmp_path: Path, broker_url: str
+) -> None:
+    """``--tracing`` where opentelemetry-api cannot be imported stops the command at start,
+    saying which extra to install."""
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()
+    (shadow / "opentelemetry.py").write_text("raise ImportError('no opentelemetry here')\n")
+    env = {**os.environ, "PYTHONPATH": str(shadow), "SPANS": str(tmp_path / "spans.jsonl")}
+    command = [THREADMILL, "worker", "tracedapp.tasks", "-b", broker_url, "--tracing", "--burst"]
+    done = subprocess.run(
+        command, cwd=project, env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 3, done.stdout + done.stderr
+    errors = [line for line in done.stderr.splitlines() if "ERROR" in line]
+    assert len(errors) == 1, done.stderr
+    assert "tracing needs OpenTelemetry's API: pip install 'threadmill[otel]'" in errors[0]
