@@ -101,6 +101,10 @@ class Broker:
         raise `UnsupportedValue` naming them (e.g. ``kwargs['when']``);
         arguments of more than `max_payload_bytes` raise `PayloadTooLarge`
         with the size and the limit. Either way nothing is stored.
+
+        With tracing on (`threadmill_core.tracing`), the call is stored in a
+        PRODUCER span whose W3C trace context the record keeps in its
+        `headers` (`enqueue_many`: one span for the batch).
         """
         shared = self._shared(task)
         check = task.call_check
