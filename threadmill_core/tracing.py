@@ -22,7 +22,8 @@ change with them):
   ``send QUEUE`` (one for a batch), a child of the caller's current span.
   The span's W3C trace context (``traceparent``, ``tracestate``: the
   `TraceContextTextMapPropagator`, whatever the global propagator is, so the
-  stored context stays small) goes into each task's `TaskResult.headers`,
+  stored context stays small; a ``tracestate`` too long for the headers'
+  bounds is left out, the trace kept) goes into each task's `TaskResult.headers`,
   which every backend stores beside the arguments and keeps through
   retries, give-backs and requeues. Attributes: ``messaging.system`` =
   ``threadmill``, ``messaging.operation.type`` / ``.name`` = ``send``,
@@ -57,6 +58,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from threadmill_core.errors import InvalidOption
+from threadmill_core.headers import headers_problem
 from threadmill_core.models import (
     Decision,
     Lease,
@@ -154,7 +156,13 @@ def enqueue_traced(
         carrier: dict[str, str] = {}
         _propagator().inject(carrier)
         if carrier:
-            template = evolved(template, headers={**template.headers, **carrier})
+            headers = {**template.headers, **carrier}
+            if headers_problem(headers) is not None:
+                # A tracestate past the headers' bounds (W3C allows 32 entries of 256
+                # characters): the trace goes on without the vendors' state.
+                carrier.pop("tracestate", None)
+                headers = {**template.headers, **carrier}
+            template = evolved(template, headers=headers)
         return backend.enqueue_calls(template, calls)
 
 

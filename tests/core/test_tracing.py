@@ -157,3 +157,26 @@ def test_the_environment_variable_switches_tracing_on_and_refuses_other_values(
         assert tracing.tracer is not None
     finally:
         tracing.disable()
+
+
+def test_a_tracestate_too_long_for_the_headers_is_left_out_and_the_trace_kept(
+    broker: Broker, spans: InMemorySpanExporter
+) -> None:
+    """A caller's tracestate past the headers' bounds does not fail the enqueue: the task
+    keeps the traceparent alone, and still runs in the caller's trace."""
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    state = ",".join(f"vendor{i:02}={'v' * 240}" for i in range(32))
+    incoming = {
+        "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        "tracestate": state,
+    }
+    context = TraceContextTextMapPropagator().extract(incoming)
+    with trace.get_tracer("test").start_as_current_span("request", context=context):
+        record = tasks.echo.using(broker=broker).enqueue(1)
+    assert set(record.headers) == {"traceparent"}
+    assert "0af7651916cd43dd8448eb211c80319c" in record.headers["traceparent"]
+    Worker(broker, queues=["default"]).run(burst=True)
+    [consumer] = of_kind(spans, SpanKind.CONSUMER)
+    assert consumer.context is not None
+    assert consumer.context.trace_id == 0x0AF7651916CD43DD8448EB211C80319C
