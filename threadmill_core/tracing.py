@@ -3,8 +3,9 @@
 Off by default, and explicit to switch on, like ``--metrics-port``: in a
 producer, call `enable()` (or set ``THREADMILL_TRACING=1`` before its first
 `threadmill_core.connect`); in ``threadmill worker``, pass ``--tracing``
-(the Django adapter's ``manage.py threadmill_worker`` takes it too), which
-sets ``THREADMILL_TRACING=1`` for the worker's processes. Either needs the
+(``manage.py threadmill worker`` takes it too), which switches it on in
+every process of the command (`WorkerSettings.tracing`), so follow-up
+tasks a task enqueues are traced as well. Either needs the
 ``otel`` extra (``pip install 'threadmill[otel]'``: `opentelemetry-api`);
 what is exported, and where, is the application's own tracer provider
 (`opentelemetry-sdk` and an exporter). With no provider configured the
