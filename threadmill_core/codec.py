@@ -99,8 +99,8 @@ def _converter() -> cattrs.Converter:
     converter.register_structure_hook(int, _exactly(int))
     converter.register_structure_hook_func(lambda kind: kind == list[JSON], _exactly(list))
     converter.register_structure_hook_func(lambda kind: kind == dict[str, JSON], _exactly(dict))
-    # Headers: a dict taken as it is, its entries checked by `TaskResult`'s validator.
-    converter.register_structure_hook_func(lambda kind: kind == dict[str, str], _exactly(dict))
+    # Headers: a dict taken as it is, within `threadmill_core.headers`' bounds.
+    converter.register_structure_hook_func(lambda kind: kind == dict[str, str], _headers)
     # A record without headers (most) is written without the key, as before headers
     # existed: its bytes are unchanged, and code that predates them reads it.
     from cattrs.gen import make_dict_unstructure_fn, override
@@ -122,6 +122,16 @@ def _exactly(kind: type[T]) -> Callable[[object, object], T]:
         return value
 
     return structure
+
+
+def _headers(value: object, _: object) -> dict[str, str]:
+    """A record's stored headers: a dict within the bounds, taken as it is."""
+    if type(value) is not dict:
+        raise TypeError(f"expected a dict, got {short_repr(value)}")
+    problem = headers_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
 
 
 def _holds_json(kind: object) -> bool:
@@ -330,7 +340,7 @@ def _enqueued_payload(raw: Any) -> tuple[Any, ...] | None:
             return None
         headers = raw["headers"]
         if headers_problem(headers) is not None:
-            return None  # cattrs and the record's validator word the error
+            return None  # the converter words the error
     retry = raw["retry"]
     if retry is not None:
         if type(retry) is not dict or retry.keys() != _RETRY_KEYS:

@@ -6,8 +6,9 @@ argument of the task: the W3C trace context of `threadmill_core.tracing`
 afterwards: retries, give-backs and requeues keep them. A record without
 any (every record stored before headers existed) has an empty mapping.
 
-Bounds, checked wherever a record is made (`TaskResult`'s validator) and
-when stored bytes are read (`threadmill_core.codec`): at most `MAX_HEADERS`
+Bounds, checked where a record is enqueued (`check_headers`, through
+`threadmill_core.codec.check_record`, as its arguments are) and where stored
+bytes are read (`threadmill_core.codec`): at most `MAX_HEADERS`
 entries; each name a non-empty ASCII str of at most `MAX_NAME_LENGTH`
 characters; each value a str; names and values together at most
 `MAX_HEADERS_LENGTH` characters. A W3C ``traceparent`` is 55 characters
@@ -17,9 +18,8 @@ hold trace context with room to spare, never a payload.
 
 from __future__ import annotations
 
-from typing import Any
-
 from threadmill_core.display import short_repr
+from threadmill_core.errors import UnsupportedValue
 
 #: At most this many headers per task.
 MAX_HEADERS = 16
@@ -54,10 +54,8 @@ def headers_problem(headers: object) -> str | None:
     return None
 
 
-def validate_headers(_instance: object, _attribute: Any, headers: dict[str, str]) -> None:
-    """`TaskResult`'s validator of `headers`: `ValueError` saying what is wrong."""
-    if headers.__class__ is dict and not headers:  # every record without trace context
-        return
+def check_headers(headers: object) -> None:
+    """`UnsupportedValue` naming ``headers`` and what is wrong, unless `headers` are good."""
     problem = headers_problem(headers)
     if problem is not None:
-        raise ValueError(problem)
+        raise UnsupportedValue("headers", headers, reason=f"are refused: {problem}")

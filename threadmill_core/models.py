@@ -20,7 +20,6 @@ import attrs
 
 from threadmill_core.display import short_repr
 from threadmill_core.errors import InvalidOption
-from threadmill_core.headers import validate_headers
 
 #: A value the codec carries unchanged: None, bool, int, float, str, and
 #: lists and str-keyed dicts of these.
@@ -134,9 +133,11 @@ class TaskResult:
     retry: RetryPolicySpec | None = None
     #: Set at enqueue and never changed (retries and requeues keep them): small str-to-str
     #: metadata that is not an argument, such as the W3C trace context of
-    #: `threadmill_core.tracing`; bounded by `threadmill_core.headers`. Empty for a
-    #: record stored without any.
-    headers: dict[str, str] = attrs.field(factory=dict, validator=validate_headers)
+    #: `threadmill_core.tracing`. Bounded by `threadmill_core.headers`, and checked
+    #: where the arguments are (at enqueue, and when stored bytes are read), not
+    #: by the class: a record is made for every task claimed. Empty for a record
+    #: stored without any.
+    headers: dict[str, str] = attrs.field(factory=dict)
 
     @property
     def is_finished(self) -> bool:
@@ -150,7 +151,7 @@ def evolved(record: TaskResult, **changes: Any) -> TaskResult:
     `TaskResult`'s validators looks at its own field alone, so checking the
     changed ones checks what `attrs.evolve` checks; an invalid change raises
     as it would. The copy skips the class's ``__init__`` (eighteen keyword
-    arguments, seven validators), which a record made for every task claimed,
+    arguments, six validators), which a record made for every task claimed,
     decided and enqueued in a batch pays otherwise: the copy's instance
     ``__dict__`` is `record`'s with `changes` merged in (`TaskResult` is not
     slotted), and `TaskResult` has no ``__attrs_post_init__``. A validator

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
 from threadmill_core import codec
-from threadmill_core.errors import PayloadError
+from threadmill_core.errors import PayloadError, UnsupportedValue
 from threadmill_core.headers import MAX_HEADERS, MAX_HEADERS_LENGTH, MAX_NAME_LENGTH
 from threadmill_core.models import TaskResult
+from threadmill_memory import MemoryBackend
 
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
@@ -32,15 +34,21 @@ def record(**fields: object) -> TaskResult:
     ],
 )
 def test_headers_out_of_bounds_are_refused_naming_the_problem(headers: object, words: str) -> None:
-    """A record with headers that are not a small dict of str to str cannot be made."""
-    with pytest.raises(ValueError, match=words):
-        record(headers=headers)
+    """Headers that are not a small dict of str to str are refused at enqueue, naming them,
+    and nothing is stored (the memory backend; the kit's other backends share the check)."""
+    backend = MemoryBackend()
+    with pytest.raises(UnsupportedValue, match=f"^headers are refused: .*{re.escape(words)}"):
+        backend.enqueue([record(headers=headers)])
+    with pytest.raises(UnsupportedValue, match=f"^headers are refused: .*{re.escape(words)}"):
+        backend.enqueue_calls(record(headers=headers), [("t2", [], {})])
+    assert backend.get("t1") is None
+    assert backend.get("t2") is None
 
 
 def test_headers_at_the_bounds_are_taken() -> None:
     """The most headers, the longest name and the most characters are allowed."""
     most = {f"h{i:02}": "" for i in range(MAX_HEADERS)}
-    assert record(headers=most).headers == most
+    assert MemoryBackend().enqueue([record(headers=most)])[0].headers == most
     full = {"n" * MAX_NAME_LENGTH: "v" * (MAX_HEADERS_LENGTH - MAX_NAME_LENGTH)}
     assert codec.decode_record(codec.encode_enqueued(record(headers=full))).headers == full
 
