@@ -194,10 +194,14 @@ class Backend(abc.ABC):
         """Store new tasks; return the stored records, in the order given.
 
         Each record arrives with `id`, `task_path`, `args`, `kwargs`, `queue`,
-        `priority`, `run_after` and `retry` set by the caller; the backend
-        ignores the other fields and stores `status` READY (or DEFERRED when
-        `run_after` is later than `now()`), `enqueued_at` = `now()`,
-        `attempts` 0, and no errors, workers, timestamps or return value.
+        `priority`, `run_after`, `retry` and `headers` set by the caller; the
+        backend ignores the other fields and stores `status` READY (or
+        DEFERRED when `run_after` is later than `now()`), `enqueued_at` =
+        `now()`, `attempts` 0, and no errors, workers, timestamps or return
+        value. `headers` never change afterwards: every record the backend
+        returns for the task (claims, retries, releases, requeues, `get`)
+        carries them as enqueued (`codec.encode_enqueued` writes them into the
+        payload, so a backend that stores that payload keeps them for free).
 
         Idempotent on `id`: a record whose id is already stored is not stored
         again, and the stored record is returned in its place; of an id given
@@ -211,7 +215,7 @@ class Backend(abc.ABC):
         """`enqueue` of one record per call: `template` with the call's id and arguments.
 
         `template` gives what every call shares: `task_path`, `queue`,
-        `priority`, `run_after` and `retry` (its own id and arguments are
+        `priority`, `run_after`, `retry` and `headers` (its own id and arguments are
         ignored). Everything `enqueue` promises holds for the records
         `call_record` makes, as if they were passed to it: stored in the
         order given, idempotent on id, every call checked before any is
@@ -600,4 +604,5 @@ def call_record(template: TaskResult, call: TaskCall) -> TaskResult:
         priority=template.priority,
         run_after=template.run_after,
         retry=template.retry,
+        headers=template.headers,
     )

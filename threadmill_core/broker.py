@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 import attrs
 
-from threadmill_core import payload_limit
+from threadmill_core import payload_limit, tracing
 from threadmill_core.backend import Backend
 from threadmill_core.calls import CallCheck
 from threadmill_core.clock import from_ms, to_ms
@@ -101,6 +101,10 @@ class Broker:
         raise `UnsupportedValue` naming them (e.g. ``kwargs['when']``);
         arguments of more than `max_payload_bytes` raise `PayloadTooLarge`
         with the size and the limit. Either way nothing is stored.
+
+        With tracing on (`threadmill_core.tracing`), the call is stored in a
+        PRODUCER span whose W3C trace context the record keeps in its
+        `headers` (`enqueue_many`: one span for the batch).
         """
         shared = self._shared(task)
         check = task.call_check
@@ -108,7 +112,11 @@ class Broker:
             check.check(shared.task_path, args, kwargs)
         payload_limit.check_call(shared.task_path, args, kwargs, self.max_payload_bytes)
         # `kwargs` is this call's own dict already; the args are copied into a list.
-        [stored] = self.backend.enqueue_calls(shared, [(new_task_id(), [*args], kwargs)])
+        calls: list[TaskCall] = [(new_task_id(), [*args], kwargs)]
+        if tracing.tracer is None:
+            [stored] = self.backend.enqueue_calls(shared, calls)
+        else:  # a PRODUCER span, its context kept in the record's headers
+            [stored] = tracing.enqueue_traced(self.backend, shared, calls)
         notify("threadmill_task_enqueued", record=stored)
         return stored
 
@@ -150,7 +158,10 @@ class Broker:
             for task_id, (args, kwargs) in zip(ids, calls, strict=True)
         ]
         payload_limit.check_batch(shared.task_path, made, self.max_payload_bytes)
-        stored = self.backend.enqueue_calls(shared, made)
+        if tracing.tracer is None:
+            stored = self.backend.enqueue_calls(shared, made)
+        else:  # one PRODUCER span for the batch (see threadmill_core.tracing)
+            stored = tracing.enqueue_traced(self.backend, shared, made)
         notify_each("threadmill_task_enqueued", "record", stored)
         return stored
 
@@ -245,9 +256,12 @@ def connect(url: str, **options: Any) -> Broker:
     schemes. Options are the backend's (see its docs), but for the
     broker's own `max_payload_bytes`, which `url`'s query may give as well;
     unknown ones raise `InvalidOption`, and an unknown scheme raises
-    `UnknownBackend` listing the installed ones.
+    `UnknownBackend` listing the installed ones. With ``THREADMILL_TRACING=1``
+    in the environment it switches tracing on in this process (see
+    `threadmill_core.tracing`).
     """
     backend_url, limit = payload_limit.take_option(url, options)
+    tracing.enable_from_environment()
     return Broker(backend_for_url(backend_url, options), url=url, max_payload_bytes=limit)
 
 

@@ -43,6 +43,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 
 from threadmill_core.clock import duration_ms
+from threadmill_core.headers import check_headers
 from threadmill_core.models import Decision, TaskCall, TaskResult, TaskResultStatus
 from threadmill_core.values import check_call, check_record, check_retry, check_task, check_value
 
@@ -148,12 +149,15 @@ def check_calls(template: TaskResult, calls: Sequence[TaskCall]) -> None:
 
     What `check_records` would raise for the records the calls make, in the
     same order: each call's id and arguments (`codec.check_call`), and the
-    template's task path, queue and retry policy once, with the first call.
+    template's task path, queue, headers and retry policy once, with the first call.
     """
     for index, (task_id, args, kwargs) in enumerate(calls):
         check_call(task_id, args, kwargs)
         if index == 0:
             check_task(template.task_path, template.queue)
+            headers = template.headers
+            if headers.__class__ is not dict or headers:
+                check_headers(headers)
             check_retry(template.retry)
 
 

@@ -252,6 +252,13 @@ def build_parser() -> argparse.ArgumentParser:
         "container, 0.0.0.0 lets probes and scrapes from outside it in)",
     )
     worker.add_argument(
+        "--tracing",
+        action="store_true",
+        help="run each attempt in an OpenTelemetry CONSUMER span, a child of the span that "
+        "enqueued it (needs: pip install 'threadmill[otel]'; spans go to the tracer provider "
+        "the task modules set up; see docs/operations.md)",
+    )
+    worker.add_argument(
         "--log-level",
         default="INFO",
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
@@ -321,6 +328,7 @@ def worker_settings(args: argparse.Namespace, broker_url: str, **more: Any) -> W
         fork=not args.spawn,
         metrics_port=args.metrics_port,
         metrics_host=args.metrics_host,
+        tracing=args.tracing,
         schedules=getattr(args, "schedules", True),
         **more,
     )

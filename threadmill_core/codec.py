@@ -26,6 +26,7 @@ import attrs
 from threadmill_core.clock import from_ms, to_ms
 from threadmill_core.display import short_repr
 from threadmill_core.errors import PayloadError
+from threadmill_core.headers import headers_problem
 from threadmill_core.models import (
     JSON,
     MAX_PRIORITY,
@@ -98,6 +99,16 @@ def _converter() -> cattrs.Converter:
     converter.register_structure_hook(int, _exactly(int))
     converter.register_structure_hook_func(lambda kind: kind == list[JSON], _exactly(list))
     converter.register_structure_hook_func(lambda kind: kind == dict[str, JSON], _exactly(dict))
+    # Headers: a dict taken as it is, within `threadmill_core.headers`' bounds.
+    converter.register_structure_hook_func(lambda kind: kind == dict[str, str], _headers)
+    # A record without headers (most) is written without the key, as before headers
+    # existed: its bytes are unchanged, and code that predates them reads it.
+    from cattrs.gen import make_dict_unstructure_fn, override
+
+    converter.register_unstructure_hook(
+        TaskResult,
+        make_dict_unstructure_fn(TaskResult, converter, headers=override(omit_if_default=True)),
+    )
     return converter
 
 
@@ -111,6 +122,16 @@ def _exactly(kind: type[T]) -> Callable[[object, object], T]:
         return value
 
     return structure
+
+
+def _headers(value: object, _: object) -> dict[str, str]:
+    """A record's stored headers: a dict within the bounds, taken as it is."""
+    if type(value) is not dict:
+        raise TypeError(f"expected a dict, got {short_repr(value)}")
+    problem = headers_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
 
 
 def _holds_json(kind: object) -> bool:
@@ -224,6 +245,7 @@ def _unstructure_shared() -> Callable[[TaskResult], dict[str, Any]]:
     from cattrs.gen import make_dict_unstructure_fn, override
 
     omitted: dict[str, Any] = {name: override(omit=True) for name in (*STATE_FIELDS, *CALL_FIELDS)}
+    omitted["headers"] = override(omit_if_default=True)  # see `_converter`
     return make_dict_unstructure_fn(TaskResult, _converter(), **omitted)
 
 
@@ -234,7 +256,9 @@ def encode_enqueued(record: TaskResult) -> bytes:
     then never changes after `enqueue`. `decode_record` reads it back with
     each of them at its default, or as the backend passes them. The
     payload's keys are those the calls of a task share, in the record's
-    field order, then the `CALL_FIELDS`.
+    field order, then the `CALL_FIELDS`. Its `headers` are among the shared
+    keys, and only when there are some: a record without headers is encoded
+    byte for byte as before headers existed.
     """
     [payload] = encode_calls(record, [(record.id, record.args, record.kwargs)])
     return payload
@@ -275,8 +299,9 @@ def encode_calls(template: TaskResult, calls: Sequence[TaskCall]) -> list[bytes]
     return payloads
 
 
-#: The keys of an `encode_enqueued` payload.
-_ENQUEUED_KEYS = frozenset(field.name for field in attrs.fields(TaskResult)) - STATE_FIELDS
+#: The keys of an `encode_enqueued` payload without headers, and with them.
+_HEADED_KEYS = frozenset(field.name for field in attrs.fields(TaskResult)) - STATE_FIELDS
+_ENQUEUED_KEYS = _HEADED_KEYS - {"headers"}
 _RETRY_KEYS = frozenset({"path", "options"})
 
 
@@ -303,10 +328,19 @@ def decode_record(data: bytes | str, **fields: Any) -> TaskResult:
 
 def _enqueued_payload(raw: Any) -> tuple[Any, ...] | None:
     """The id, task path, args, kwargs, queue, priority and retry policy of a well-formed
-    `encode_enqueued` payload, each of the type the record takes; None for any other shape.
+    `encode_enqueued` payload, each of the type the record takes, and its headers (None:
+    the payload has none); None for any other shape.
     """
-    if type(raw) is not dict or raw.keys() != _ENQUEUED_KEYS:
+    if type(raw) is not dict:
         return None
+    keys = raw.keys()
+    headers = None
+    if keys != _ENQUEUED_KEYS:
+        if keys != _HEADED_KEYS:
+            return None
+        headers = raw["headers"]
+        if headers_problem(headers) is not None:
+            return None  # the converter words the error
     retry = raw["retry"]
     if retry is not None:
         if type(retry) is not dict or retry.keys() != _RETRY_KEYS:
@@ -321,7 +355,7 @@ def _enqueued_payload(raw: Any) -> tuple[Any, ...] | None:
     priority = raw["priority"]
     if type(priority) is not int or not MIN_PRIORITY <= priority <= MAX_PRIORITY:
         return None  # cattrs words the error
-    return (*fields, priority, retry)
+    return (*fields, priority, retry, headers)
 
 
 def _enqueued_record(raw: Any, fields: dict[str, Any]) -> TaskResult | None:
@@ -329,7 +363,9 @@ def _enqueued_record(raw: Any, fields: dict[str, Any]) -> TaskResult | None:
     payload = _enqueued_payload(raw)
     if payload is None:
         return None
-    task_id, task_path, args, kwargs, queue, priority, retry = payload
+    task_id, task_path, args, kwargs, queue, priority, retry, headers = payload
+    if headers is not None:
+        fields = {**fields, "headers": headers}
     return TaskResult(
         id=task_id,
         task_path=task_path,

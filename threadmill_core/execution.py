@@ -25,7 +25,7 @@ from typing import Any
 
 import attrs
 
-from threadmill_core import codec
+from threadmill_core import codec, tracing
 from threadmill_core.acknowledgement import give_back_leases
 from threadmill_core.backend import Backend
 from threadmill_core.errors import BackendUnavailable, TaskQuarantined, UnsupportedValue
@@ -121,7 +121,10 @@ def execute(
         running_task(record)
     started = time.monotonic()
     try:
-        decision = call(task, lease, context)
+        if tracing.tracer is None:
+            decision = call(task, lease, context)
+        else:  # the attempt in a CONSUMER span (see threadmill_core.tracing)
+            decision = tracing.call_traced(call, task, lease, context)
     finally:
         if tagged:
             running_task(None)

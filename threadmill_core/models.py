@@ -131,6 +131,13 @@ class TaskResult:
     worker_ids: tuple[str, ...] = ()
     return_value: JSON = attrs.field(default=None, repr=short_repr)
     retry: RetryPolicySpec | None = None
+    #: Set at enqueue and never changed (retries and requeues keep them): small str-to-str
+    #: metadata that is not an argument, such as the W3C trace context of
+    #: `threadmill_core.tracing`. Bounded by `threadmill_core.headers`, and checked
+    #: where the arguments are (at enqueue, and when stored bytes are read), not
+    #: by the class: a record is made for every task claimed. Empty for a record
+    #: stored without any.
+    headers: dict[str, str] = attrs.field(factory=dict)
 
     @property
     def is_finished(self) -> bool:
@@ -143,7 +150,7 @@ def evolved(record: TaskResult, **changes: Any) -> TaskResult:
     `record`'s other fields were validated when it was made, and each of
     `TaskResult`'s validators looks at its own field alone, so checking the
     changed ones checks what `attrs.evolve` checks; an invalid change raises
-    as it would. The copy skips the class's ``__init__`` (seventeen keyword
+    as it would. The copy skips the class's ``__init__`` (eighteen keyword
     arguments, six validators), which a record made for every task claimed,
     decided and enqueued in a batch pays otherwise: the copy's instance
     ``__dict__`` is `record`'s with `changes` merged in (`TaskResult` is not

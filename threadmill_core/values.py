@@ -16,6 +16,7 @@ import functools
 import sys
 
 from threadmill_core.errors import UnsupportedValue
+from threadmill_core.headers import check_headers
 from threadmill_core.models import RetryPolicySpec, TaskResult
 
 _SCALARS = (type(None), bool, int, float, str)
@@ -174,7 +175,8 @@ def check_record(record: TaskResult) -> None:
     """Check a record to enqueue, but for its retry policy: `UnsupportedValue` naming the field.
 
     Its id and arguments as `check_call` checks them; then its task path and
-    queue must each be a str the codec carries. Backends key their stores
+    queue must each be a str the codec carries, and its headers within
+    `threadmill_core.headers`' bounds. Backends key their stores
     and queues by these, so another type would be stored as its text (the
     id 5 as ``"5"``) and read back changed, or not stored at all. The retry
     policy is `check_retry`'s, once per policy object (a batch's records
@@ -183,6 +185,9 @@ def check_record(record: TaskResult) -> None:
     """
     check_call(record.id, record.args, record.kwargs)
     check_task(record.task_path, record.queue)
+    headers = record.headers
+    if headers.__class__ is not dict or headers:  # most records have none: one test
+        check_headers(headers)
 
 
 def check_task(task_path: object, queue: object) -> None:

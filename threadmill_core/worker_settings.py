@@ -119,6 +119,9 @@ class WorkerSettings:
     metrics_port: int | None = None
     #: The address the endpoints bind: this host only, unless told otherwise.
     metrics_host: str = "127.0.0.1"
+    #: Trace each attempt in an OpenTelemetry span (`threadmill_core.tracing`), in
+    #: every process of the command; False loads nothing of OpenTelemetry.
+    tracing: bool = False
     #: Run a scheduler of the modules' `@periodic` schedules in the supervisor
     #: (see `threadmill_core.scheduling`), unless `burst`; False: ``--no-schedules``.
     schedules: bool = True
@@ -175,6 +178,10 @@ def prepare_process(settings: WorkerSettings) -> dict[str, list[str]]:
         from threadmill_core.metrics import install
 
         install()
+    if settings.tracing:
+        from threadmill_core import tracing
+
+        tracing.enable()
     put_on_import_path(settings.import_path)
     if settings.setup is not None:
         settings.setup()

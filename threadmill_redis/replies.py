@@ -414,6 +414,7 @@ def enqueued(rows: Sequence[Any], groups: Sequence[Group], now_ms: int) -> list[
                     queue=base.queue,
                     priority=base.priority,
                     retry=base.retry,
+                    headers=base.headers,
                     status=status,
                     enqueued_at=enqueued_at,
                     run_after=run_after,

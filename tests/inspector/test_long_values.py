@@ -67,3 +67,13 @@ def test_reprs_cut_long_values() -> None:
     assert len(shown) < 5 * (REPR_CHARS + 50) + 500
     assert shown.count("more characters]") == 5
     assert f"…[{LONG + 4 - REPR_CHARS:,} more characters]" in shown  # ['aaa…'] is LONG + 4
+
+
+def test_show_lists_a_traced_tasks_headers_and_no_line_for_none() -> None:
+    """`show` has a ``headers`` line for a task stored with trace context, none otherwise."""
+    traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    headers = {"traceparent": traceparent}
+    traced = format_record(TaskResult(id="t", task_path="m:f", headers=headers))
+    assert f'headers          {{"traceparent": "{traceparent}"}}' in traced.splitlines()
+    plain = format_record(TaskResult(id="t", task_path="m:f"))
+    assert not any(line.startswith("headers") for line in plain.splitlines())

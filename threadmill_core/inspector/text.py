@@ -190,6 +190,8 @@ def format_record(record: TaskResult) -> str:
         ("args", _json_text(record.args)),
         ("kwargs", _json_text(record.kwargs)),
     ]
+    if record.headers:  # a traced task's W3C trace context (threadmill_core.tracing)
+        fields.append(("headers", _json_text(record.headers)))
     if record.status is SUCCESSFUL:
         fields.append(("return value", _json_text(record.return_value)))
     width = max(len(name) for name, _ in fields)

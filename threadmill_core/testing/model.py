@@ -137,6 +137,8 @@ class ModelTask:
     queue: str
     priority: int
     retry: RetryPolicySpec | None
+    #: As enqueued, never changed.
+    headers: dict[str, str]
     status: TaskResultStatus
     enqueued_at: int
     run_after: int | None
@@ -261,6 +263,7 @@ class ProtocolModel:
             worker_ids=tuple(task.worker_ids),
             return_value=task.return_value,
             retry=task.retry,
+            headers=task.headers,
         )
 
     def group_key(self, task: ModelTask) -> GroupKey:
@@ -304,6 +307,7 @@ class ProtocolModel:
                     queue=given.queue,
                     priority=given.priority,
                     retry=given.retry,
+                    headers=dict(given.headers),
                     status=DEFERRED if deferred else READY,
                     enqueued_at=self.now_ms,
                     run_after=run_after,

@@ -46,6 +46,7 @@ from threadmill_core.testing._scenarios import (
     dead_workers,
     fencing,
     ordering,
+    payloads,
     schedules,
     starts,
 )
@@ -124,6 +125,7 @@ SCENARIOS: dict[str, Scenario] = {
     **clock.SCENARIOS,
     **corrupt.SCENARIOS,
     **schedules.SCENARIOS,
+    **payloads.SCENARIOS,
 }
 
 #: Register a scenario of your own in `SCENARIOS` under its function's name.

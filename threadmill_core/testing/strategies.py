@@ -155,6 +155,20 @@ def task_errors() -> st.SearchStrategy[TaskError]:
     )
 
 
+def task_headers() -> st.SearchStrategy[dict[str, str]]:
+    """A record's headers: none (most records), W3C trace context, or a few of any text."""
+    traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    return st.one_of(
+        st.just({}),
+        st.just({"traceparent": traceparent}),
+        st.dictionaries(
+            st.text(alphabet="abcdefghijklmnopqrstuvwxyz-_0123456789", min_size=1, max_size=12),
+            st.text(max_size=40),
+            max_size=3,
+        ),
+    )
+
+
 def retry_specs() -> st.SearchStrategy[RetryPolicySpec | None]:
     """A stored retry policy reference, or none."""
     return st.one_of(

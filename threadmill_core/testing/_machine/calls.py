@@ -78,6 +78,7 @@ class CallingMachine(CheckingMachine):
             queue=spec.queue,
             priority=spec.priority,
             retry=spec.retry,
+            headers=dict(spec.headers),
         )
         if spec.tamper:
             junk = from_ms(self.start_ms - 86_400_000)

@@ -125,6 +125,7 @@ class TaskSpec:
     args: list[JSON]
     kwargs: dict[str, JSON]
     retry: RetryPolicySpec | None
+    headers: dict[str, str]
     #: Also send the fields the backend must ignore (status, attempts, ...), filled with junk.
     tamper: bool
 
@@ -140,6 +141,7 @@ def task_specs() -> st.SearchStrategy[TaskSpec]:
         args=ts.task_args(),
         kwargs=ts.task_kwargs(),
         retry=ts.retry_specs(),
+        headers=ts.task_headers(),
         tamper=st.booleans(),
     )
 

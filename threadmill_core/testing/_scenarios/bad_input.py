@@ -192,6 +192,21 @@ _BAD_CALLS: dict[str, tuple[type[Exception], BadCall]] = {
         UnsupportedValue,
         lambda b, _: b.enqueue([new_task(5)]),  # type: ignore[arg-type]  # the wrong type is the bad input
     ),
+    "enqueue() of a record whose headers are not all str": (
+        UnsupportedValue,
+        lambda b, _: b.enqueue([new_task("fresh-1", headers={"traceparent": 1})]),
+    ),
+    "enqueue() of a record whose headers are past their bounds": (
+        UnsupportedValue,
+        lambda b, _: b.enqueue([new_task("fresh-1", headers={"tracestate": "x" * 5000})]),
+    ),
+    "enqueue_calls() with a template whose headers are past their bounds": (
+        UnsupportedValue,
+        lambda b, _: b.enqueue_calls(
+            new_task("template", headers={f"h{i}": "" for i in range(100)}),
+            [("fresh-1", [], {})],
+        ),
+    ),
     "enqueue() of a batch ending with a queue that is not a str": (
         UnsupportedValue,
         lambda b, _: b.enqueue(
@@ -203,8 +218,9 @@ _BAD_CALLS: dict[str, tuple[type[Exception], BadCall]] = {
 #: Bad arguments at the storage interface: each raises (ValueError; TypeError for
 #: a bare str as queues; UnsupportedValue for a return value the codec cannot
 #: carry, or a record to enqueue whose args are not a list, whose kwargs are not a
-#: dict, whose id or queue is not a str, or whose retry policy the codec cannot
-#: carry) and changes nothing.
+#: dict, whose id or queue is not a str, whose headers are not a small dict of str
+#: (`threadmill_core.headers`), or whose retry policy the codec cannot carry) and
+#: changes nothing.
 BAD_INPUT_CASES: dict[str, Scenario] = {
     rule: _refused(rule, error, call) for rule, (error, call) in _BAD_CALLS.items()
 }

@@ -1,0 +1,199 @@
+"""``threadmill worker --tracing`` on real Redis: attempts traced in the worker's processes."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind
+
+from tests.spans import recorded
+from tests.worker.test_startup import THREADMILL
+from threadmill_core import Broker, TaskResultStatus, tracing
+
+pytestmark = pytest.mark.redis
+
+#: The worker's task module: it sets up its process's tracer provider, whose exporter
+#: appends each finished span to $SPANS as one JSON line (one write, so the worker
+#: processes' lines never interleave).
+TASKS = """\
+import json
+import os
+
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+
+from threadmill_core import ExponentialBackoff, TaskContext, task
+
+
+class FileExporter(SpanExporter):
+    def export(self, spans):
+        for span in spans:
+            line = json.dumps({
+                "name": span.name,
+                "kind": span.kind.name,
+                "trace_id": span.context.trace_id,
+                "span_id": span.context.span_id,
+                "parent": span.parent.span_id if span.parent else None,
+                "links": [link.context.span_id for link in span.links],
+                "attributes": dict(span.attributes),
+                "events": [[e.name, dict(e.attributes)] for e in span.events],
+                "status": span.status.status_code.name,
+                "pid": os.getpid(),
+            })
+            fd = os.open(os.environ["SPANS"], os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+            try:
+                os.write(fd, (line + "\\n").encode())
+            finally:
+                os.close(fd)
+        return SpanExportResult.SUCCESS
+
+
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(FileExporter()))
+trace.set_tracer_provider(provider)
+
+
+@task
+def ok(n):
+    with trace.get_tracer("tracedapp").start_as_current_span("inside"):
+        return n
+
+
+@task(retry=ExponentialBackoff(base_delay=0.05, max_retries=3, jitter=0))
+def flaky(context: TaskContext, n):
+    if context.attempt < 3:
+        raise ConnectionError(f"attempt {context.attempt} fails")
+    return n
+"""
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A directory holding ``tracedapp.tasks``, importable here too."""
+    package = tmp_path / "tracedapp"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "tasks.py").write_text(TASKS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return tmp_path
+
+
+@pytest.fixture
+def tasks(project: Path) -> Any:
+    """``tracedapp.tasks`` imported in this process, its tracer provider left to `recorded`."""
+    recorded()  # set up first, so the module's own set_tracer_provider is refused here
+    module = importlib.import_module("tracedapp.tasks")
+    assert trace.get_tracer_provider() is not module.provider
+    return module
+
+
+def run_worker(project: Path, url: str, *args: str) -> list[dict[str, Any]]:
+    """`threadmill worker tracedapp.tasks --burst` in two processes; the spans they exported."""
+    spans = project / "spans.jsonl"
+    env = {**os.environ, "SPANS": str(spans)}
+    env.pop("THREADMILL_TRACING", None)
+    command = [THREADMILL, "worker", "tracedapp.tasks", "-b", url, "-p", "2", "-t", "1",
+               "--burst", *args]  # fmt: skip
+    done = subprocess.run(
+        command, cwd=project, env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    if not spans.exists():
+        return []
+    return [json.loads(line) for line in spans.read_text().splitlines()]
+
+
+def test_a_task_enqueued_in_a_span_runs_in_a_consumer_span_of_that_trace_in_the_worker(
+    project: Path, tasks: Any, broker: Broker, broker_url: str
+) -> None:
+    """Enqueued here inside a span, each task runs in another process in a CONSUMER span of
+    the same trace, child of and linked to its PRODUCER span; a task retried twice has three,
+    the failures with their exception; the task's own span is the consumer span's child."""
+    exporter = recorded()
+    exporter.clear()
+    tracing.enable()
+    try:
+        with trace.get_tracer("test").start_as_current_span("request") as request:
+            ok = tasks.ok.using(broker=broker).enqueue(1)
+            flaky = tasks.flaky.using(broker=broker).enqueue(2)
+    finally:
+        tracing.disable()
+    producers = {
+        (span.attributes or {})["messaging.message.id"]: span
+        for span in exporter.get_finished_spans()
+        if span.kind is SpanKind.PRODUCER
+    }
+    assert set(producers) == {ok.id, flaky.id}
+    trace_id = request.get_span_context().trace_id
+
+    spans = run_worker(project, broker_url, "--tracing")
+    assert broker.get_result(ok.id).status is TaskResultStatus.SUCCESSFUL
+    final = broker.get_result(flaky.id)
+    assert (final.status, final.attempts) == (TaskResultStatus.SUCCESSFUL, 3)
+    assert final.headers == flaky.headers != {}
+
+    consumers = [span for span in spans if span["kind"] == SpanKind.CONSUMER.name]
+    assert {span["trace_id"] for span in spans} == {trace_id}
+    assert all(span["pid"] != os.getpid() for span in spans)
+    for task_id, attempts in ((ok.id, 1), (flaky.id, 3)):
+        mine = [s for s in consumers if s["attributes"]["messaging.message.id"] == task_id]
+        producer = producers[task_id].context
+        assert producer is not None
+        assert [s["attributes"]["threadmill.task.attempt"] for s in mine] == list(
+            range(1, attempts + 1)
+        )
+        assert all(s["parent"] == producer.span_id for s in mine)
+        assert all(s["links"] == [producer.span_id] for s in mine)
+        assert all(s["attributes"]["messaging.system"] == "threadmill" for s in mine)
+        assert all(s["attributes"]["messaging.destination.name"] == "default" for s in mine)
+    retried = [s for s in consumers if s["attributes"]["messaging.message.id"] == flaky.id]
+    assert [s["attributes"]["threadmill.task.outcome"] for s in retried] == [
+        "retried", "retried", "successful"
+    ]  # fmt: skip
+    assert [s["status"] for s in retried] == ["ERROR", "ERROR", "UNSET"]
+    assert [[e[1]["exception.message"] for e in s["events"]] for s in retried] == [
+        ["attempt 1 fails"], ["attempt 2 fails"], []
+    ]  # fmt: skip
+    [inside] = [span for span in spans if span["name"] == "inside"]
+    [ran] = [s for s in consumers if s["attributes"]["messaging.message.id"] == ok.id]
+    assert inside["parent"] == ran["span_id"]
+
+
+def test_with_tracing_off_nothing_is_stored_or_traced(
+    project: Path, tasks: Any, broker: Broker, broker_url: str
+) -> None:
+    """Without tracing on either side, a task enqueued in a span stores no headers, and the
+    worker (whose modules set up a provider) makes no span of its own: only the task's."""
+    with trace.get_tracer("test").start_as_current_span("request"):
+        record = tasks.ok.using(broker=broker).enqueue(1)
+    assert broker.get_result(record.id).headers == {}
+    spans = run_worker(project, broker_url)
+    assert broker.get_result(record.id).status is TaskResultStatus.SUCCESSFUL
+    assert [(span["name"], span["parent"]) for span in spans] == [("inside", None)]
+
+
+def test_tracing_without_opentelemetry_is_one_clear_line_and_exit_code_3(
+    project: Path, tmp_path: Path, broker_url: str
+) -> None:
+    """``--tracing`` where opentelemetry-api cannot be imported stops the command at start,
+    saying which extra to install."""
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()
+    (shadow / "opentelemetry.py").write_text("raise ImportError('no opentelemetry here')\n")
+    env = {**os.environ, "PYTHONPATH": str(shadow), "SPANS": str(tmp_path / "spans.jsonl")}
+    command = [THREADMILL, "worker", "tracedapp.tasks", "-b", broker_url, "--tracing", "--burst"]
+    done = subprocess.run(
+        command, cwd=project, env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 3, done.stdout + done.stderr
+    errors = [line for line in done.stderr.splitlines() if "ERROR" in line]
+    assert len(errors) == 1, done.stderr
+    assert "tracing needs OpenTelemetry's API: pip install 'threadmill[otel]'" in errors[0]
