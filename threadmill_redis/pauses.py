@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 
 from threadmill_core.backend import SchedulePause, check_schedule_name
 from threadmill_core.clock import from_ms
-from threadmill_redis import clients
 from threadmill_redis.boundary import call
 
 if TYPE_CHECKING:
@@ -51,9 +50,8 @@ class RedisPauses:
 
     def schedule_pauses(self) -> dict[str, SchedulePause]:
         key = self.keys.store("schedules")
-        here = clients.on_key_node(self.client, key)
-        found = call(
-            lambda: self.client.hgetall(key, **here),
+        found = call(  # a command with a key: a cluster client routes it by the key
+            lambda: self.client.hgetall(key),
             repeatable=True,
             what="the schedules' pauses (HGETALL)",
             where=self.where,
