@@ -22,6 +22,8 @@ one whose `next_due` is None, the default, skips that scenario).
 enqueue, claim, complete and get (`check_payload_round_trip`).
 `schedules` holds N schedulers storing each tick once (what ``@periodic``
 rests on: `enqueue` idempotent on id) and the schedules' pause states.
+`live_workers` holds the live workers' entries (registered, refreshed,
+removed, gone once their time is up; see `live_worker_model`).
 `BAD_INPUT_CASES` each make one call with a bad argument, which must raise
 its documented exception and change nothing.
 
@@ -40,7 +42,15 @@ them too; boundaries that need an exact clock are checked only on one.
 
 from __future__ import annotations
 
-from threadmill_core.testing._scenarios import clock, corrupt, fencing, ordering, schedules, starts
+from threadmill_core.testing._scenarios import (
+    clock,
+    corrupt,
+    fencing,
+    live_workers,
+    ordering,
+    schedules,
+    starts,
+)
 from threadmill_core.testing._scenarios.bad_input import BAD_INPUT_CASES, BadCall
 from threadmill_core.testing._scenarios.clock import (
     a_release_with_a_delay_defers_the_task_uncharged,
@@ -112,6 +122,7 @@ SCENARIOS: dict[str, Scenario] = {
     **clock.SCENARIOS,
     **corrupt.SCENARIOS,
     **schedules.SCENARIOS,
+    **live_workers.SCENARIOS,
 }
 
 #: Register a scenario of your own in `SCENARIOS` under its function's name.
