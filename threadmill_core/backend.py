@@ -39,11 +39,18 @@ neither: it is decided, never marked nor given back). A decision needs no
 mark first (`complete` or `retry` imply the task ran), so a task that ends
 before its worker gets round to marking it costs no call. When an unstarted
 claim's lease expires, `claim_expired` gives the task back to READY as if
-that claim never happened, uncharged, at most `UNSTARTED_EXPIRY_LIMIT` times
-in the task's life; a started claim (or an unstarted one past that bound)
-that expires is claimed by the reaper and charged. The records cannot tell
-an unstarted claim from a started one: both are RUNNING, with the same
-fields.
+that claim never happened, uncharged, and counts it; a started claim that
+expires is claimed by the reaper and charged. The records cannot tell an
+unstarted claim from a started one: both are RUNNING, with the same fields.
+
+Given back, then started first. A task given back this way may be the one
+that killed its worker before its start was recorded, or one claimed beside
+it that never ran: nothing tells them apart. So every later claim of it
+says so (`Lease.unstarted_expiries`, the count above), and a worker records
+that claim's start (`mark_started`) before it runs the task. A task that
+kills its worker again is then charged, through its retry policy, and the
+tasks claimed beside it, never started, go back uncharged once more: a task
+that never ran is never charged, and a poison task cycles once, not forever.
 
 Repeats. A `complete` or `retry` repeated with the same lease after a lost
 reply (the backend applied it, the caller never heard) is recognised: while
@@ -55,8 +62,9 @@ window.
 
 Atomicity. Every method is one atomic state change: another client sees the
 state before it or after it, never between. A method that takes many tasks
-(`enqueue`, `claim`, `claim_expired`, `mark_started`, `release`, `promote_due`,
-`purge`) may be atomic per task instead, as long as each task's change is atomic.
+(`enqueue`, `claim`, `claim_expired`, `expire_leases`, `mark_started`, `release`,
+`promote_due`, `purge`) may be atomic per task instead, as long as each task's
+change is atomic.
 
 Bad arguments. A `limit` that is not an int of at least 1 (`True` and
 ``"1"`` included), a `lease_ttl` or `claim_ttl` that is not a positive
@@ -134,7 +142,6 @@ __all__ = [
     "PURGEABLE_STATUSES",
     "RATE_BUCKET_MAX",
     "RATE_HISTORY",
-    "UNSTARTED_EXPIRY_LIMIT",
     "Backend",
     "SchedulePause",
     "TaskCall",
@@ -164,12 +171,6 @@ RATE_BUCKET_MAX = timedelta(seconds=10)
 #: timedelta, so ``min(backend.next_due(), ceiling)`` needs no special case.
 #: Compare with ``==``; never add it to a datetime (that overflows).
 NOTHING_DEFERRED = timedelta.max
-
-#: How many times in its life a task whose unstarted claim expired is given back
-#: uncharged (see `Backend.claim_expired`); the next such expiry is charged like a
-#: started one. It bounds how often a task that kills its worker before its start
-#: is recorded can cycle: at most this many free expiries, then its retry policy.
-UNSTARTED_EXPIRY_LIMIT = 3
 
 
 class Backend(abc.ABC):
@@ -248,9 +249,10 @@ class Backend(abc.ABC):
         Each claimed task gets: status RUNNING, a fresh token, lease deadline
         `now() + lease_ttl`, `attempts` + 1, `last_attempted_at` = `now()`,
         `started_at` = `now()` if it was never set, and `worker` appended to
-        `worker_ids`. The returned lease carries the record as stored. The
-        claim's start is not recorded yet (see `mark_started`). Returns an
-        empty list when nothing is ready.
+        `worker_ids`. The returned lease carries the record as stored and
+        the task's count of give-backs (`Lease.unstarted_expiries`, see
+        `claim_expired`). The claim's start is not recorded yet (see
+        `mark_started`). Returns an empty list when nothing is ready.
         """
 
     @abc.abstractmethod
@@ -415,9 +417,8 @@ class Backend(abc.ABC):
         and does one of two things with each:
 
         - Gives it back, when its current token is a worker's claim (from
-          `claim`) whose start was never recorded (`mark_started`) and fewer
-          than `UNSTARTED_EXPIRY_LIMIT` such expiries were given back in the
-          task's life before this one. The task goes to the tail of READY
+          `claim`) whose start was never recorded (`mark_started`). The task
+          goes to the tail of READY
           exactly as `release` gives a task back: the claim's attempt undone
           (`attempts` - 1, the claim's worker dropped from `worker_ids`,
           `started_at` and `last_attempted_at` cleared when no attempt is
@@ -426,9 +427,10 @@ class Backend(abc.ABC):
           never ran is not charged. The task's count of these give-backs goes
           up by one; nothing resets it (`requeue` keeps it; an id purged and
           enqueued again is a new task and starts from zero), and no record
-          field shows it. A given-back task is not returned.
-        - Claims it otherwise (its start was recorded, the bound is reached,
-          or its current token is a reaper's claim that lapsed): a fresh
+          field shows it: the leases of later claims do (see "Given back,
+          then started first"). A given-back task is not returned.
+        - Claims it otherwise (its start was recorded, or its current token
+          is a reaper's claim that lapsed): a fresh
           token and the deadline `now() + claim_ttl`, so no other pass
           decides it while this one does; the reaper then decides with
           `retry` or `complete`, charging the expired attempt. A claim never
@@ -442,6 +444,29 @@ class Backend(abc.ABC):
         call that returns fewer than `limit` leases has left no expired task
         behind (poison aside, see "Poison"), and one call after a crash gives
         back a dead worker's whole prefetch. Atomic per task.
+        """
+
+    @abc.abstractmethod
+    def expire_leases(self, worker: str) -> int:
+        """Expire at once the live leases of `worker`, known to be dead; return how many.
+
+        A supervisor that sees one of its worker processes die calls this with
+        that process's worker id, so the reaper's next pass takes its tasks up
+        instead of waiting out their leases. Every RUNNING task whose current
+        token is a worker's claim (from `claim`) by `worker` (the last entry
+        of its `worker_ids`) and whose lease deadline is later than `now()`
+        gets the deadline `now()`, as if the lease had run out: the task moves
+        within RUNNING (ordered by deadline) and `claim_expired` decides it by
+        its usual rules (an unstarted claim given back uncharged, a started
+        one charged).
+
+        Nothing else changes: not the token (the lease stays fenced as any
+        expired one: its holder may still act with it until a reaper pass
+        takes the task), not the record, not a reaper's claim (its
+        `worker_ids` still end with the worker whose claim it took over), not
+        a lease already expired, not a lease of any other worker. A repeat
+        finds nothing left to expire and answers 0, as does a worker holding
+        no lease. Atomic per task.
         """
 
     @abc.abstractmethod

@@ -1,15 +1,17 @@
 """Running one held task: find it in the registry, call it, and decide what to acknowledge.
 
-`execute` is what a task thread does with a task from the prefetch. The
-task's own exceptions (any `BaseException`) become decisions (through its
-retry policy, by `threadmill_core.retry.decide`). Nothing is imported on a
-record's say-so: a task this worker did not load is never run here. It is
-given back for another worker (`Backend.release` with `UNKNOWN_TASK_DELAY`:
-uncharged, due again a few seconds later), as happens during a rolling
-deploy while some workers still run the old code; it is quarantined (FAILED
-with a `TaskQuarantined` error) only when claimed by a worker that does not
-know it `UNKNOWN_TASK_GRACE` or more after its enqueue, on the backend's
-clock: then no worker loaded it in all that time.
+`execute` is what a task thread does with a task from the prefetch (a task
+given back after an expiry with its start unrecorded has its start recorded
+first, `start_first`). The task's own exceptions (any `BaseException`) become
+decisions (through its retry policy, by `threadmill_core.retry.decide`).
+Nothing is imported on a record's say-so: a task this worker did not load is
+never run here (nor marked started first). It is given back for another
+worker (`Backend.release` with `UNKNOWN_TASK_DELAY`: uncharged, due again a
+few seconds later), as happens during a rolling deploy while some workers
+still run the old code; it is quarantined (FAILED with a `TaskQuarantined`
+error) only when claimed by a worker that does not know it
+`UNKNOWN_TASK_GRACE` or more after its enqueue, on the backend's clock: then
+no worker loaded it in all that time.
 """
 
 from __future__ import annotations
@@ -105,6 +107,8 @@ def execute(
     if task.takes_context:
         context = TaskContext(record=record, attempt=record.attempts, token=lease.token)
         held.context = context
+    if held.given_back and not start_first(held, backend, outage):
+        return None
     held.started = True
     notify("threadmill_task_started", lease=lease)
     if log.isEnabledFor(logging.DEBUG):
@@ -132,6 +136,34 @@ def execute(
     # lease alive if the backend is unavailable.
     held.acknowledging = True
     return decision
+
+
+def start_first(held: HeldTask, backend: Backend, outage: Outage) -> bool:
+    """Record the start of a task given back before (see `Lease.unstarted_expiries`) before
+    it runs; whether it may run.
+
+    Such a task may be the one that killed a worker before its start was
+    recorded: recorded first, a second kill is charged to it alone (see
+    "Given back, then started first" in `threadmill_core.backend`). It does
+    not run when the mark is refused (its lease was lost) or cannot be sent
+    (the backend is unavailable: unmarked, it goes back uncharged when its
+    lease expires).
+    """
+    started = time.monotonic()
+    try:
+        [marked] = backend.mark_started([held.lease])
+        outage.reached(started)
+    except BackendUnavailable as exc:
+        outage.failed(exc, 1, started)
+        log.warning(
+            "task %s: its start could not be recorded before it ran (%s); not run, it goes "
+            "back uncharged when its lease expires",
+            held.lease.task_id, exc,
+        )  # fmt: skip
+        return False
+    if not marked:
+        log.warning("task %s: lease lost before it started; not run", held.lease.task_id)
+    return marked
 
 
 def call(task: Task[Any, Any], lease: Lease, context: TaskContext | None) -> Decision:

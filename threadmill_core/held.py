@@ -44,6 +44,12 @@ class HeldTask:
     acknowledging: bool = False
     #: Seconds the task ran, for the acknowledgement's log line.
     duration: float = 0.0
+    #: The claim's `Lease.unstarted_expiries` (a renewal's lease need not carry it):
+    #: more than 0, the start is recorded before the task runs.
+    given_back: int = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.given_back = self.lease.unstarted_expiries
 
     def mark_lost(self) -> None:
         """The lease was taken away: say so here, and in the task's context if it has one."""

@@ -193,6 +193,12 @@ class Lease:
     token: str
     deadline: datetime = attrs.field(validator=_aware)
     record: TaskResult
+    #: How many claims of the task expired with their start unrecorded and were given
+    #: back (see `Backend.claim_expired`), as `claim` found it (a renewal from `extend`
+    #: need not carry it); 0 on a reaper's lease. A worker records the start of a task
+    #: with any (`Backend.mark_started`) before it runs it, so only a task that ran is
+    #: ever charged for a worker's death.
+    unstarted_expiries: int = 0
 
     @property
     def task_id(self) -> str:

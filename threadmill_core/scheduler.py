@@ -301,6 +301,9 @@ def next_step(
         and now >= c.nothing_until
         and not c.claiming
     )
+    # A task given back before starts once every outcome before it landed: should it
+    # kill the worker, it alone is charged (see `HeldTask.given_back`).
+    clear = not (ready and ready[0].given_back and (unsent or c.acknowledging))
     # Outcomes wait a moment to go in one batch, unless a call goes anyway
     # (a refill) or there is nothing left to run meanwhile.
     if (
@@ -310,6 +313,7 @@ def next_step(
         and (
             claim
             or stopping
+            or not clear
             or not ready
             or len(unsent) >= settings.ack_batch
             or now - since >= settings.ack_delay
@@ -320,7 +324,7 @@ def next_step(
     if claim and reachable:
         calls = c._replace(claiming=True)
         return Claim(room), _tuple(Schedule, (ready, running, unsent, since, calls))
-    if ready:
+    if ready and clear:
         task = ready[0]
         running = (*running, _tuple(Running, (now, task, False)))
         if c.marker_idle:

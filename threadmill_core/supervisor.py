@@ -1,11 +1,12 @@
 """The supervisor behind ``threadmill worker``: worker processes plus the maintenance loop.
 
 The supervisor starts `processes` worker processes (each a `Worker` with
-`threads` threads, no maintenance of its own), restarts one that dies,
-recycles one after `max_tasks` claims (plus up to `max_tasks_jitter`, so
-processes do not all restart at once), and runs the maintenance loop (reaper
-and mover) itself. Several supervisors on one backend are safe: reaper
-claims are fenced like worker claims.
+`threads` threads, no maintenance of its own), restarts one that dies
+(expiring at once the leases it held, for the reaper's next pass: see
+`threadmill_core.child_leases`), recycles one after `max_tasks` claims (plus
+up to `max_tasks_jitter`, so processes do not all restart at once), and runs
+the maintenance loop (reaper and mover) itself. Several supervisors on one
+backend are safe: reaper claims are fenced like worker claims.
 
 This module is the supervisor's side. What runs inside a worker process is
 `threadmill_core.worker_process`; what both sides use (`WorkerSettings`,
@@ -78,6 +79,7 @@ import signal
 import sys
 import threading
 import time
+import uuid
 from datetime import timedelta
 from multiprocessing.process import BaseProcess
 from types import FrameType
@@ -85,6 +87,7 @@ from typing import NamedTuple
 
 from threadmill_core.backend import Backend
 from threadmill_core.broker import Broker
+from threadmill_core.child_leases import expire_leases, forget_worker
 from threadmill_core.errors import BackendUnavailable
 from threadmill_core.maintenance import promote, reap
 from threadmill_core.models import TaskResultStatus
@@ -95,7 +98,7 @@ from threadmill_core.startup import log_start, warn_unregistered_waiting
 from threadmill_core.task import registered_tasks
 from threadmill_core.wakeup import Wakeup
 from threadmill_core.worker_logging import LOG_FORMAT
-from threadmill_core.worker_process import forked_main, spawned_main
+from threadmill_core.worker_process import forked_main, spawned_main, worker_id_of
 from threadmill_core.worker_settings import (
     EXIT_ABANDONED,
     EXIT_CONFIG_ERROR,
@@ -162,6 +165,7 @@ class Supervisor:
     def __init__(self, settings: WorkerSettings) -> None:
         self.settings = settings
         self._children: dict[int, BaseProcess] = {}
+        self._worker_ids: dict[int, str] = {}  # index -> the worker id of that child
         self._signals = 0
         # Set by the signal handler: a threading.Event could deadlock it (see wakeup.py).
         self._wake = Wakeup()
@@ -174,6 +178,7 @@ class Supervisor:
         self._failures = 0
         self._retry_at = 0.0
         self._reap_at = 0.0  # time.monotonic() of the reaper's next turn
+        self._reap_now = False  # a child's leases were expired: reap before anything else
         self.monitor = Monitor(settings)  # --metrics-port's endpoints
 
     # --- processes -----------------------------------------------------------------------
@@ -198,9 +203,10 @@ class Supervisor:
         fork returned: one arriving meanwhile waits, and then reaches the
         handler of the process it was sent to.
         """
+        tag = uuid.uuid4().hex[:6]
         process = multiprocessing.get_context("fork").Process(
             target=forked_main,
-            args=(self.settings, index, self.ran),
+            args=(self.settings, index, self.ran, tag),
             name=f"threadmill-worker-{index}",
             daemon=False,
         )
@@ -209,18 +215,24 @@ class Supervisor:
             process.start()
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, FORK_BLOCKED)
-        self._children[index] = process
+        self._started(index, process, tag)
 
     def _start(self, index: int) -> None:
         """Spawn worker process `index`: a fresh interpreter that prepares itself."""
+        tag = uuid.uuid4().hex[:6]
         process = multiprocessing.get_context("spawn").Process(
             target=spawned_main,
-            args=(self.settings, index, self.ran),
+            args=(self.settings, index, self.ran, tag),
             name=f"threadmill-worker-{index}",
             daemon=False,
         )
         process.start()
+        self._started(index, process, tag)
+
+    def _started(self, index: int, process: BaseProcess, tag: str) -> None:
         self._children[index] = process
+        assert process.pid is not None  # started
+        self._worker_ids[index] = worker_id_of(process.pid, tag)
 
     def _stop_children(self, sig: int) -> None:
         for process in self._children.values():
@@ -315,7 +327,10 @@ class Supervisor:
                     next_pass = time.monotonic() + wait
                 if self._signals:
                     return self._stopped(self._drain())
-                code = self._watch()
+                code = self._watch(backend)
+                if self._reap_now:  # a child exited holding leases, expired: reap them now
+                    self._reap_now = False
+                    self._reap_at = next_pass = 0.0
                 if code != 0:
                     self._stop_children(signal.SIGTERM)
                     self._drain()
@@ -406,13 +421,21 @@ class Supervisor:
         self._failures += 1
         self._retry_at = time.monotonic() + self.outage.failed(exc, self._failures, started)
 
-    def _watch(self) -> int:
-        """Restart dead or recycled children; 0, or an exit code to stop with."""
+    def _watch(self, backend: Backend) -> int:
+        """Restart dead or recycled children; 0, or an exit code to stop with.
+
+        The leases a child still held when it exited are expired first, for a
+        reaper's pass at once (`threadmill_core.child_leases`).
+        """
         for index, process in list(self._children.items()):
             if process.is_alive():
                 continue
             code = process.exitcode
             del self._children[index]
+            worker_id = self._worker_ids.pop(index)
+            if expire_leases(backend, log, index, worker_id):
+                self._reap_now = True
+            forget_worker(backend, log, index, worker_id)
             if code == EXIT_CONFIG_ERROR:
                 log.error("worker %d could not start (see above); stopping", index)
                 return EXIT_CONFIG_ERROR

@@ -8,7 +8,8 @@ interpreter, which runs `prepare_process` itself first). Either then
 connects, waiting out an outage, and works until told to stop; with
 `WorkerSettings.max_tasks`, it exits 0 after that many claims (plus up to
 `max_tasks_jitter`) and the supervisor starts another. One that cannot
-start exits with `EXIT_CONFIG_ERROR`.
+start exits with `EXIT_CONFIG_ERROR`. Its worker id is `worker_id_of` its pid
+and the tag the supervisor gave it, so the supervisor knows it too.
 
 Signals: SIGTERM and `STOP_NOW_SIGNAL` are blocked in every thread and
 taken by a thread of its own (`_watch_signals`). A SIGTERM asks for a
@@ -40,13 +41,14 @@ import logging
 import os
 import random
 import signal
+import socket
 import sys
 import threading
 import time
 from typing import TYPE_CHECKING
 
 from threadmill_core.outage import Outage
-from threadmill_core.worker import Worker, default_worker_id
+from threadmill_core.worker import Worker
 from threadmill_core.worker_logging import configure_worker_logging, identify_worker
 from threadmill_core.worker_settings import (
     EXIT_ABANDONED,
@@ -72,7 +74,18 @@ log = logging.getLogger("threadmill.supervisor")
 _WORKER_SIGNALS = frozenset({signal.SIGTERM, STOP_NOW_SIGNAL})
 
 
-def forked_main(settings: WorkerSettings, index: int, ran: TaskCount) -> None:
+def worker_id_of(pid: int, tag: str) -> str:
+    """The worker id of the worker process `pid` that the supervisor started with `tag`.
+
+    Laid out as `threadmill_core.worker.default_worker_id` lays one out, with
+    the supervisor's `tag` as its random part: the process names itself with
+    it, and the supervisor, which knows the pid once the process started,
+    knows the id without asking (to expire the process's leases when it dies).
+    """
+    return f"{socket.gethostname()}:{pid}:{tag}"
+
+
+def forked_main(settings: WorkerSettings, index: int, ran: TaskCount, tag: str) -> None:
     """A worker process forked from the supervisor, which had loaded the tasks already."""
     # The supervisor's handlers came with the fork; its signals are still
     # blocked (see `threadmill_core.supervisor.Supervisor._fork`), so none of
@@ -82,10 +95,10 @@ def forked_main(settings: WorkerSettings, index: int, ran: TaskCount) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, FORK_BLOCKED - _WORKER_SIGNALS)
     _default_to(settings.broker_url)
-    _serve(settings, index, ran)
+    _serve(settings, index, ran, tag)
 
 
-def spawned_main(settings: WorkerSettings, index: int, ran: TaskCount) -> None:
+def spawned_main(settings: WorkerSettings, index: int, ran: TaskCount, tag: str) -> None:
     """A spawned worker process: load the tasks, then work until told to stop."""
     configure_worker_logging(settings.log_level, settings.log_format)
     _default_to(settings.broker_url)  # before the task modules, which may enqueue on import
@@ -94,7 +107,7 @@ def spawned_main(settings: WorkerSettings, index: int, ran: TaskCount) -> None:
     except Exception as exc:
         cannot_start(f"worker {index} cannot start", exc)
         sys.exit(EXIT_CONFIG_ERROR)
-    _serve(settings, index, ran)
+    _serve(settings, index, ran, tag)
 
 
 def _default_to(url: str) -> None:
@@ -103,14 +116,14 @@ def _default_to(url: str) -> None:
     os.environ["THREADMILL_URL"] = url
 
 
-def _serve(settings: WorkerSettings, index: int, ran: TaskCount) -> None:
+def _serve(settings: WorkerSettings, index: int, ran: TaskCount, tag: str) -> None:
     """A worker process with its tasks loaded: connect, then work until told to stop."""
     # Blocked in this thread and so in every thread it starts; `_watch_signals` takes them.
     signal.pthread_sigmask(signal.SIG_BLOCK, _WORKER_SIGNALS)
     # Ctrl-C reaches the whole process group; the supervisor turns it into a
     # SIGTERM for us, so taking SIGINT too would count one Ctrl-C twice.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    worker_id = default_worker_id()
+    worker_id = worker_id_of(os.getpid(), tag)
     identify_worker(index, worker_id)
     try:
         outage = Outage(logging.getLogger("threadmill.worker"), settings.reconnect_backoff)

@@ -37,7 +37,7 @@ from threadmill_core.models import TaskResult
 from threadmill_core.plugins import register_plugin
 from threadmill_core.task import Task as CoreTask
 from threadmill_core.task import registered_task, validate_queue
-from threadmill_django import brokers, observer, on_commit, runner
+from threadmill_django import brokers, observer, on_commit, runner, transactional
 from threadmill_django.exceptions import UnknownTask, UnsupportedArgument
 from threadmill_django.options import BackendOptions, parse, scheme_problem, where
 from threadmill_django.results import django_result
@@ -107,6 +107,8 @@ class TaskBackend(BaseTaskBackend):
             unserved = scheme_problem(self.settings)
             if unserved is not None:
                 messages.append(checks.Error(unserved, id="threadmill_django.E002"))
+            elif (wrong := transactional.problem(self.settings)) is not None:
+                messages.append(checks.Error(wrong, id="threadmill_django.E004"))
             elif self.settings.scheme == "memory":
                 messages.append(
                     checks.Warning(
@@ -175,11 +177,19 @@ class TaskBackend(BaseTaskBackend):
         """Store one call of `task`; returns its result, READY (DEFERRED reads READY).
 
         With ``enqueue_on_commit``, inside a transaction: checked now, stored
-        at commit (`threadmill_django.on_commit`).
+        at commit (`threadmill_django.on_commit`). With ``database``, inside a
+        transaction on it: written in that transaction
+        (`threadmill_django.transactional`).
         """
         prepared = self._prepared_for(task)
         call_args, call_kwargs = normalized(args, kwargs)
-        if on_commit.deferring(self.options_checked.enqueue_on_commit):
+        options = self.options_checked
+        if transactional.writing(options):
+            written = transactional.enqueue_in_transaction(
+                self.broker, prepared, task, options, type(self), call_args, call_kwargs
+            )
+            return cast("DjangoTaskResult[P, R]", written)
+        if on_commit.deferring(options.enqueue_on_commit):
             deferred = on_commit.enqueue_on_commit(
                 self.broker, prepared, task, self.alias, type(self), call_args, call_kwargs
             )

@@ -24,6 +24,9 @@ The options (all optional):
 ``task_modules``    modules of tasks for the worker beyond the apps' ``tasks``
 ``enqueue_on_commit``  True: an enqueue inside ``transaction.atomic()`` is stored
                     when the transaction commits (`threadmill_django.on_commit`)
+``database``        a Django connection on the PostgreSQL database of ``url``: an
+                    enqueue inside ``transaction.atomic()`` on it is written in that
+                    transaction (`threadmill_django.transactional`)
 ==================  ===========================================================
 
 A backend's own options (a Redis namespace, a cluster's nodes) go in the
@@ -108,6 +111,12 @@ def _flag(value: object) -> object:
     return value
 
 
+def _alias(value: object) -> object:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"must be the alias of a connection in DATABASES, got {value!r}")
+    return value
+
+
 def _url(value: object) -> object:
     if not isinstance(value, str) or "://" not in value:
         raise ValueError(f"must be a backend URL such as 'redis://host:6379/0', got {value!r}")
@@ -136,6 +145,7 @@ _CHECKS: Mapping[str, Callable[[object], object]] = {
     "result_ttl": _seconds,
     "task_modules": _modules,
     "enqueue_on_commit": _flag,
+    "database": _alias,
     **{name: check for name, (_flag, check) in WORKER_FLAGS.items()},
 }
 KNOWN = tuple(sorted(_CHECKS))
@@ -157,6 +167,9 @@ class BackendOptions:
     queues: tuple[str, ...] = (DEFAULT_QUEUE,)
     #: Enqueue inside a transaction stores at its commit (`threadmill_django.on_commit`).
     enqueue_on_commit: bool = False
+    #: The Django connection an enqueue inside its transaction is written through
+    #: (`threadmill_django.transactional`); None: enqueue never writes through Django.
+    database: str | None = None
 
     @property
     def scheme(self) -> str:
@@ -228,6 +241,7 @@ def parse(alias: str, params: Mapping[str, Any]) -> tuple[BackendOptions | None,
         result_ttl=checked.pop("result_ttl", None),
         task_modules=checked.pop("task_modules", ()),
         enqueue_on_commit=checked.pop("enqueue_on_commit", False),
+        database=checked.pop("database", None),
         worker=checked,
         queues=tuple(dict.fromkeys(queues)),
     )

@@ -44,7 +44,7 @@ from datetime import datetime, timedelta
 
 import attrs
 
-from threadmill_core.backend import NOTHING_DEFERRED, RATE_HISTORY, UNSTARTED_EXPIRY_LIMIT, Backend
+from threadmill_core.backend import NOTHING_DEFERRED, RATE_HISTORY, Backend
 from threadmill_core.checks import (
     check_decision,
     check_delay,
@@ -67,7 +67,7 @@ from threadmill_core.models import (
     TaskResultStatus,
     validate_timedelta,
 )
-from threadmill_memory import _payload
+from threadmill_memory import _leases, _payload
 from threadmill_memory._rates import RateHistory
 from threadmill_memory._store import Entry, Item, SortKey, Store
 from threadmill_memory.live_workers import MemoryLiveWorkers
@@ -186,7 +186,7 @@ class MemoryBackend(MemoryPauses, MemoryLiveWorkers, Backend):
                     record = self._decode_or_quarantine(self._store[head[1]], now_ms)
                     if record is None:
                         continue
-                    token = self._new_token()
+                    token, expiries = self._new_token(), self._store[head[1]].unstarted_expiries
                     claimed = attrs.evolve(
                         record,
                         status=RUNNING,
@@ -196,7 +196,15 @@ class MemoryBackend(MemoryPauses, MemoryLiveWorkers, Backend):
                         worker_ids=(*record.worker_ids, worker),
                     )
                     stored = self._put(claimed, (deadline_ms,), token)
-                    leases.append(Lease(token=token, deadline=from_ms(deadline_ms), record=stored))
+                    deadline = from_ms(deadline_ms)
+                    leases.append(
+                        Lease(
+                            token=token,
+                            deadline=deadline,
+                            record=stored,
+                            unstarted_expiries=expiries,
+                        )
+                    )
             return leases
 
     def extend(self, lease: Lease, lease_ttl: timedelta) -> Lease | None:
@@ -386,15 +394,14 @@ class MemoryBackend(MemoryPauses, MemoryLiveWorkers, Backend):
                 self._ready.notify_all()
             return leases
 
+    def expire_leases(self, worker: str) -> int:
+        with self._lock:
+            return _leases.expire(self._store, worker, self._begin())
+
     @staticmethod
     def _unstarted(entry: Entry) -> bool:
         """Whether an expiry of `entry`'s claim goes back uncharged (see `claim_expired`)."""
-        return (
-            entry.token is not None
-            and not entry.started
-            and not entry.reaped
-            and entry.unstarted_expiries < UNSTARTED_EXPIRY_LIMIT
-        )
+        return entry.token is not None and not entry.started and not entry.reaped
 
     def next_due(self) -> timedelta | None:
         with self._lock:

@@ -53,7 +53,7 @@ import attrs
 import psycopg
 
 from threadmill_core import codec
-from threadmill_core.backend import NOTHING_DEFERRED, RATE_HISTORY, UNSTARTED_EXPIRY_LIMIT, Backend
+from threadmill_core.backend import NOTHING_DEFERRED, RATE_HISTORY, Backend
 from threadmill_core.checks import (
     check_decision,
     check_delay,
@@ -90,6 +90,7 @@ from threadmill_postgres.pauses import PostgresPauses
 from threadmill_postgres.pool_log import first_line
 from threadmill_postgres.producing import Enqueuer
 from threadmill_postgres.statements import Statements
+from threadmill_postgres.transactional import PostgresTransactional
 
 log = logging.getLogger("threadmill_postgres")
 
@@ -112,7 +113,7 @@ RATE_SECONDS = duration_ms(RATE_HISTORY) // 1000
 GIVE_BACK_SCAN = 256
 
 
-class PostgresBackend(PostgresPauses, PostgresLiveWorkers, Backend):
+class PostgresBackend(PostgresPauses, PostgresLiveWorkers, PostgresTransactional, Backend):
     """Tasks stored in PostgreSQL, in the schema of one namespace (see `schema`).
 
     `conninfo` is what libpq connects with: a ``postgresql://`` URL without
@@ -550,7 +551,6 @@ class PostgresBackend(PostgresPauses, PostgresLiveWorkers, Backend):
             params = {
                 "limit": want,
                 "scan": scan,
-                "unstarted": UNSTARTED_EXPIRY_LIMIT,
                 "ttl": held_ms,
                 "request": uuid.uuid4().hex,
                 "channel": self.channel,
@@ -563,6 +563,15 @@ class PostgresBackend(PostgresPauses, PostgresLiveWorkers, Backend):
             return claimed, got[0][0] == scan or len(claimed) == want
 
         return self._filled(limit, take)
+
+    def expire_leases(self, worker: str) -> int:
+        """One statement (`lease_expiry.EXPIRE_LEASES`); repeated after a lost reply (a repeat
+        finds nothing left to expire)."""
+        if not rows.storable(worker):
+            return 0  # no claim can have stored it
+        statement = self.sql.expire_leases
+        (row,) = self.db.fetch(statement, {"worker": worker}, what="expire_leases", repeatable=True)
+        return int(row[0])
 
     def promote_due(self, *, limit: int) -> int:
         check_limit(limit)

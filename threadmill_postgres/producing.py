@@ -44,6 +44,11 @@ class Enqueuer:
 
     def enqueue(self, records: Sequence[TaskResult]) -> list[TaskResult]:
         """Store new tasks, all or none (see the module doc); the stored records, in order."""
+        return self.enqueue_with(records, None)
+
+    def enqueue_with(self, records: Sequence[TaskResult], run: Run | None) -> list[TaskResult]:
+        """`enqueue`, its statements sent through `run` if given (in the caller's transaction,
+        which commits them: `PostgresBackend.enqueue_on`), else each batch in its own."""
         records = list(records)
         rows.check_records(records)
         if not records:
@@ -53,7 +58,9 @@ class Enqueuer:
             if record.id not in first:  # the first record of an id wins
                 first[record.id] = (record, codec.encode_enqueued(record))
         items = list(first.values())
-        if len(items) <= self.batch:
+        if run is not None:
+            stored = self._store_all(items, run)
+        elif len(items) <= self.batch:
             stored = self._store(items, self._fetch)
         else:
             stored = self.db.transaction(

@@ -199,12 +199,18 @@ def out_of_range(columns: Sequence[Any]) -> str:
 
 def lease(row: Sequence[Any]) -> Lease:
     """The lease in a claim's row (a worker's or the reaper's): its place in the answer,
-    token and deadline, then `statements.TASK_COLUMNS`."""
-    return Lease(token=row[1], deadline=from_ms(row[2]), record=record(row, 3))
+    token and deadline, then `statements.TASK_COLUMNS`, then the task's count of give-backs
+    (a reaper's token starts with ``r``: its lease carries 0)."""
+    expiries = 0 if row[1].startswith("r") else row[LEASE_EXPIRIES]
+    return Lease(
+        token=row[1], deadline=from_ms(row[2]), record=record(row, 3), unstarted_expiries=expiries
+    )
 
 
 #: Where a claim's row holds what quarantine needs (see `lease`).
 LEASE_TOKEN, LEASE_ID, LEASE_QUEUE, LEASE_PRIORITY, LEASE_ERRORS = 1, 3, 4, 5, 14
+#: Where a claim's row holds the task's count of give-backs (after TASK_COLUMNS).
+LEASE_EXPIRIES = 17
 
 
 def _check_owner(made: TaskResult, task_id: str, queue: str, priority: int) -> None:

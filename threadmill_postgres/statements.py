@@ -42,6 +42,7 @@ from __future__ import annotations
 
 from threadmill_core.backend import RATE_HISTORY
 from threadmill_core.clock import duration_ms
+from threadmill_postgres.lease_expiry import EXPIRE_LEASES
 from threadmill_postgres.rows import MAX_MS, MIN_MS
 from threadmill_postgres.schema import quote_ident
 
@@ -198,7 +199,7 @@ ORDER BY g.n"""
 # --- working -----------------------------------------------------------------------------
 
 #: The columns of a lease, after its place in the answer: what `rows.lease` reads.
-_LEASE_COLUMNS = f"t.token, t.deadline, {TASK_COLUMNS}"
+_LEASE_COLUMNS = f"t.token, t.deadline, {TASK_COLUMNS}, t.unstarted_expiries"
 
 #: Promote the due DEFERRED tasks of the queues, then take up to ``limit``
 #: tasks to RUNNING, queues in the order given, each in READY order, and leave
@@ -214,7 +215,8 @@ _LEASE_COLUMNS = f"t.token, t.deadline, {TASK_COLUMNS}"
 #: ``limit`` candidates (`FOR UPDATE SKIP LOCKED`: tasks another claim holds
 #: are passed over, never waited for), and the best ``limit`` of all are taken.
 #:
-#: Rows: n, then `_LEASE_COLUMNS`, best first. An empty answer leaves nothing.
+#: Rows: n, then `_LEASE_COLUMNS` (the task's count of give-backs last), best
+#: first. An empty answer leaves nothing.
 CLAIM = f"""WITH {_NOW},
 wanted AS (
     SELECT w.queue, w.pos FROM unnest(%(queues)s::text[]) WITH ORDINALITY AS w (queue, pos)
@@ -496,14 +498,13 @@ SELECT count(*) FROM poisoned"""
 
 #: The reaper's pass (see `Backend.claim_expired`) over up to ``scan``
 #: expired leases, oldest deadline first. A worker's claim whose start was
-#: never recorded, given back fewer than ``unstarted`` times before, goes to
-#: the READY tail (in deadline order) with the claim undone as `RELEASE`
+#: never recorded goes to the READY tail (in deadline order) with the claim undone as `RELEASE`
 #: undoes it and ``unstarted_expiries`` one higher. Any other gets a reaper's
 #: token (``r<request>-<n>``) and the deadline ``now + ttl``; nothing else
 #: changes (it is not an attempt). The pass stops at its ``limit``-th claim:
 #: expired leases after it are left as they are.
 #:
-#: Params: limit, scan (at least limit), unstarted, ttl (claim ms), request,
+#: Params: limit, scan (at least limit), ttl (claim ms), request,
 #: channel. Rows: one per reaper claim, oldest deadline first: how many
 #: expired leases the pass looked at (``scan`` of them: more may be left),
 #: then the columns of `CLAIM`'s rows. With no claim, one row: that count,
@@ -511,7 +512,7 @@ SELECT count(*) FROM poisoned"""
 CLAIM_EXPIRED = f"""WITH {_NOW},
 picked AS MATERIALIZED (
     SELECT t.id, t.deadline,
-        NOT t.started AND left(t.token, 1) <> 'r' AND t.unstarted_expiries < %(unstarted)s AS give
+        NOT t.started AND left(t.token, 1) <> 'r' AS give
     FROM {{s}}.tasks t
     WHERE t.status = 'RUNNING' AND t.deadline <= (SELECT ms FROM now)
     ORDER BY t.deadline, t.id
@@ -733,6 +734,7 @@ class Statements:
         self.release = fill(RELEASE)
         self.quarantine = fill(QUARANTINE)
         self.claim_expired = fill(CLAIM_EXPIRED)
+        self.expire_leases = fill(EXPIRE_LEASES)
         self.promote_due = fill(PROMOTE_DUE)
         self.next_due = fill(NEXT_DUE)
         self.has_work = fill(HAS_WORK)

@@ -48,7 +48,6 @@ from threadmill_core import codec
 from threadmill_core.backend import (
     NOTHING_DEFERRED,
     RATE_HISTORY,
-    UNSTARTED_EXPIRY_LIMIT,
     Backend,
     TaskCall,
 )
@@ -532,9 +531,7 @@ class RedisBackend(RedisPauses, RedisLiveWorkers, Backend):
 
         def take(want: int) -> list[Row]:
             nonce = new_task_id()[-NONCE_LENGTH:]
-            reply: list[Any] = self._run(
-                "claim_expired", [want, ttl, UNSTARTED_EXPIRY_LIMIT, nonce], repeatable=False
-            )
+            reply: list[Any] = self._run("claim_expired", [want, ttl, nonce], repeatable=False)
             given_back.extend(queue.decode() for queue in reply[0])
             return [Row.parse(row) for row in reply[1:]]
 
@@ -546,6 +543,12 @@ class RedisBackend(RedisPauses, RedisLiveWorkers, Backend):
             )
             self._notify(list(dict.fromkeys(given_back)))
         return leases
+
+    def expire_leases(self, worker: str) -> int:
+        """One ``expire_leases.lua``, which reads every live lease (there is no index by worker:
+        a pass made once per dead worker process, not on any claim or decision); repeated
+        after a lost reply (a repeat finds nothing left to expire)."""
+        return int(self._run("expire_leases", [encode_worker(worker)], repeatable=True))
 
     def promote_due(self, *, limit: int) -> int:
         args = [check_limit(limit), self._ttl_ms, self.options.prune_batch]

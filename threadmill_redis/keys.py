@@ -25,8 +25,9 @@ A claim's start (`mark_started`) is a token in ``starts``, not a field of
 the state: a claim or a decision never touches it, so a drain of short
 tasks (decided before they are marked) pays nothing for it. A new token
 never matches what ``starts`` holds, so every claim begins unstarted
-without a write; only the reaper's pass, `release` and `mark_started` read
-it. The count of give-backs outlives claims and decisions.
+without a write; the reaper's pass, `release` and `mark_started` read it,
+and a claim reads the count of give-backs (one HMGET a batch) for its
+leases. The count of give-backs outlives claims and decisions.
 
 Scripts read and write that string with ``lib/parse_task`` and
 ``lib/pack_task``; the hot paths build it directly (``lib/new_state`` for an
@@ -141,7 +142,8 @@ STORE = (
 TELEMETRY = ("rates", "rate_index")
 
 #: Recorded starts: declared by the scripts that read them (`mark_started`,
-#: `release`, `claim_expired`) and by those that delete tasks (lib/delete_task).
+#: `release`, `claim_expired`, `claim`, `expire_leases`) and by those that delete
+#: tasks (lib/delete_task).
 STARTS = ("starts",)
 
 #: The schedules' pause states: declared by ``set_schedule_paused.lua`` alone.

@@ -224,6 +224,8 @@ class Row(NamedTuple):
     errors: bytes | None = None
     workers: bytes | None = None
     result: bytes | None = None
+    #: A claim row's count of the task's expired unstarted claims given back.
+    unstarted_expiries: int = 0
 
     @classmethod
     def parse(cls, reply: Sequence[Any]) -> Row:
@@ -282,18 +284,33 @@ class Row(NamedTuple):
         record, state = self._record(None)
         if state.token is None or state.deadline is None:  # never: claim rows are RUNNING
             raise PayloadError(f"task {self.id!r}: claimed without a token or deadline")
-        return Lease(token=state.token, deadline=state.deadline, record=record)
+        return Lease(
+            token=state.token,
+            deadline=state.deadline,
+            record=record,
+            unstarted_expiries=self.unstarted_expiries,
+        )
 
 
 def claimed_rows(reply: Sequence[Any]) -> list[Row]:
-    """The rows of a ``claim.lua`` reply: none, or the code, then five fields a row
-    (a task row without its code and result, which a RUNNING task has not)."""
+    """The rows of a ``claim.lua`` reply: none, or the code, then six fields a row (a task
+    row without its code and result, which a RUNNING task has not, then the task's count of
+    expired unstarted claims given back, empty for none)."""
     if not reply:
         return []
     status = _BY_CODE[reply[0]]
     return [
-        Row(status, reply[at].decode(), reply[at + 1], reply[at + 2], reply[at + 3], reply[at + 4])
-        for at in range(1, len(reply), 5)
+        Row(
+            status,
+            reply[at].decode(),
+            reply[at + 1],
+            reply[at + 2],
+            reply[at + 3],
+            reply[at + 4],
+            None,
+            int(reply[at + 5] or 0),
+        )
+        for at in range(1, len(reply), 6)
     ]
 
 

@@ -7,7 +7,9 @@ import threading
 import time
 from datetime import UTC, datetime
 
-from threadmill_core import ExponentialBackoff, TaskContext, task
+from threadmill_core import ExponentialBackoff, TaskContext, TaskResult, task
+from threadmill_core.backend import Backend
+from threadmill_core.models import Lease
 from threadmill_core.retry import no_retry
 
 calls: list[tuple[str, object]] = []
@@ -120,3 +122,15 @@ def exits_then_succeeds(context: TaskContext) -> str:
 def takes_anything(*args: object, **kwargs: object) -> list[object]:
     """Any call fits; returns what it got."""
     return [list(args), kwargs]
+
+
+#: The backend `gives_itself_back` calls (its test sets it), and what `release` answered.
+release_backend: list[Backend] = []
+gave_back: list[TaskResult | None] = []
+
+
+@task
+def gives_itself_back(context: TaskContext) -> None:
+    """Try to give its own claim back (`release`, refused once its start is recorded)."""
+    lease = Lease(token=context.token, deadline=datetime.now(UTC), record=context.record)
+    gave_back.extend(release_backend[0].release([lease]))

@@ -283,6 +283,43 @@ def test_a_dead_workers_prefetch_goes_back_uncharged_and_runs_once(
     assert "ghost" not in final.worker_ids
 
 
+def test_a_task_given_back_has_its_start_recorded_before_it_runs(
+    broker: Broker, clock: FakeClock
+) -> None:
+    """A task a dead worker claimed and never started runs later with its start recorded first:
+    inside it, its lease can no longer be given back (release refuses a started claim)."""
+    backend = broker.backend
+    tasks.release_backend[:] = [backend]
+    tasks.gave_back.clear()
+    record = tasks.gives_itself_back.using(broker=broker).enqueue()
+    backend.claim(["default"], worker="ghost", lease_ttl=timedelta(seconds=30))
+    clock.advance(timedelta(seconds=31))
+    worker(broker).run(burst=True)  # its maintenance pass gives the task back, then runs it
+    assert tasks.gave_back == [None], "the start was not recorded before the task ran"
+    final = broker.get_result(record.id)
+    assert (final.status, final.attempts, final.errors) == (SUCCESSFUL, 1, ())
+
+
+def test_a_task_given_back_after_an_expiry_that_a_worker_does_not_know_goes_back_unmarked(
+    broker: Broker, clock: FakeClock
+) -> None:
+    """A task given back after an unstarted claim expired, then claimed by a worker that does
+    not know it, goes back uncharged with no start recorded, and runs once on a worker that
+    knows it: attempt 1, no error."""
+    record = tasks.echo.using(broker=broker).enqueue("new")
+    broker.backend.claim(["default"], worker="ghost", lease_ttl=timedelta(seconds=30))
+    clock.advance(timedelta(seconds=31))
+    worker(broker, tasks={tasks.add.path: tasks.add}).run(burst=True)  # reaped, then given back
+    back = broker.get_result(record.id)
+    assert (back.status, back.attempts, back.errors) == (DEFERRED, 0, ())
+    clock.advance(UNKNOWN_TASK_DELAY)
+    worker(broker).run(burst=True)
+    final = broker.get_result(record.id)
+    assert (final.status, final.return_value, final.attempts, final.errors) == (
+        SUCCESSFUL, "new", 1, (),
+    )  # fmt: skip
+
+
 def test_expired_leases_under_the_default_policy_are_retried_up_to_the_bound(
     broker: Broker, clock: FakeClock
 ) -> None:

@@ -24,12 +24,13 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, ClassVar
 
 import django
 import pytest
 
-from tests.conftest import IN_CI, RedisServer
+from tests.conftest import IN_CI, PostgresDatabase, RedisServer
+from tests.django.databases import add_connection, drop_connection
 
 #: Tests of TaskTestCase that are about Django's dummy backend, with why each is skipped.
 DUMMY_ONLY = {
@@ -81,13 +82,13 @@ def _django_tests() -> ModuleType:
 django_tests = _django_tests()
 
 
-def tasks_setting(url: str) -> dict[str, Any]:
+def tasks_setting(url: str, **options: Any) -> dict[str, Any]:
     """Django's TASKS of TaskTestCase, with threadmill_django as the default alias."""
     return {
         "default": {
             "BACKEND": "threadmill_django.TaskBackend",
             "QUEUES": ["default", "queue_1"],
-            "OPTIONS": {"url": url},
+            "OPTIONS": {"url": url, **options},
         },
         "immediate": {
             "BACKEND": "django.tasks.backends.immediate.ImmediateBackend",
@@ -102,12 +103,14 @@ class ThreadmillTaskTests(django_tests.TaskTestCase):  # type: ignore[misc]
 
     #: The backend URL of the default alias; set by each subclass.
     url = ""
+    #: More OPTIONS of the default alias.
+    options: ClassVar[dict[str, Any]] = {}
 
     @classmethod
     def setUpClass(cls) -> None:
         cls._overridden_settings = {
             **cls._overridden_settings,
-            "TASKS": tasks_setting(cls.url or cls.backend_url()),
+            "TASKS": tasks_setting(cls.url or cls.backend_url(), **cls.options),
         }
         super().setUpClass()
 
@@ -158,6 +161,48 @@ class RedisTaskTests(ThreadmillTaskTests):
     @classmethod
     def backend_url(cls) -> str:
         return _redis["url"]
+
+
+#: The PostgreSQL URL the PostgreSQL class uses, set by `suite_postgres`.
+_postgres: dict[str, str] = {}
+
+#: The Django connection on that database, named by the alias's "database" option.
+SUITE_DATABASE = "threadmill_suite_pg"
+
+
+@pytest.fixture(scope="session")
+def suite_postgres(postgres_database: PostgresDatabase) -> Iterator[None]:
+    from threadmill_postgres import PostgresBackend
+    from threadmill_postgres.testing import drop_namespace, new_namespace
+
+    separator = "&" if "?" in postgres_database.url else "?"
+    url = f"{postgres_database.url}{separator}namespace={new_namespace('django_suite')}"
+    add_connection(SUITE_DATABASE, postgres_database.url)
+    _postgres["url"] = url
+    yield
+    _postgres.clear()
+    drop_connection(SUITE_DATABASE)
+    drop_namespace(PostgresBackend.from_url(url))
+
+
+@pytest.mark.postgres
+@pytest.mark.usefixtures("suite_postgres")
+class PostgresTaskTests(ThreadmillTaskTests):
+    """Django's TaskTestCase on PostgreSQL, in transactional mode (the "database" option naming
+    a Django connection on the same database; the system check passes on it)."""
+
+    options: ClassVar[dict[str, Any]] = {"database": SUITE_DATABASE}
+
+    @classmethod
+    def backend_url(cls) -> str:
+        return _postgres["url"]
+
+    def test_the_transactional_mode_passes_the_system_check(self) -> None:
+        from django.tasks import task_backends
+
+        backend = task_backends["default"]
+        assert backend.options_checked.database == SUITE_DATABASE
+        assert [m.id for m in backend.check() if m.level >= 40] == []
 
 
 del ThreadmillTaskTests  # the base is not a test case of its own

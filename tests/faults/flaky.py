@@ -125,6 +125,9 @@ class FlakyBackend(Backend):
             "claim_expired", lambda: self.inner.claim_expired(limit=limit, claim_ttl=claim_ttl)
         )
 
+    def expire_leases(self, worker: str) -> int:
+        return self._through("expire_leases", lambda: self.inner.expire_leases(worker))
+
     def promote_due(self, *, limit: int) -> int:
         return self._through("promote_due", lambda: self.inner.promote_due(limit=limit))
 

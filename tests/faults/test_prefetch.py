@@ -10,8 +10,9 @@ attempt), and the eight end SUCCESSFUL after one attempt, with no error,
 having run once. Each test waits until the running task's start is
 recorded before it strikes (each backend's `testing.start_recorded`): a
 task killed before that goes back uncharged too, which is the other rule,
-and the last test: a task that kills its own worker at once is given back
-`UNSTARTED_EXPIRY_LIMIT` times, then charged.
+and the last tests: a task that kills its own worker at once is given back
+once, then has its start recorded before it runs, and is charged; the
+innocent tasks claimed beside it never are.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ from tests.conftest import PostgresDatabase, RedisServer
 from tests.faults import fault_tasks
 from tests.faults.runs import wait_until
 from threadmill_core import Broker, TaskResult, TaskResultStatus, connect
-from threadmill_core.backend import UNSTARTED_EXPIRY_LIMIT
 from threadmill_core.supervisor import EXIT_ABANDONED
 from threadmill_postgres import PostgresBackend
 from threadmill_postgres import testing as postgres_testing
@@ -234,15 +234,16 @@ def test_the_shutdown_timeout_abandons_the_running_task_and_exits_non_zero(
 
 
 @pytest.mark.slow
-def test_a_task_that_kills_its_worker_before_its_start_is_recorded_is_charged_after_the_bound(
+def test_a_task_that_kills_its_worker_before_its_start_is_recorded_is_charged_at_its_next_run(
     broker: Broker,
     broker_url: str,
     log_url: str,
     namespace: str,
     read_events: Callable[[str], list[str]],
 ) -> None:
-    """A task that SIGKILLs its worker at once is never marked: it goes back uncharged
-    UNSTARTED_EXPIRY_LIMIT times, then the next expiry is charged (no_retry: FAILED)."""
+    """A task that SIGKILLs its worker at once is not marked: it goes back uncharged once, then
+    its next claim records its start before it runs, and that kill is charged (no_retry:
+    FAILED)."""
     record = fault_tasks.kills_its_worker.using(broker=broker).enqueue(log_url, namespace)
     process = start_cli(broker_url)
     try:
@@ -256,5 +257,41 @@ def test_a_task_that_kills_its_worker_before_its_start_is_recorded_is_charged_af
     final = broker.get_result(record.id)
     assert (final.attempts, [e.exception_class_path for e in final.errors]) == (1, [ACK_TIMEOUT])
     runs = [e for e in read_events(namespace) if e.startswith("start:0:")]
-    assert len(runs) == UNSTARTED_EXPIRY_LIMIT + 1, (runs, output)
+    assert len(runs) == 2, (runs, output)
     assert [int(e.split(":")[3]) for e in runs] == [1] * len(runs), "each run was attempt 1"
+
+
+def test_the_tasks_claimed_beside_a_task_that_kills_its_worker_are_never_charged(
+    broker: Broker,
+    broker_url: str,
+    log_url: str,
+    namespace: str,
+    read_events: Callable[[str], list[str]],
+) -> None:
+    """A task that SIGKILLs its worker before its start is recorded, among 40 innocent tasks,
+    prefetch 8: every innocent ends SUCCESSFUL after one attempt with no error; the killer
+    alone is charged (no_retry), FAILED after one free give-back."""
+    echo = fault_tasks.echo.using(broker=broker)
+    before = broker.enqueue_many(echo, [((n,), {}) for n in range(20)])
+    killer = fault_tasks.kills_its_worker.using(broker=broker).enqueue(log_url, namespace)
+    after = broker.enqueue_many(echo, [((n,), {}) for n in range(20, 40)])
+    innocents = [*before, *after]
+    process = start_cli(broker_url)
+    try:
+        wait_until(
+            lambda: (
+                broker.get_result(killer.id).status is TaskResultStatus.FAILED
+                and all(broker.get_result(r.id).status is SUCCESSFUL for r in innocents)
+            ),
+            120,
+            "the killer to be charged and every innocent task to succeed",
+        )
+    finally:
+        output = finish(process)
+    for record in innocents:
+        done = broker.get_result(record.id)
+        assert (done.status, done.attempts, done.errors) == (SUCCESSFUL, 1, ()), (done, output)
+    final = broker.get_result(killer.id)
+    assert (final.attempts, [e.exception_class_path for e in final.errors]) == (1, [ACK_TIMEOUT])
+    runs = [e for e in read_events(namespace) if e.startswith("start:0:")]
+    assert len(runs) == 2, (runs, output)

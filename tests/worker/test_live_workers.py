@@ -57,12 +57,14 @@ def commands() -> Iterator[list[subprocess.Popen[str]]]:
             process.stdout.close()
 
 
-def start(url: str, started: list[subprocess.Popen[str]]) -> subprocess.Popen[str]:
+def start(
+    url: str, started: list[subprocess.Popen[str]], lease_ttl: float = LEASE_TTL
+) -> subprocess.Popen[str]:
     """One ``threadmill worker`` command, in a process group of its own (as a shell starts it)."""
     process = subprocess.Popen(
         [sys.executable, "-m", "threadmill_core.cli", "worker", MODULE, "--broker", url,
          "--queues", "live", "--processes", "1", "--threads", "1", "--prefetch", "0",
-         "--lease-ttl", str(LEASE_TTL), "--poll-interval", "0.1", "--log-level", "WARNING"],
+         "--lease-ttl", str(lease_ttl), "--poll-interval", "0.1", "--log-level", "WARNING"],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -152,3 +154,21 @@ def run(url: str, broker: Broker, commands: list[subprocess.Popen[str]], tmp_pat
     assert len(now) == 1
     for path in releases.values():
         path.touch()
+
+
+def test_a_worker_process_killed_alone_is_forgotten_by_its_supervisor_at_once(
+    url: str, commands: list[subprocess.Popen[str]]
+) -> None:
+    """A worker process SIGKILLed under a live supervisor is gone from the listing long before
+    its entry would lapse, and the process started in its place is listed instead."""
+    start(url, commands, lease_ttl=60)
+    with connect(url) as broker:
+        backend = broker.backend
+        wait_until(lambda: len(backend.workers()) == 1, 60, "the worker to register")
+        [first] = backend.workers()
+        os.kill(first.pid, signal.SIGKILL)
+        took = wait_until(lambda: first.id not in {w.id for w in backend.workers()}, 20, "it")
+        assert took < 10, "forgotten by its supervisor, not lapsed (60 s)"
+        wait_until(lambda: len(backend.workers()) == 1, 60, "the new worker process")
+        [second] = backend.workers()
+        assert second.pid != first.pid

@@ -254,6 +254,24 @@ def test_outcomes_go_once_the_batch_is_full_old_or_nothing_else_runs(
         assert step == Run(schedule.ready[0])
 
 
+def test_a_task_given_back_before_starts_once_every_outcome_before_it_landed() -> None:
+    """Regression: a task given back after an unrecorded start ran while the outcome of the
+    task before it waited for its batch, so its kill charged that finished task too."""
+    given = settings(threads=1, prefetch=4)
+    suspect = attrs.evolve(held_task().lease, unstarted_expiries=1)
+    ready = (HeldTask(suspect, LEASE_TTL), *tasks(1))
+    schedule = Schedule(ready=ready, unsent=outcomes(1), unsent_since=100.0)
+    step, after = ask(schedule, given, now=100.0, held=given.capacity)  # young: would wait
+    assert step == Acknowledge(schedule.unsent)
+    step, _ = ask(after, given, now=100.0, held=given.capacity)
+    assert step == Wait(POLL), "it must not start while the outcome is on its way"
+    sent, _ = scheduler.acknowledged(
+        after, schedule.unsent, reached=True, broken=False, now=100.001
+    )
+    step, _ = ask(sent, given, now=100.001, held=given.capacity)
+    assert step == Run(ready[0])
+
+
 def test_a_due_claim_takes_the_outcomes_along() -> None:
     """A refill is a call anyway: the outcomes go first, then the claim."""
     given = settings(threads=2, prefetch=4)

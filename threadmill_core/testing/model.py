@@ -21,9 +21,10 @@ returned, and checks token freshness itself.
 Starts. A task remembers whether its current claim's start was recorded
 (`started`, reset by every new lease and every cleared token) and how many
 times an unstarted claim of it expired and was given back
-(`unstarted_expiries`, which nothing resets). `claim_expired` gives back
-the expired tasks whose current lease is an unstarted worker claim below
-`UNSTARTED_EXPIRY_LIMIT`, exactly as `release` does, and claims the rest.
+(`unstarted_expiries`, which nothing resets, and which every later worker
+claim's lease shows). `claim_expired` gives back the expired tasks whose
+current lease is an unstarted worker claim, exactly as `release` does, and
+claims the rest.
 
 Decisions. `complete` and `retry` act while the lease holds the current
 token and the task is RUNNING. With the current token on a task already in
@@ -57,7 +58,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from threadmill_core.backend import UNSTARTED_EXPIRY_LIMIT
 from threadmill_core.clock import from_ms, to_ms
 from threadmill_core.models import (
     JSON,
@@ -183,6 +183,8 @@ class ExpectedLease:
     serial: int
     deadline_ms: int
     record: TaskResult
+    #: The task's give-backs as the claim found them (0 for a reaper's lease).
+    unstarted_expiries: int = 0
 
     @property
     def task_id(self) -> str:
@@ -336,7 +338,8 @@ class ProtocolModel:
         task.token_history.append(serial)
         task.deadline = deadline_ms
         task.started = False
-        return ExpectedLease(serial, deadline_ms, self.record(task))
+        expiries = task.unstarted_expiries if kind == "worker" else 0
+        return ExpectedLease(serial, deadline_ms, self.record(task), expiries)
 
     def claim(
         self,
@@ -523,7 +526,6 @@ class ProtocolModel:
             task.holder is not None
             and self.leases[task.holder].kind == "worker"
             and not task.started
-            and task.unstarted_expiries < UNSTARTED_EXPIRY_LIMIT
         )
 
     def claim_expired(
@@ -569,6 +571,22 @@ class ProtocolModel:
             self._new_lease(self.tasks[task_id], "reaper", self.now_ms + claim_ttl_ms)
             for task_id in claimed
         ]
+
+    def expire_leases(self, worker: str) -> list[str]:
+        """Deadline now for every live lease of a worker claim by `worker`; the ids, by id."""
+        cut = sorted(
+            t.id
+            for t in self.tasks.values()
+            if t.status is RUNNING
+            and t.holder is not None
+            and self.leases[t.holder].kind == "worker"
+            and t.worker_ids[-1:] == [worker]
+            and t.deadline is not None
+            and t.deadline > self.now_ms
+        )
+        for task_id in cut:
+            self.tasks[task_id].deadline = self.now_ms
+        return cut
 
     def due(self) -> list[Candidate]:
         """Due DEFERRED tasks of every queue, in DEFERRED order (run_after, then id)."""

@@ -10,8 +10,8 @@ runs every one on every backend; outside it, a backend runs them as::
 `SCENARIOS` holds the races that fencing exists for (a late acknowledgement
 after a reap, two reaper passes, a lapsed reaper claim, inspector actions on
 running or finished tasks, repeats after a lost reply), the rules of
-recorded starts (an unstarted claim that expires goes back uncharged, at
-most `UNSTARTED_EXPIRY_LIMIT` times; a started one is charged; `release`
+recorded starts (an unstarted claim that expires goes back uncharged, and
+later leases of the task say so; a started one is charged; `release`
 refuses a started one; `mark_started` is fenced and idempotent) and the orderings
 that are easy to get subtly wrong (queues, priority, FIFO for thousands of
 tasks enqueued in one call), corrupt records beside good ones in every
@@ -29,10 +29,10 @@ its documented exception and change nothing.
 
 This module is the catalogue; the scenarios live in
 `threadmill_core.testing._scenarios` by kind (``fencing``, ``starts``,
-``ordering``, ``clock``, ``corrupt``, ``payloads``, ``bad_input``), with the helpers they
-share in ``kit`` (re-exported here: `expect`, `new_task`, `claim_one`,
-`start_one`, ...), and a
-backend's own scenarios can join `SCENARIOS` with the `scenario` decorator.
+``dead_workers``, ``ordering``, ``clock``, ``corrupt``, ``schedules``,
+``payloads``, ``bad_input``), with the helpers they share in ``kit``
+(re-exported here: `expect`, `new_task`, `claim_one`, `start_one`, ...), and
+a backend's own scenarios can join `SCENARIOS` with the `scenario` decorator.
 
 A broken rule raises `ProtocolViolation`, whose first line says which.
 Every wait is `Harness.advance`; nothing sleeps. Time steps are whole
@@ -45,6 +45,7 @@ from __future__ import annotations
 from threadmill_core.testing._scenarios import (
     clock,
     corrupt,
+    dead_workers,
     fencing,
     live_workers,
     ordering,
@@ -58,6 +59,9 @@ from threadmill_core.testing._scenarios.clock import (
     finished_tasks_are_kept_for_result_ttl_then_gone,
     next_due_counts_down_to_the_earliest_deferred_task,
     retry_delay_is_measured_on_the_backend_clock,
+)
+from threadmill_core.testing._scenarios.dead_workers import (
+    expire_leases_expires_a_dead_workers_leases_and_nothing_else,
 )
 from threadmill_core.testing._scenarios.fencing import (
     a_lease_from_before_a_purge_cannot_decide_the_id_enqueued_again,
@@ -108,7 +112,7 @@ from threadmill_core.testing._scenarios.payloads import PAYLOAD_CASES, check_pay
 from threadmill_core.testing._scenarios.starts import (
     a_reaper_pass_gives_back_the_unstarted_claims_it_meets_beyond_its_limit,
     a_started_claim_that_expires_is_charged,
-    an_unstarted_claim_is_given_back_at_most_the_bound_times,
+    an_unstarted_claim_is_always_given_back_and_later_leases_count_it,
     an_unstarted_claim_that_expires_goes_back_uncharged,
     mark_started_is_fenced_idempotent_and_changes_nothing_seen,
     release_refuses_a_started_claim_and_a_reaper_lease,
@@ -118,6 +122,7 @@ from threadmill_core.testing._scenarios.starts import (
 SCENARIOS: dict[str, Scenario] = {
     **fencing.SCENARIOS,
     **starts.SCENARIOS,
+    **dead_workers.SCENARIOS,
     **ordering.SCENARIOS,
     **clock.SCENARIOS,
     **corrupt.SCENARIOS,
@@ -147,7 +152,7 @@ __all__ = [
     "a_reaper_pass_gives_back_the_unstarted_claims_it_meets_beyond_its_limit",
     "a_release_with_a_delay_defers_the_task_uncharged",
     "a_started_claim_that_expires_is_charged",
-    "an_unstarted_claim_is_given_back_at_most_the_bound_times",
+    "an_unstarted_claim_is_always_given_back_and_later_leases_count_it",
     "an_unstarted_claim_that_expires_goes_back_uncharged",
     "cancel_of_a_running_task_is_refused",
     "check_payload_round_trip",
@@ -156,6 +161,7 @@ __all__ = [
     "deferred_tasks_fall_due_on_the_backend_clock",
     "enqueue_is_idempotent_on_id",
     "expect",
+    "expire_leases_expires_a_dead_workers_leases_and_nothing_else",
     "extend_after_a_reap_is_refused",
     "failed",
     "failure",

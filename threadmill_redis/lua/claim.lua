@@ -25,6 +25,7 @@
 --                        then '-' and the nonce; an empty id where a corrupt record took n)
 --   KEYS[18] rates       HASH telemetry: "<second>|<queue>|e" (or "|f") -> tasks entered (finished)
 --   KEYS[19] rate_index  ZSET telemetry: "<second>|<queue>" -> second
+--   KEYS[20] starts      HASH id -> "<unstarted expiries>|<claim>" (see lib/load_start)
 --   ARGV[1]  worker_entry  the worker's id, encoded for the workers hash
 --   ARGV[2]  lease_ms      lease length in milliseconds
 --   ARGV[3]  limit         most tasks to claim
@@ -34,15 +35,16 @@
 -- Reply: empty when nothing is ready; else the code (OK, or REPEAT on a
 -- repeat), then one row per claimed task, best first, payload included, as
 -- lib/task_row lays it out without the code and the result (a RUNNING task
--- has none): five fields a task, the rows one after another in the one list
--- (a table a row would cost the server more than the rest of its reply). A
--- repeat answers the same rows, in the same order, of the tasks still
--- RUNNING under their tokens.
+-- has none), then the task's count of expired unstarted claims given back
+-- (lib/load_start; '' for none): six fields a task, the rows one after
+-- another in the one list (a table a row would cost the server more than the
+-- rest of its reply). A repeat answers the same rows, in the same order, of
+-- the tasks still RUNNING under their tokens.
 --
 -- A queue's batch costs a fixed number of commands, whatever its size: its
 -- tokens come from one HINCRBY, its records are read with one HMGET per hash
--- and written with one HSET or ZADD per hash or index, and the receipt is one
--- RPUSH.
+-- and written with one HSET or ZADD per hash or index (K.starts, read for the
+-- count of give-backs, included), and the receipt is one RPUSH.
 
 --@include "lib/call_in_slices"
 --@include "lib/claimed_state"
@@ -81,6 +83,7 @@ if redis.call('EXISTS', K.receipt) == 1 then
       for f = 2, 6 do
         rows[#rows + 1] = row[f]
       end
+      rows[#rows + 1] = string.match(redis.call('HGET', K.starts, t.id) or '', '^%d*')
     end
   end
   return #rows > 1 and rows or {}
@@ -137,6 +140,7 @@ while i <= #ARGV and claimed < limit do
     local payloads = hmget_all(K.payload, ids)
     local errors = hmget_all(K.errors, ids)
     local old_workers = hmget_all(K.workers, ids)
+    local starts = hmget_all(K.starts, ids)
     local state_args, worker_args, good = {}, {}, {}
     local first = last - #members -- tokens first + n
     -- A call's tokens come from the one counter, in order: so one base for
@@ -153,11 +157,11 @@ while i <= #ARGV and claimed < limit do
         state_args[two - 1], state_args[two] = id, state
         worker_args[two - 1], worker_args[two] = id, workers
         receipt[#receipt + 1] = id
-        -- The row of lib/task_row, from what is being written: a RUNNING task
-        -- has no result.
-        local r = 1 + 5 * granted
-        rows[r - 4], rows[r - 3], rows[r - 2], rows[r - 1], rows[r] =
-          id, state, payloads[n], errors[n], workers
+        -- The row of lib/task_row, from what is being written (a RUNNING task
+        -- has no result), then the count of give-backs.
+        local r = 1 + 6 * granted
+        rows[r - 5], rows[r - 4], rows[r - 3], rows[r - 2], rows[r - 1], rows[r] =
+          id, state, payloads[n], errors[n], workers, string.match(starts[n] or '', '^%d*')
       else -- not claimed: a corrupt record is quarantined
         corrupt = corrupt + 1
         receipt[#receipt + 1] = ''

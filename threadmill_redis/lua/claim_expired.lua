@@ -1,10 +1,9 @@
 -- The reaper's pass over RUNNING tasks whose lease deadline has passed, oldest
 -- first over all queues (then by id). A task held by a worker's claim whose
--- start was never recorded, given back fewer than `limit_unstarted` times
--- before, goes back to READY with that claim undone (lib/give_back) and its
--- count of such give-backs one higher; it is not returned and does not count
--- toward `limit`. Any other (a recorded start, the bound reached, a lapsed
--- reaper claim) gets a fresh token and the deadline now + claim_ms, so no
+-- start was never recorded goes back to READY with that claim undone
+-- (lib/give_back) and its count of such give-backs one higher; it is not
+-- returned and does not count toward `limit`. Any other (a recorded start, a
+-- lapsed reaper claim) gets a fresh token and the deadline now + claim_ms, so no
 -- other pass decides it, and is returned; an undecided claim lapses like any
 -- lease and is taken up again. A reaper claim is not an attempt: attempts,
 -- worker ids and last_attempted_at are unchanged. The pass stops at its
@@ -31,8 +30,7 @@
 --   KEYS[19] rate_index  ZSET telemetry: "<second>|<queue>" -> second
 --   ARGV[1]  limit            most tasks to claim
 --   ARGV[2]  claim_ms         claim length in milliseconds
---   ARGV[3]  limit_unstarted  UNSTARTED_EXPIRY_LIMIT: most give-backs in a task's life
---   ARGV[4]  nonce            random text unique to this call, no '|' (see lib/new_token)
+--   ARGV[3]  nonce            random text unique to this call, no '|' (see lib/new_token)
 --
 -- Reply: first the queue of each task given back (a list, one entry per
 -- task, for the caller to wake their workers), then one OK row per claimed
@@ -58,8 +56,7 @@
 --@keys
 local limit = tonumber(ARGV[1])
 local claim_ms = tonumber(ARGV[2])
-local limit_unstarted = tonumber(ARGV[3])
-local nonce = ARGV[4]
+local nonce = ARGV[3]
 
 local now, now_text = now_ms()
 local given_back = {}
@@ -103,7 +100,7 @@ while claimed < limit do
       end
     else
       local count, claim = load_start(K, id)
-      if claim ~= t.token and claim ~= 'r' .. t.token and count < limit_unstarted then
+      if claim ~= t.token and claim ~= 'r' .. t.token then
         give_back(K, t)
         save_start(K, id, count + 1, '')
         given_back[#given_back + 1] = t.queue

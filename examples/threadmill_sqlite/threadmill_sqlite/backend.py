@@ -61,7 +61,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from threadmill_core.backend import NOTHING_DEFERRED, RATE_HISTORY, UNSTARTED_EXPIRY_LIMIT, Backend
+from threadmill_core.backend import NOTHING_DEFERRED, RATE_HISTORY, Backend
 from threadmill_core.checks import (
     check_decision,
     check_delay,
@@ -322,6 +322,7 @@ class SQLiteBackend(SQLitePauses, SQLiteLiveWorkers, Backend):
                                 token=token,
                                 deadline=from_ms(deadline_ms),
                                 record=_rows.decode(stored),
+                                unstarted_expiries=row["unstarted_expiries"],
                             )
                         )
         return leases
@@ -594,7 +595,7 @@ class SQLiteBackend(SQLitePauses, SQLiteLiveWorkers, Backend):
                     if record is None:
                         continue
                     expiries = row["unstarted_expiries"]
-                    if row["claim"] == "unstarted" and expiries < UNSTARTED_EXPIRY_LIMIT:
+                    if row["claim"] == "unstarted":
                         # Never ran: back to READY uncharged, counted toward the bound.
                         self._give_back(conn, record, expiries + 1)
                         given_back = True
@@ -610,6 +611,28 @@ class SQLiteBackend(SQLitePauses, SQLiteLiveWorkers, Backend):
         if given_back:
             self._notify()
         return leases
+
+    def expire_leases(self, worker: str) -> int:
+        """One transaction over the live leases (no index by worker: a supervisor calls this
+        once per dead worker process); a row whose worker ids do not decode is left alone."""
+        cut = 0
+        with self._write("expire_leases") as (conn, now_ms):
+            rows = conn.execute(
+                "SELECT id, worker_ids FROM threadmill_tasks WHERE status = 'RUNNING' "
+                "AND deadline > ? AND claim != 'reaper'",
+                (now_ms,),
+            ).fetchall()
+            for row in rows:
+                try:
+                    workers = _rows.decode_worker_ids(row)
+                except PayloadError:
+                    continue
+                if workers[-1:] == (worker,):
+                    conn.execute(
+                        "UPDATE threadmill_tasks SET deadline = ? WHERE id = ?", (now_ms, row["id"])
+                    )
+                    cut += 1
+        return cut
 
     def promote_due(self, *, limit: int) -> int:
         check_limit(limit)

@@ -285,8 +285,7 @@ class CallingMachine(CheckingMachine):
             if task_id in unstarted:
                 self.fail(
                     f"claim_expired() charged task {task_id!r}, whose expired claim never "
-                    "recorded a start: it must go back to READY uncharged (at most "
-                    "UNSTARTED_EXPIRY_LIMIT times), not to the reaper",
+                    "recorded a start: it must go back to READY uncharged, not to the reaper",
                     "given back",
                     "claimed",
                 )
@@ -310,8 +309,7 @@ class CallingMachine(CheckingMachine):
                 if task_id not in claimed_ids and stored is not None and stored.status is READY:
                     self.fail(
                         f"claim_expired() gave back task {task_id!r}, whose expired claim was "
-                        "charged (a recorded start, a reaper's claim, or the bound "
-                        "UNSTARTED_EXPIRY_LIMIT reached): it must be claimed for the reaper",
+                        "charged (a recorded start, or a reaper's claim): the reaper must claim it",
                         "claimed",
                         "given back to READY",
                     )

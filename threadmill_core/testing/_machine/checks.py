@@ -165,6 +165,14 @@ class CheckingMachine(RuleBasedStateMachine):
             self.fail(f"{op} must return Lease objects", expected, got)
         self.check_record(op, expected.record, got.record, hints)
         self.check_deadline(op, expected.deadline_ms, got)
+        if got.unstarted_expiries != expected.unstarted_expiries:
+            self.fail(
+                f"{op} returned a lease with the wrong unstarted_expiries (a worker's lease "
+                "carries how many expired unstarted claims of the task were given back; a "
+                "reaper's, 0)",
+                expected.unstarted_expiries,
+                got.unstarted_expiries,
+            )
         if not isinstance(got.token, str) or not got.token:
             self.fail(f"{op} returned a lease without a token", None, got.token)
         seen = self.tokens_seen.setdefault(expected.task_id, set())

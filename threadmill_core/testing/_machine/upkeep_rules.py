@@ -1,4 +1,5 @@
-"""The state machine's rules for time and maintenance: the clock, the reaper and the mover.
+"""The state machine's rules for time and maintenance: the clock, the reaper, the mover, and a
+supervisor expiring a dead worker's leases.
 
 `use_lease_after_reap` is the race fencing exists for: a lease expires, a
 reaper claims its task, and every fenced operation with the old lease must
@@ -110,6 +111,24 @@ class UpkeepRules(CallingMachine):
                 decision = self.decision(lease, verdicts.get(action, FAILED), 1, error, False)
                 self.send([decision], many=action == "decide_many")
         return multiple(*reaped)
+
+    @precondition(lambda self: self.has(RUNNING))
+    @rule(worker=ts.worker_names())
+    def expire_leases(self, worker: str) -> None:
+        """A supervisor saw a worker die: that worker's live leases expire now, nobody else's."""
+        self.begin(f"expire_leases({worker!r})")
+        got = self.backend.expire_leases(worker)
+        cut = self.model.expire_leases(worker)
+        self.named = set(cut)
+        if type(got) is not int or got != len(cut):
+            self.fail(
+                "expire_leases() must expire every live lease of the worker's claims (a "
+                "reaper's claim, an expired lease and other workers' leases left alone) "
+                "and answer how many",
+                len(cut),
+                got,
+                f"leases it must have expired: {cut}",
+            )
 
     @precondition(lambda self: self.has(DEFERRED))
     @rule(limit=st.integers(min_value=1, max_value=4))

@@ -1,8 +1,8 @@
 """Recorded starts: only an attempt that ran is charged (see "Recorded starts" in backend.py).
 
 A claim whose start was never recorded (`mark_started`) goes back to READY
-uncharged when its lease expires, at most `UNSTARTED_EXPIRY_LIMIT` times in
-a task's life; a started claim is charged through the reaper; `release`
+uncharged when its lease expires, however often, and the task's later
+leases say how often; a started claim is charged through the reaper; `release`
 refuses a started claim; `mark_started` is fenced, idempotent and changes
 nothing a reader sees; and a reaper pass gives back every unstarted claim
 it meets without counting it toward its limit.
@@ -14,7 +14,6 @@ from datetime import timedelta
 
 import attrs
 
-from threadmill_core.backend import UNSTARTED_EXPIRY_LIMIT
 from threadmill_core.models import Lease, TaskResult
 from threadmill_core.testing._scenarios.kit import (
     CLAIM_TTL,
@@ -156,48 +155,48 @@ def a_started_claim_that_expires_is_charged(harness: Harness) -> None:
 
 
 @scenario
-def an_unstarted_claim_is_given_back_at_most_the_bound_times(harness: Harness) -> None:
-    """A task whose claims never start is given back UNSTARTED_EXPIRY_LIMIT times, then charged;
-    the count outlives a requeue."""
+def an_unstarted_claim_is_always_given_back_and_later_leases_count_it(harness: Harness) -> None:
+    """An unstarted claim that expires always goes back uncharged, however often; every later
+    worker lease says how often (a reaper's says 0), a requeue keeps the count, and a started
+    claim is charged."""
     backend = harness.backend
-    backend.enqueue([new_task("poison")])
-    for given_back in range(UNSTARTED_EXPIRY_LIMIT):
-        lease = claim_one(backend, "poison", worker=f"w{given_back}")
+    backend.enqueue([new_task("t")])
+    for given_back in range(5):
+        lease = claim_one(backend, "t", worker=f"w{given_back}")
+        expect(
+            lease.unstarted_expiries == given_back,
+            "a worker's lease must carry how many expired unstarted claims of the task were "
+            "given back (unstarted_expiries)",
+            given_back,
+            lease.unstarted_expiries,
+        )
         back = _expire_unstarted(harness, lease)
         expect(back.attempts == 0, "a given-back unstarted claim counted an attempt", 0, back)
-    last = claim_one(backend, "poison", worker="last")
-    harness.advance(PAST_A_LEASE)
-    reaped = backend.claim_expired(limit=100, claim_ttl=CLAIM_TTL)
+    started = start_one(backend, "t", worker="last")
+    expect(started.unstarted_expiries == 5, "the count of give-backs was lost", 5, started)
+    reaped = reap(harness, "t")
+    expect(reaped.unstarted_expiries == 0, "a reaper's lease must carry unstarted_expiries 0")
     expect(
-        [got.task_id for got in reaped] == ["poison"],
-        f"after {UNSTARTED_EXPIRY_LIMIT} give-backs (UNSTARTED_EXPIRY_LIMIT) the next expiry of "
-        "an unstarted claim must be charged: claimed for the reaper",
-        ["poison"],
-        [got.task_id for got in reaped],
-    )
-    expect(
-        reaped[0].record.attempts == 1 and reaped[0].record.worker_ids == ("last",),
+        reaped.record.attempts == 1 and reaped.record.worker_ids == ("last",),
         "the charged expiry is the task's one attempt",
         "attempts 1 by ('last',)",
-        reaped[0].record,
+        reaped.record,
     )
-    expect(last.token != reaped[0].token, "claim_expired() kept the worker's token")
     done = backend.complete(
-        reaped[0], attrs.evolve(reaped[0].record, status=FAILED, errors=(lease_timeout(),))
+        reaped, attrs.evolve(reaped.record, status=FAILED, errors=(lease_timeout(),))
     )
     expect(done is not None and done.status is FAILED, "the reaper's decision was refused")
-    expect(backend.requeue("poison") is not None, "requeue() refused a FAILED task")
-    again = claim_one(backend, "poison", worker="after-requeue")
-    harness.advance(PAST_A_LEASE)
-    reaped = backend.claim_expired(limit=100, claim_ttl=CLAIM_TTL)
+    expect(backend.requeue("t") is not None, "requeue() refused a FAILED task")
+    again = claim_one(backend, "t", worker="after-requeue")
     expect(
-        [got.task_id for got in reaped] == ["poison"],
+        again.unstarted_expiries == 5,
         "requeue() reset the count of unstarted expiries; it must keep it (nothing resets it)",
-        ["poison"],
-        [got.task_id for got in reaped],
+        5,
+        again.unstarted_expiries,
     )
-    expect(reaped[0].record.attempts == 2, "the charged expiry after requeue is attempt 2")
-    expect(again.token != reaped[0].token, "claim_expired() kept the worker's token")
+    backend.enqueue([new_task("fresh")])
+    fresh = claim_one(backend, "fresh")
+    expect(fresh.unstarted_expiries == 0, "a task never given back must lease with 0")
 
 
 @scenario
