@@ -17,7 +17,7 @@ never look into) beside its expiry, and read it back with `unpack`.
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import attrs
@@ -113,8 +113,3 @@ def unpack(text: str | bytes, last_seen_ms: int) -> WorkerInfo:
         running=tuple(RunningTask(str(i), str(path)) for i, path in fields["running"]),
         last_seen=from_ms(last_seen_ms),
     )
-
-
-def expiry_ms(last_seen_ms: int, ttl: timedelta) -> int:
-    """When an entry seen at `last_seen_ms` lapses, given its `ttl`."""
-    return last_seen_ms + ttl_ms("ttl", ttl)

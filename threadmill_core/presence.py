@@ -62,6 +62,7 @@ class Presence:
         self.threads = threads
         self.ttl = ttl
         self.started_at = datetime.now(UTC)
+        self.host = socket.gethostname()
 
     def info(self) -> WorkerInfo:
         """The entry as it stands now: the tasks running now among those held."""
@@ -72,7 +73,7 @@ class Presence:
         )
         return WorkerInfo(
             id=self.worker_id,
-            host=socket.gethostname(),
+            host=self.host,
             pid=os.getpid(),
             queues=self.queues,
             threads=self.threads,
