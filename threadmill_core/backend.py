@@ -125,6 +125,7 @@ from threadmill_core.checks import (
     queue_names,
     ttl_ms,
 )
+from threadmill_core.live_workers import WorkerInfo, check_worker_id
 from threadmill_core.models import (
     Decision,
     Lease,
@@ -144,6 +145,7 @@ __all__ = [
     "Backend",
     "SchedulePause",
     "TaskCall",
+    "WorkerInfo",
     "call_record",
     "check_calls",
     "check_decision",
@@ -154,6 +156,7 @@ __all__ = [
     "check_records",
     "check_schedule_name",
     "check_window",
+    "check_worker_id",
     "queue_names",
     "ttl_ms",
 ]
@@ -574,6 +577,36 @@ class Backend(abc.ABC):
         The default raises `NotImplementedError` (see `set_schedule_paused`).
         """
         raise NotImplementedError(f"{type(self).__name__} keeps no schedule state")
+
+    # --- live workers ----------------------------------------------------------------
+
+    @abc.abstractmethod
+    def register_worker(self, info: WorkerInfo, ttl: timedelta) -> WorkerInfo:
+        """Store `info` as the live entry of worker `info.id`, seen at `now()`; return it as stored.
+
+        The entry replaces any entry of that id and lives until `now() + ttl`
+        (a later call refreshes it); `workers` lists it until then. The
+        returned entry is `info` with `last_seen` = `now()` (what `info`
+        carries there is ignored). `ValueError` (nothing stored) for an
+        `info` that is not a `WorkerInfo`, an id `check_worker_id` refuses,
+        or a `ttl` that is not a positive timedelta. See
+        `threadmill_core.live_workers`.
+        """
+
+    @abc.abstractmethod
+    def unregister_worker(self, worker_id: str) -> bool:
+        """Delete the live entry of `worker_id`; whether there was one (expired ones count not).
+
+        `ValueError` for an id `check_worker_id` refuses.
+        """
+
+    @abc.abstractmethod
+    def workers(self) -> list[WorkerInfo]:
+        """Every live entry (`register_worker`), by id: none whose `now() + ttl` is past.
+
+        An entry whose time is up is never listed; the backend may delete it
+        here or on any write of the entries.
+        """
 
     # --- lifecycle -------------------------------------------------------------------
 

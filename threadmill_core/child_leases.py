@@ -9,6 +9,10 @@ without starting it goes back to READY uncharged, a started one meets its
 retry policy. A process that exited cleanly holds no lease, and the call
 finds nothing. Should the backend be unreachable, the leases run out in
 their own time, as they did before.
+
+The process's live entry (`Backend.register_worker`) goes too
+(`forget_worker`): a process killed without a word could not remove it,
+and ``threadmill workers`` would list it until it lapsed.
 """
 
 from __future__ import annotations
@@ -36,3 +40,16 @@ def expire_leases(backend: Backend, log: logging.Logger, index: int, worker_id: 
             index, worker_id, expired,
         )  # fmt: skip
     return expired > 0
+
+
+def forget_worker(backend: Backend, log: logging.Logger, index: int, worker_id: str) -> None:
+    """Remove the live entry of worker process `index` (`worker_id`), which exited (one that
+    stopped cleanly removed it already: the call finds nothing). Never raises: a failure is
+    logged, and the entry lapses in its own time."""
+    try:
+        backend.unregister_worker(worker_id)
+    except Exception as exc:
+        log.warning(
+            "worker %d exited; its live entry lapses in its own time (%s: %s)",
+            index, type(exc).__name__, exc,
+        )  # fmt: skip

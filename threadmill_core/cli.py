@@ -1,7 +1,8 @@
 """The ``threadmill`` command: what each of its commands does.
 
 ``demo``, ``worker`` and ``backends`` run and list things; ``health`` says whether
-the backend answers (exit 0 or 2); ``stats``, ``ls``,
+the backend answers (exit 0 or 2); ``workers`` lists the live worker
+processes; ``stats``, ``ls``,
 ``show``, ``requeue``, ``cancel``, ``purge`` and ``inspect`` look at queues
 and steer them (their logic is `threadmill_core.inspector`, shared with the
 TUI in `threadmill_core.tui`). The commands' arguments are parsed by
@@ -92,6 +93,12 @@ def _schedules(args: argparse.Namespace) -> int:
     from threadmill_core import schedules_cli
 
     return schedules_cli.run(args, lambda: _opened(args))
+
+
+def _workers(args: argparse.Namespace) -> int:
+    from threadmill_core import workers_cli
+
+    return workers_cli.run(args, lambda: _opened(args))
 
 
 @contextlib.contextmanager
@@ -354,6 +361,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "purge": _purge,
     "inspect": _inspect,
     "schedules": lambda args: _schedules(args),
+    "workers": lambda args: _workers(args),
 }
 
 
@@ -361,7 +369,7 @@ def main(argv: Sequence[str] | None = None, *, broker: Broker | None = None) -> 
     """Run the ``threadmill`` command line; returns the exit code.
 
     `broker`, if given, is what the inspecting commands (``stats``, ``ls``,
-    ``show``, ``requeue``, ``cancel``, ``purge``, ``inspect``) use instead of
+    ``show``, ``requeue``, ``cancel``, ``purge``, ``inspect``, ``workers``) use instead of
     connecting to ``--broker``; it is left open.
     """
     parser = build_parser()

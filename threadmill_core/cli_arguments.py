@@ -13,7 +13,7 @@ import os
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from threadmill_core import schedules_cli
+from threadmill_core import schedules_cli, workers_cli
 from threadmill_core.exit_codes import EXIT_CODES_HELP
 from threadmill_core.models import TaskResultStatus
 
@@ -298,6 +298,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_inspecting_commands(commands)
     schedules_cli.add_parser(commands)
+    workers_cli.add_parser(commands)
     return parser
 
 

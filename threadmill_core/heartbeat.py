@@ -12,7 +12,8 @@ never starts.
 The same thread does the rest of a worker's upkeep between beats
 (`upkeep_until`): it records the starts of tasks that have run a moment
 (`Backend.mark_started`, in batches) and gives a stopping worker's prefetch
-back; the scheduler says when (`threadmill_core.scheduler.next_upkeep`).
+back; the scheduler says when (`threadmill_core.scheduler.next_upkeep`). Each beat
+also refreshes the worker's live entry, one write (`threadmill_core.presence`).
 """
 
 from __future__ import annotations

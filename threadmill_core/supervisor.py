@@ -87,7 +87,7 @@ from typing import NamedTuple
 
 from threadmill_core.backend import Backend
 from threadmill_core.broker import Broker
-from threadmill_core.child_leases import expire_leases
+from threadmill_core.child_leases import expire_leases, forget_worker
 from threadmill_core.errors import BackendUnavailable
 from threadmill_core.maintenance import promote, reap
 from threadmill_core.models import TaskResultStatus
@@ -432,8 +432,10 @@ class Supervisor:
                 continue
             code = process.exitcode
             del self._children[index]
-            if expire_leases(backend, log, index, self._worker_ids.pop(index)):
+            worker_id = self._worker_ids.pop(index)
+            if expire_leases(backend, log, index, worker_id):
                 self._reap_now = True
+            forget_worker(backend, log, index, worker_id)
             if code == EXIT_CONFIG_ERROR:
                 log.error("worker %d could not start (see above); stopping", index)
                 return EXIT_CONFIG_ERROR

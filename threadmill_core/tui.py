@@ -14,7 +14,8 @@ one that is due while another is still loading is skipped.
 Keys: arrows move; on the queue table the column under the cursor picks the
 segment (or press 1-6); Enter on a task opens it; ``r`` requeues and ``c``
 cancels the task under the cursor (after a confirmation); ``Esc`` goes back;
-``Ctrl+R`` refreshes now; ``q`` quits.
+``Ctrl+R`` refreshes now; ``s`` shows the schedules and ``w`` the live
+workers (`threadmill_core.tui_workers`); ``q`` quits.
 """
 
 from __future__ import annotations
@@ -165,6 +166,7 @@ class InspectorApp(App[None]):
         Binding("c", "cancel", "Cancel"),
         Binding("ctrl+r", "refresh", "Refresh"),
         Binding("s", "schedules", "Schedules"),
+        Binding("w", "workers", "Workers"),
         *(
             Binding(str(n), f"segment('{s.value}')", s.value.title(), show=False)
             for n, s in enumerate(STATUSES, 1)
@@ -232,6 +234,12 @@ class InspectorApp(App[None]):
         from threadmill_core.tui_schedules import SchedulesScreen
 
         self.push_screen(SchedulesScreen(self.broker))
+
+    def action_workers(self) -> None:
+        """The workers screen (`threadmill_core.tui_workers`)."""
+        from threadmill_core.tui_workers import WorkersScreen
+
+        self.push_screen(WorkersScreen(self.broker, self.refresh_interval))
 
     def action_refresh(self) -> None:
         """Refresh now; if a refresh is still loading, refresh again once it is done."""

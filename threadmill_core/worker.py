@@ -13,7 +13,9 @@ the record's say-so (see `threadmill_core.execution`).
 Heartbeats: a daemon thread renews the leases of every held task in one
 `extend_many` call each `lease_ttl / 3`. When a renewal is refused the lease
 was taken away: the task's `TaskContext.lease_lost` turns true and its
-outcome is not written (see `threadmill_core.heartbeat`). The same thread
+outcome is not written (see `threadmill_core.heartbeat`). Each beat also
+refreshes the worker's live entry (`threadmill_core.presence`), which `run`
+makes as it begins and removes as it returns. The same thread
 records which tasks started (`Backend.mark_started`, one call for every
 task that has run `scheduler.MARK_DELAY` without an outcome), so that a
 task claimed but never started (prefetched) is never charged when its
@@ -74,6 +76,7 @@ from threadmill_core.maintenance import promote, reap
 from threadmill_core.models import Lease, TaskResultStatus, validate_timedelta
 from threadmill_core.outage import RECONNECT_BACKOFF, Outage
 from threadmill_core.plugins import notify
+from threadmill_core.presence import Presence
 from threadmill_core.retry import ExponentialBackoff
 from threadmill_core.task import Task, registered_tasks, validate_queue
 
@@ -195,6 +198,11 @@ class Worker:
         self._tasks = dict(tasks) if tasks is not None else None
         #: Every task held: prefetched, running, or being acknowledged or given back.
         self._held = HeldTasks()
+        #: This worker's live entry (`threadmill_core.presence`), for `threadmill workers`.
+        self._presence = Presence(
+            self.backend, self._held, worker_id=self.worker_id, queues=self.queues,
+            threads=threads, ttl=self.lease_ttl,
+        )  # fmt: skip
         #: Guards the current `_Run`; task threads wait on `_cond` for work.
         #: Taken as ``with self._lock``, the condition's own lock, which is
         #: reentrant so that `stop()` is safe from a signal handler in any thread.
@@ -283,6 +291,7 @@ class Worker:
                     "will expire and the reaper decide", len(stop.outcomes), type(exc).__name__,
                     exc,
                 )  # fmt: skip
+        self._presence.leave()  # the process is about to exit: no longer a live worker
         now = time.monotonic()
         for entry in stop.running:
             _log_abandoned(entry, now)
@@ -313,17 +322,21 @@ class Worker:
         """
         processed_before = self.processed
         looked_at: datetime | None = None  # the backend's time when a burst last waited
-        while True:
-            claimed = self._run_threads(burst=burst, max_tasks=max_tasks)
-            if not burst or self._stop.is_set():
-                break
-            if max_tasks is not None:
-                max_tasks -= claimed
-                if max_tasks <= 0:
+        self._presence.arrive(self.outage)
+        try:
+            while True:
+                claimed = self._run_threads(burst=burst, max_tasks=max_tasks)
+                if not burst or self._stop.is_set():
                     break
-            again, looked_at = self._wait_for_due_task(looked_at)
-            if not again:
-                break
+                if max_tasks is not None:
+                    max_tasks -= claimed
+                    if max_tasks <= 0:
+                        break
+                again, looked_at = self._wait_for_due_task(looked_at)
+                if not again:
+                    break
+        finally:
+            self._presence.leave()
         self._stop.clear()
         return self.processed - processed_before
 
@@ -698,6 +711,7 @@ class Worker:
 
     def _beat(self) -> None:
         heartbeat.renew_leases(self.backend, self._held, self.outage)
+        self._presence.refresh()  # one write a beat: the leases first, they matter more
 
     def _beat_interval(self) -> float:
         return heartbeat.beat_interval(self.lease_ttl, self._held)

@@ -70,6 +70,7 @@ from threadmill_core.models import (
 from threadmill_memory import _leases, _payload
 from threadmill_memory._rates import RateHistory
 from threadmill_memory._store import Entry, Item, SortKey, Store
+from threadmill_memory.live_workers import MemoryLiveWorkers
 from threadmill_memory.pauses import MemoryPauses
 
 log = logging.getLogger(__name__)
@@ -85,7 +86,7 @@ FAILED = TaskResultStatus.FAILED
 CANCELLED = TaskResultStatus.CANCELLED
 
 
-class MemoryBackend(MemoryPauses, Backend):
+class MemoryBackend(MemoryPauses, MemoryLiveWorkers, Backend):
     """Tasks in this process's memory; thread-safe, gone when the process ends.
 
     `result_ttl` (positive) is how long terminal tasks stay readable after

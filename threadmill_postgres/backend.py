@@ -84,6 +84,7 @@ from threadmill_postgres.connection import (
 )
 from threadmill_postgres.errors import NamespaceNotFound, PostgresBackendError, PostgresUnavailable
 from threadmill_postgres.listener import Listener
+from threadmill_postgres.live_workers import PostgresLiveWorkers
 from threadmill_postgres.options import PostgresOptions, place, split_url
 from threadmill_postgres.pauses import PostgresPauses
 from threadmill_postgres.pool_log import first_line
@@ -112,7 +113,7 @@ RATE_SECONDS = duration_ms(RATE_HISTORY) // 1000
 GIVE_BACK_SCAN = 256
 
 
-class PostgresBackend(PostgresPauses, PostgresTransactional, Backend):
+class PostgresBackend(PostgresPauses, PostgresLiveWorkers, PostgresTransactional, Backend):
     """Tasks stored in PostgreSQL, in the schema of one namespace (see `schema`).
 
     `conninfo` is what libpq connects with: a ``postgresql://`` URL without

@@ -80,6 +80,7 @@ from threadmill_redis.boundary import call
 from threadmill_redis.clients import Client
 from threadmill_redis.errors import RedisBackendError, RedisUnavailable
 from threadmill_redis.keys import STARTS, STORE, TELEMETRY, Keys
+from threadmill_redis.live_workers import RedisLiveWorkers
 from threadmill_redis.options import RedisOptions, split_url
 from threadmill_redis.pauses import RedisPauses
 from threadmill_redis.replies import (
@@ -110,7 +111,7 @@ NONCE_LENGTH = 12
 SCHEMA = frozenset(STORE + TELEMETRY + STARTS)
 
 
-class RedisBackend(RedisPauses, Backend):
+class RedisBackend(RedisPauses, RedisLiveWorkers, Backend):
     """Tasks stored in Redis under one namespace (see `threadmill_redis.keys`).
 
     `client` (a `redis.Redis` or `redis.RedisCluster`) must not decode

@@ -89,6 +89,11 @@ Schedules (`Backend.set_schedule_paused`; `threadmill_redis.pauses`)::
 
     {ns}:schedules    HASH  schedule name -> "<1 paused, 0 not>|<since, server ms>"
 
+Live workers (`Backend.register_worker`; `threadmill_redis.live_workers`)::
+
+    {ns}:live_workers        HASH  worker id -> "<last seen, server ms>|<packed entry>"
+    {ns}:live_worker_expiry  ZSET  worker id -> when its entry lapses, server ms
+
 A script aggregates its counts per queue first, so it sends one HINCRBY per
 queue and kind, never one per task. Only a script that starts a new pair
 writes the index, and only then does it delete pairs older than
@@ -144,6 +149,9 @@ STARTS = ("starts",)
 #: The schedules' pause states: declared by ``set_schedule_paused.lua`` alone.
 SCHEDULES = ("schedules",)
 
+#: The live workers' entries: declared by their own scripts (and the test clock's).
+LIVE_WORKERS = ("live_workers", "live_worker_expiry")
+
 
 def check_namespace(namespace: object) -> str:
     """Return `namespace` if it can be a hash tag, else raise `InvalidOption`."""
@@ -161,10 +169,14 @@ class Keys:
     def __init__(self, namespace: str) -> None:
         self.namespace = check_namespace(namespace)
         self.prefix = f"{{{namespace}}}:"
-        self._store = {name: self.prefix + name for name in STORE + TELEMETRY + STARTS + SCHEDULES}
+        self._store = {
+            name: self.prefix + name
+            for name in STORE + TELEMETRY + STARTS + SCHEDULES + LIVE_WORKERS
+        }
 
     def store(self, name: str) -> str:
-        """The namespace-wide key called `name` (in `STORE`, `TELEMETRY`, `STARTS`, `SCHEDULES`)."""
+        """The namespace-wide key called `name` (in `STORE`, `TELEMETRY`, `STARTS`, `SCHEDULES`,
+        `LIVE_WORKERS`)."""
         return self._store[name]
 
     def notify(self, queue: str) -> str:

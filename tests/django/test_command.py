@@ -60,6 +60,8 @@ def filled(bench: Bench) -> dict[str, str]:
     [
         ("stats",),
         ("stats", "--json"),
+        ("workers",),
+        ("workers", "--json"),
         ("ls", "default", "--status", "ready"),
         ("ls", "default", "--status", "failed", "--json"),
         ("show", "{failed}"),

@@ -22,6 +22,7 @@ import attrs
 
 from threadmill_core.backend import Backend
 from threadmill_core.errors import BackendUnavailable
+from threadmill_core.live_workers import WorkerInfo
 from threadmill_core.models import Decision, Lease, QueueCounts, TaskResult, TaskResultStatus
 
 T = TypeVar("T")
@@ -151,6 +152,15 @@ class FlakyBackend(Backend):
 
     def purge(self, queue: str, status: TaskResultStatus) -> int:
         return self._through("purge", lambda: self.inner.purge(queue, status))
+
+    def register_worker(self, info: WorkerInfo, ttl: timedelta) -> WorkerInfo:
+        return self._through("register_worker", lambda: self.inner.register_worker(info, ttl))
+
+    def unregister_worker(self, worker_id: str) -> bool:
+        return self._through("unregister_worker", lambda: self.inner.unregister_worker(worker_id))
+
+    def workers(self) -> list[WorkerInfo]:
+        return self._through("workers", self.inner.workers)
 
     def close(self) -> None:
         self.inner.close()

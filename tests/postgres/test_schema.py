@@ -14,6 +14,7 @@ import pytest
 
 from tests.conftest import PostgresDatabase
 from tests.postgres.conftest import LEASE, admin, tasks
+from threadmill_core.live_workers import WorkerInfo
 from threadmill_core.models import Decision, TaskResultStatus
 from threadmill_postgres import PostgresBackend, SchemaVersionError, schema
 from threadmill_postgres.schema import MIGRATIONS, Migration, quote_ident
@@ -45,7 +46,9 @@ def test_the_first_backend_on_a_namespace_makes_its_schema_at_the_current_versio
         "SELECT table_name FROM information_schema.tables WHERE table_schema = %s ORDER BY 1",
         (namespace,),
     )
-    assert [name for (name,) in tables] == ["claims", "meta", "rates", "schedules", "tasks"]
+    assert [name for (name,) in tables] == [
+        "claims", "live_workers", "meta", "rates", "schedules", "tasks",
+    ]  # fmt: skip
     second = make_backend(namespace=namespace)
     assert second.counts() == {}
 
@@ -145,16 +148,37 @@ def test_an_older_schema_is_upgraded_in_place_keeping_its_tasks(
 def test_a_version_1_schema_gains_the_schedules_table_keeping_its_tasks(
     make_backend: Callable[..., PostgresBackend], database: PostgresDatabase
 ) -> None:
-    """A namespace made by version 1 code is upgraded to 2: its tasks kept, pauses stored."""
+    """A namespace made by version 1 code is upgraded to the current version: its tasks kept,
+    pauses stored."""
     namespace = new_namespace()
     with psycopg.connect(database.url, autocommit=True) as conn:
         assert schema.ensure(conn, namespace, MIGRATIONS[:1]) == 1
     backend = make_backend(namespace=namespace)
-    assert meta(database, namespace) == {"version": 2, "oldest_compatible": 1}
+    assert meta(database, namespace) == {"version": schema.VERSION, "oldest_compatible": 1}
     records = backend.enqueue(tasks(2))
     paused = backend.set_schedule_paused("nightly", True)
     assert backend.schedule_pauses() == {"nightly": paused}
     assert [r.id for r in backend.peek("default", READY)] == [r.id for r in records]
+
+
+def test_a_version_2_schema_gains_the_live_workers_table_and_version_2_code_goes_on(
+    make_backend: Callable[..., PostgresBackend], database: PostgresDatabase
+) -> None:
+    """A namespace made by version 2 code is upgraded to 3, where workers are listed; the step
+    raises no floor, so code that knows only version 2 still accepts the schema."""
+    namespace = new_namespace()
+    with psycopg.connect(database.url, autocommit=True) as conn:
+        assert schema.ensure(conn, namespace, MIGRATIONS[:2]) == 2
+    backend = make_backend(namespace=namespace)
+    assert meta(database, namespace) == {"version": 3, "oldest_compatible": 1}
+    entry = WorkerInfo(
+        id="box:1:abc", host="box", pid=1, queues=("default",), threads=1, version="0",
+        started_at=backend.now(),
+    )  # fmt: skip
+    backend.register_worker(entry, timedelta(minutes=1))
+    assert [w.id for w in backend.workers()] == ["box:1:abc"]
+    with psycopg.connect(database.url, autocommit=True) as conn:
+        assert schema.ensure(conn, namespace, MIGRATIONS[:2]) == 3  # no SchemaVersionError
 
 
 def test_backends_starting_together_make_one_schema(

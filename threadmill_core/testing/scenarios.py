@@ -22,6 +22,8 @@ one whose `next_due` is None, the default, skips that scenario).
 enqueue, claim, complete and get (`check_payload_round_trip`).
 `schedules` holds N schedulers storing each tick once (what ``@periodic``
 rests on: `enqueue` idempotent on id) and the schedules' pause states.
+`live_workers` holds the live workers' entries (registered, refreshed,
+removed, gone once their time is up; see `live_worker_model`).
 `BAD_INPUT_CASES` each make one call with a bad argument, which must raise
 its documented exception and change nothing.
 
@@ -45,6 +47,7 @@ from threadmill_core.testing._scenarios import (
     corrupt,
     dead_workers,
     fencing,
+    live_workers,
     ordering,
     payloads,
     schedules,
@@ -126,6 +129,7 @@ SCENARIOS: dict[str, Scenario] = {
     **corrupt.SCENARIOS,
     **schedules.SCENARIOS,
     **payloads.SCENARIOS,
+    **live_workers.SCENARIOS,
 }
 
 #: Register a scenario of your own in `SCENARIOS` under its function's name.

@@ -26,6 +26,7 @@
 --   KEYS[16] queues      HASH queue -> number of tasks stored
 --   KEYS[17] rates       HASH telemetry: "<second>|<queue>|e" (or "|f") -> tasks entered (finished)
 --   KEYS[18] rate_index  ZSET telemetry: "<second>|<queue>" -> second
+--   KEYS[19] live_worker_expiry  ZSET live worker id -> expiry ms (see register_worker)
 --   ARGV[1]  delta_ms  how far the clock moves, in milliseconds
 --
 -- Reply: the number of tasks shifted (those not READY).
@@ -97,5 +98,9 @@ if seconds > 0 and #index > 0 then
   end
   call_in_slices({ 'ZADD', K.rate_index }, members)
   call_in_slices({ 'HSET', K.rates }, fields)
+end
+-- Live workers' entries expire as leases do.
+for _, id in ipairs(redis.call('ZRANGE', K.live_worker_expiry, 0, -1)) do
+  redis.call('ZINCRBY', K.live_worker_expiry, -delta_ms, id)
 end
 return shifted

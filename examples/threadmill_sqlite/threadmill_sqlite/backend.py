@@ -87,6 +87,7 @@ from threadmill_core.models import (
 
 from threadmill_sqlite import _rows
 from threadmill_sqlite._database import SYNCHRONOUS, Database
+from threadmill_sqlite._live_workers import SQLiteLiveWorkers
 from threadmill_sqlite._pauses import SQLitePauses
 from threadmill_sqlite.errors import SQLiteBackendError
 
@@ -136,7 +137,7 @@ DEFAULT_RESULT_TTL = timedelta(days=1)
 DEFAULT_BUSY_TIMEOUT = timedelta(seconds=30)
 
 
-class SQLiteBackend(SQLitePauses, Backend):
+class SQLiteBackend(SQLitePauses, SQLiteLiveWorkers, Backend):
     """Tasks in the SQLite database file at `path`, created (with its tables) if missing.
 
     `path` is made absolute when the backend is built, so a later change of

@@ -99,3 +99,14 @@ CREATE TABLE IF NOT EXISTS threadmill_schedules (
     paused INTEGER NOT NULL,                -- 1 paused, 0 not
     since  INTEGER NOT NULL
 ) WITHOUT ROWID;
+
+-- The live workers (`Backend.register_worker`): one row per worker process
+-- alive, its entry as the worker packed it (JSON text), when it was last
+-- seen and when the entry lapses (the database's clock, milliseconds).
+-- Added to version 2 without a bump, as threadmill_schedules was.
+CREATE TABLE IF NOT EXISTS threadmill_live_workers (
+    id        TEXT PRIMARY KEY,
+    entry     TEXT NOT NULL,
+    last_seen INTEGER NOT NULL,
+    expires   INTEGER NOT NULL
+) WITHOUT ROWID;

@@ -1,5 +1,6 @@
 """The state machine's rules for inspection and operators: get, peek, requeue, cancel, purge,
-and pausing schedules (against `PauseModel`).
+pausing schedules (against `PauseModel`), and live workers' entries (against
+`LiveWorkerModel`).
 
 `forge` makes up a lease the backend never issued, which every fenced
 operation must refuse like a stale one.
@@ -7,8 +8,10 @@ operation must refuse like a stale one.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
+import attrs
 from hypothesis import strategies as st
 from hypothesis.stateful import multiple, precondition, rule
 
@@ -19,10 +22,16 @@ from threadmill_core.testing import strategies as ts
 from threadmill_core.testing._judge import show
 from threadmill_core.testing._machine.calls import CallingMachine
 from threadmill_core.testing._machine.values import RUNNING, LeaseRef, leases, task_ids
+from threadmill_core.testing._scenarios.live_workers import worker_info
+from threadmill_core.testing.live_worker_model import LiveWorkerModel
 from threadmill_core.testing.pause_model import PauseModel
 
 #: The schedules the machine pauses and resumes.
 SCHEDULE_NAMES = ("nightly", "poll-eu", "ünï code")
+
+#: The workers the machine registers and removes, and the ttls it gives them (seconds).
+WORKER_IDS = ("box-1:10:aaaaaa", "box-2:20:bbbbbb")
+WORKER_TTLS = (1, 30, 600)
 
 
 class OperatorRules(CallingMachine):
@@ -116,6 +125,58 @@ class OperatorRules(CallingMachine):
         listed = {n: (p.paused, to_ms(p.since)) for n, p in self.backend.schedule_pauses().items()}
         if listed != model.states:
             self.fail("schedule_pauses() does not list what was stored", model.states, listed)
+
+    # --- live workers --------------------------------------------------------------------
+
+    def _live_model(self) -> LiveWorkerModel:
+        model: LiveWorkerModel | None = getattr(self, "live_worker_model", None)
+        if model is None:
+            model = self.live_worker_model = LiveWorkerModel()
+        return model
+
+    @rule(
+        worker=st.sampled_from(WORKER_IDS),
+        ttl=st.sampled_from(WORKER_TTLS),
+        running=st.lists(task_ids, max_size=2, unique=True),
+    )
+    def register_worker(self, worker: str, ttl: int, running: list[str]) -> None:
+        """Register (or refresh) a worker's entry: seen now, live for `ttl` seconds."""
+        self.begin(f"register_worker({worker!r}, ttl={ttl} s, running={running!r})")
+        info = worker_info(worker, *running)
+        got = self.backend.register_worker(info, timedelta(seconds=ttl))
+        assert got.last_seen is not None  # a WorkerInfo the backend stored always has it
+        seen = to_ms(got.last_seen)
+        if self.exact and seen != self.model.now_ms:
+            self.fail("register_worker() must stamp last_seen with now()", self.model.now_ms, seen)
+        self._live_model().register(info, ttl * 1000, seen)
+        self._check_live_workers()
+
+    @rule(worker=st.sampled_from(WORKER_IDS))
+    def unregister_worker(self, worker: str) -> None:
+        """Remove a worker's entry; whether a live one was there."""
+        self.begin(f"unregister_worker({worker!r})")
+        got = self.backend.unregister_worker(worker)
+        expected = self._live_model().unregister(worker, self.model.now_ms)
+        if self.exact and got != expected:
+            self.fail("unregister_worker() answers whether a live entry was there", expected, got)
+        self._check_live_workers()
+
+    @rule()
+    def list_workers(self) -> None:
+        """List the live workers, after whatever time passed since the last change."""
+        self.begin("workers()")
+        self._check_live_workers()
+
+    def _check_live_workers(self) -> None:
+        """`workers()` lists what the model says is live now (only on a clock the kit sets:
+        `advance` on a server clock moves expiries, not the clock the entries are stamped by)."""
+        if not self.exact:
+            return
+        listed = [attrs.evolve(w, last_seen=None) for w in self.backend.workers()]
+        expected = self._live_model().listed(self.model.now_ms)
+        if listed != expected:
+            self.fail("workers() must list the live entries, by id, and no lapsed one",
+                      [w.id for w in expected], [w.id for w in listed])  # fmt: skip
 
     @precondition(lambda self: self.has(RUNNING))
     @rule(target=leases, task_id=task_ids)

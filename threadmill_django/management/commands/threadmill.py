@@ -2,7 +2,7 @@
 
 ``worker`` runs threadmill's supervisor with Django in every process (see
 `threadmill_django.worker`), and keeps the ``@periodic`` schedules of its
-task modules. ``stats``, ``ls``, ``show``, ``requeue``, ``cancel``,
+task modules. ``stats``, ``workers``, ``ls``, ``show``, ``requeue``, ``cancel``,
 ``purge``, ``inspect`` and ``schedules`` (which imports the task modules
 first) are the ``threadmill`` command's own,
 run on the alias's broker: the same output, ``--json`` and exit codes, by
@@ -35,15 +35,15 @@ from threadmill_django.worker import (
 )
 
 INSPECTING = (
-    "stats", "ls", "show", "requeue", "cancel", "purge", "inspect", "schedules",
+    "stats", "workers", "ls", "show", "requeue", "cancel", "purge", "inspect", "schedules",
 )  # fmt: skip
 
 
 class Command(BaseCommand):
     help = (
-        "threadmill's commands on a Django task backend alias: worker runs tasks; stats, ls, "
-        "show, requeue, cancel, purge, inspect and schedules look at the queues and "
-        "schedules and steer them, as the threadmill command does. "
+        "threadmill's commands on a Django task backend alias: worker runs tasks; stats, "
+        "workers, ls, show, requeue, cancel, purge, inspect and schedules look at the queues, "
+        "workers and schedules and steer them, as the threadmill command does. "
         "`manage.py threadmill COMMAND --help` explains each."
     )
     # The worker runs the checks itself; the inspecting commands only read and steer.
