@@ -29,7 +29,7 @@ its documented exception and change nothing.
 
 This module is the catalogue; the scenarios live in
 `threadmill_core.testing._scenarios` by kind (``fencing``, ``starts``,
-``dead_workers``, ``ordering``, ``clock``, ``corrupt``, ``schedules``,
+``dead_workers``, ``live_workers``, ``ordering``, ``clock``, ``corrupt``, ``schedules``,
 ``payloads``, ``bad_input``), with the helpers they share in ``kit``
 (re-exported here: `expect`, `new_task`, `claim_one`, `start_one`, ...), and
 a backend's own scenarios can join `SCENARIOS` with the `scenario` decorator.
