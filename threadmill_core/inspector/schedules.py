@@ -38,8 +38,10 @@ class ScheduleRow:
     expression: str | None = None
     tz: str | None = None
     next_tick: datetime | None = None
-    #: The latest tick (of the last `LOOK_BACK`) whose task is stored, and its status now.
+    #: The latest tick (of the last `LOOK_BACK`) whose task is stored, its task's id and
+    #: status now.
     last_tick: datetime | None = None
+    last_id: str | None = None
     last_status: TaskResultStatus | None = None
     paused: bool = False
 
@@ -67,14 +69,14 @@ def schedule_rows(broker: Broker, declared: Mapping[str, Schedule]) -> list[Sche
         if schedule is None:
             found.append(ScheduleRow(name=name, paused=paused))
             continue
-        last_tick = last_status = None
+        last_tick = last_id = last_status = None
         tick: datetime | None = schedule.previous_tick(now + timedelta(milliseconds=1))
         for _ in range(LOOK_BACK):
             if tick is None:
                 break
             record = backend.get(tick_id(name, tick))
             if record is not None:
-                last_tick, last_status = tick, record.status
+                last_tick, last_id, last_status = tick, record.id, record.status
                 break
             tick = schedule.previous_tick(tick)
         found.append(
@@ -85,6 +87,7 @@ def schedule_rows(broker: Broker, declared: Mapping[str, Schedule]) -> list[Sche
                 tz=schedule.tz,
                 next_tick=schedule.next_tick(now),
                 last_tick=last_tick,
+                last_id=last_id,
                 last_status=last_status,
                 paused=paused,
             )

@@ -89,6 +89,7 @@ def schedules_view(admin: TaskQueueAdmin, request: HttpRequest, alias: str) -> H
                 verb: admin.url(f"{verb}_schedule", backend.alias, row.name)
                 for verb in ("pause", "resume", "run")
             },
+            "last_url": admin.url("task", backend.alias, row.last_id) if row.last_id else "",
         }
         for row in schedule_rows(backend.broker, declared)
     ]
