@@ -23,7 +23,6 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
-from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from threadmill_core.exit_codes import EXIT_CODES_HELP, ExitCode
@@ -42,9 +41,6 @@ USAGE = """\
 
 Listing and running import the modules (from the current directory, as
 'threadmill worker' does); pausing is stored in the backend, for every worker."""
-
-#: How many ticks back the listing looks for the last one stored.
-LOOK_BACK = 10
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -86,10 +82,11 @@ def run(args: argparse.Namespace, opened: Callable[[], AbstractContextManager[Br
             print(f"threadmill schedules {action}: {exc}", file=sys.stderr)
             return ExitCode.ERROR
     declared = _declared(words)
+    from threadmill_core.inspector.schedules import run_now, set_paused
+
     with opened() as broker:
-        backend = broker.backend
         if action in ("pause", "resume"):
-            state = backend.set_schedule_paused(name, action == "pause")
+            state = set_paused(broker, name, action == "pause")
             known = "" if name in declared or not words else " (not declared by the modules named)"
             _say(args, {"name": name, "paused": state.paused, "since": state.since.isoformat()},
                  f"{name}: {'paused' if state.paused else 'resumed'} since "
@@ -105,7 +102,7 @@ def run(args: argparse.Namespace, opened: Callable[[], AbstractContextManager[Br
                     file=sys.stderr,
                 )
                 return ExitCode.NOTHING_DONE
-            record = _run_now(broker, schedule)
+            record = run_now(broker, schedule)
             _say(args, {"name": name, "id": record.id},
                  f"{name}: run {record.id} enqueued")  # fmt: skip
             return ExitCode.DONE
@@ -133,49 +130,22 @@ def _say(args: argparse.Namespace, data: object, text: str) -> None:
     print(dumps(data) if args.json else text, flush=True)
 
 
-def _run_now(broker: Broker, schedule: Schedule) -> Any:
-    from threadmill_core.backend import call_record
-    from threadmill_core.periodic import run_id
-
-    call = (run_id(schedule.name, broker.backend.now()), list(schedule.args),
-            dict(schedule.kwargs))  # fmt: skip
-    [stored] = broker.backend.enqueue([call_record(schedule.template, call)])
-    return stored
-
-
 def rows(broker: Broker, declared: dict[str, Schedule]) -> Iterator[dict[str, Any]]:
-    """One listing row per schedule: `declared`, and every name with a stored pause state."""
-    from threadmill_core.periodic import tick_id
+    """One listing row per schedule (`threadmill_core.inspector.schedules.schedule_rows`), as
+    ``--json`` prints it."""
+    from threadmill_core.inspector.schedules import schedule_rows
 
-    backend = broker.backend
-    now = backend.now()
-    pauses = backend.schedule_pauses()
-    for name in sorted(set(declared) | set(pauses)):
-        schedule = declared.get(name)
-        pause = pauses.get(name)
-        row: dict[str, Any] = {
-            "name": name,
-            "task": None,
-            "expression": None,
-            "tz": None,
-            "next_tick": None,
-            "last_tick": None,
-            "last_status": None,
-            "paused": bool(pause and pause.paused),
+    for row in schedule_rows(broker, declared):
+        yield {
+            "name": row.name,
+            "task": row.task,
+            "expression": row.expression,
+            "tz": row.tz,
+            "next_tick": None if row.next_tick is None else row.next_tick.isoformat(),
+            "last_tick": None if row.last_tick is None else row.last_tick.isoformat(),
+            "last_status": None if row.last_status is None else row.last_status.value,
+            "paused": row.paused,
         }
-        if schedule is not None:
-            row.update(task=schedule.task_path, expression=schedule.expression,
-                       tz=schedule.tz, next_tick=schedule.next_tick(now).isoformat())  # fmt: skip
-            tick: datetime | None = schedule.previous_tick(now + timedelta(milliseconds=1))
-            for _ in range(LOOK_BACK):
-                if tick is None:
-                    break
-                record = backend.get(tick_id(name, tick))
-                if record is not None:
-                    row.update(last_tick=tick.isoformat(), last_status=record.status.value)
-                    break
-                tick = schedule.previous_tick(tick)
-        yield row
 
 
 def _table(rows: list[dict[str, Any]]) -> str:

@@ -10,7 +10,6 @@ again.
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime
 from typing import TYPE_CHECKING, ClassVar
 
 from rich.text import Text
@@ -19,6 +18,7 @@ from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
+from threadmill_core.inspector.schedules import live_workers
 from threadmill_core.workers_cli import HEADERS, row
 
 if TYPE_CHECKING:
@@ -59,13 +59,9 @@ class WorkersScreen(Screen[None]):
 
     async def _reload(self) -> None:
         note = self.query_one("#workers-note", Static)
-        backend = self.broker.backend
-
-        def read() -> tuple[list[WorkerInfo], datetime]:
-            return backend.workers(), backend.now()
-
         try:
-            self.found, now = await asyncio.to_thread(read)
+            read = await asyncio.to_thread(live_workers, self.broker)
+            self.found, now = list(read.workers), read.now
         except Exception as exc:  # a live view outlives an outage; shown, tried again
             note.update(Text(f"backend error: {exc}", style="red"))
             return

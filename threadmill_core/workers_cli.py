@@ -53,11 +53,11 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def run(args: argparse.Namespace, opened: Callable[[], AbstractContextManager[Broker]]) -> int:
     """List the live workers (see the module doc); the exit code. `opened` gives the broker."""
-    from threadmill_core.inspector import dumps
+    from threadmill_core.inspector import dumps, live_workers
 
     with opened() as broker:
-        found = broker.backend.workers()
-        now = broker.backend.now()
+        read = live_workers(broker)
+    found, now = list(read.workers), read.now
     if args.json:
         print(dumps([as_json(info) for info in found]), flush=True)
     else:

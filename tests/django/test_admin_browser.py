@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import shutil
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,9 @@ from tests.django import admin_bench as ab
 from tests.django.bench import Bench
 from tests.django.djapp import tasks
 from threadmill_core import TaskResultStatus
+from threadmill_core.live_workers import RunningTask, WorkerInfo
+from threadmill_core.periodic import registered_schedules, unregister_schedule
+from threadmill_django import periodic
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 PASSWORD = "a password for the browser"
@@ -145,6 +149,39 @@ def test_staff_sees_the_traceback_requeues_and_sees_the_task_succeed(
     question = browser.find_element(By.ID, "purge-count").text
     assert "Purge the 1 READY task of queue “high”" in question
     shoot(browser, "purge")
+
+
+def test_staff_pauses_a_schedule_and_sees_a_live_worker(
+    bench: Bench, live_server: str, browser: Any
+) -> None:
+    """From the overview's links: Pause on the schedules page stores the pause and says so;
+    the workers page lists a registered worker; screenshots of both pages."""
+    from selenium.webdriver.common.by import By
+
+    periodic(cron="0 3 * * *", tz="Europe/Berlin", args=[1, 2], name="nightly-add")(tasks.add)
+    periodic(every=timedelta(minutes=5), args=[3, 4], name="every-five")(tasks.add)
+    running = tasks.add.enqueue(5, 6).id
+    backend = bench.broker.backend
+    worker = WorkerInfo(id="web-1:4242:7f3a", host="web-1", pid=4242, queues=("default", "high"),
+                        threads=4, version="1.0.0", started_at=backend.now(),
+                        running=(RunningTask(running, ab.core_task(tasks.add).path),))  # fmt: skip
+    backend.register_worker(worker, timedelta(minutes=1))
+    try:
+        log_in(browser, live_server, "scheduler", ab.CHANGE)
+        browser.get(live_server + ab.url("changelist"))
+        browser.find_element(By.LINK_TEXT, "Schedules").click()
+        browser.find_element(By.CSS_SELECTOR, "#schedule-nightly-add input[value=Pause]").click()
+        message = browser.find_element(By.CSS_SELECTOR, "ul.messagelist li.success").text
+        assert message.startswith("Schedule 'nightly-add' paused")
+        assert backend.schedule_pauses()["nightly-add"].paused
+        shoot(browser, "schedules")
+        browser.get(live_server + ab.url("changelist"))
+        browser.find_element(By.LINK_TEXT, "Live workers").click()
+        assert "web-1" in browser.find_element(By.ID, "worker-web-142427f3a").text
+        shoot(browser, "workers")
+    finally:
+        for name in registered_schedules():
+            unregister_schedule(name)
 
 
 def test_a_viewer_sees_no_button_and_is_refused_the_post(

@@ -6,7 +6,9 @@ per queue) and `list_tasks` (one page of a segment). Acting
 `cancel`, fenced by the backend one task at a time, each `Report` saying
 what was done and why anything was refused. Finding a task by the start
 or end of its id (`threadmill_core.inspector.lookup`): `find_task`, and
-what it costs. Reporting: tables and records
+what it costs. Schedules and live workers
+(`threadmill_core.inspector.schedules`): `schedule_rows`, `set_paused`,
+`run_now`, `live_workers`. Reporting: tables and records
 as text (`threadmill_core.inspector.text`) or as JSON
 (`threadmill_core.inspector.as_json`).
 
@@ -49,6 +51,14 @@ from threadmill_core.inspector.queries import (
     list_tasks,
     overview,
 )
+from threadmill_core.inspector.schedules import (
+    LiveWorkers,
+    ScheduleRow,
+    live_workers,
+    run_now,
+    schedule_rows,
+    set_paused,
+)
 from threadmill_core.inspector.text import (
     LIST_HEADERS,
     STATS_HEADERS,
@@ -84,10 +94,12 @@ __all__ = [
     "ExitCode",
     "Found",
     "Listed",
+    "LiveWorkers",
     "Outcome",
     "Overview",
     "QueueStats",
     "Report",
+    "ScheduleRow",
     "Undecodable",
     "cancel",
     "dumps",
@@ -103,6 +115,7 @@ __all__ = [
     "list_row",
     "list_tasks",
     "listed_json",
+    "live_workers",
     "outcome_json",
     "overview",
     "overview_json",
@@ -112,6 +125,9 @@ __all__ = [
     "report_json",
     "requeue",
     "requeue_failed",
+    "run_now",
+    "schedule_rows",
+    "set_paused",
     "stats_json",
     "stats_row",
     "table",

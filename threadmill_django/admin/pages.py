@@ -6,15 +6,17 @@ Under ``<admin>/threadmill_django/taskqueue/``:
 - ``find/?id=...``: the task with that id, or whose id starts or ends so;
 - ``<alias>/queues/<queue>/<status>/?p=N&q=...``: a page of a segment, or of a search;
 - ``<alias>/queues/<queue>/<status>/purge/``: the confirmation (GET) and the purge (POST);
-- ``<alias>/tasks/<id>/``: one task; ``.../requeue/`` and ``.../cancel/`` act (POST).
+- ``<alias>/tasks/<id>/``: one task; ``.../requeue/`` and ``.../cancel/`` act (POST);
+- ``<alias>/schedules/`` and ``<alias>/workers/``: see `threadmill_django.admin.live`.
 
 Path parts are quoted as the admin quotes primary keys (``/`` reads ``_2F``).
 Viewing needs staff and ``threadmill_django.view_taskqueue`` (or the change
 permission); acting needs ``threadmill_django.change_taskqueue``, else 403.
 Every action is a POST under the admin's CSRF protection, is logged as a
-`LogEntry` of `TaskQueue` (object id ``alias:task:ID``, or ``alias:queue:NAME``
-for a purge), and says what it did, or what was refused and why, as a
-Django message. Reads go through `threadmill_core.inspector` only.
+`LogEntry` of `TaskQueue` (object id ``alias:task:ID``, ``alias:queue:NAME``
+for a purge, ``alias:schedule:NAME`` for a pause or resume), and says what
+it did, or what was refused and why, as a Django message. Reads go through
+`threadmill_core.inspector` only.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from threadmill_core.inspector import STATUSES, Report, cancel, find_task, reque
 from threadmill_core.models import TaskResult, TaskResultStatus
 from threadmill_django.admin import reading
 from threadmill_django.admin.display import error_text, listed_row, task_fields
+from threadmill_django.admin.live import live_urls
 from threadmill_django.backend import TaskBackend
 from threadmill_django.models import TaskQueue
 
@@ -83,6 +86,7 @@ class TaskQueueAdmin(_ModelAdmin):
             path(task, wrap(self.task_view), name=f"{name}_task"),
             path(f"{task}requeue/", wrap(require_POST(self.requeue_view)), name=f"{name}_requeue"),
             path(f"{task}cancel/", wrap(require_POST(self.cancel_view)), name=f"{name}_cancel"),
+            *live_urls(self, wrap, name),
             # What the admin's "Recent actions" links to: the task (or queue) logged.
             path("<str:object_id>/change/", wrap(self.logged_view), name=f"{name}_change"),
         ]
@@ -204,7 +208,14 @@ class TaskQueueAdmin(_ModelAdmin):
                 }
                 for stats in read.queues
             ]
-            aliases.append({"read": read, "rows": rows})
+            aliases.append(
+                {
+                    "read": read,
+                    "rows": rows,
+                    "schedules_url": self.url("schedules", alias),
+                    "workers_url": self.url("workers", alias),
+                }
+            )
         return TemplateResponse(
             request,
             TEMPLATES + "overview.html",
@@ -426,8 +437,9 @@ class TaskQueueAdmin(_ModelAdmin):
         )
 
     def logged_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        """Where a `LogEntry` links: ``alias:task:ID`` to the task, ``alias:queue:NAME`` to
-        the overview (a queue's page needs a status)."""
+        """Where a `LogEntry` links: ``alias:task:ID`` to the task, ``alias:schedule:NAME``
+        to the alias's schedules, ``alias:queue:NAME`` to the overview (a queue's page needs
+        a status)."""
         self.must_view(request)
         alias, _, rest = unquote(object_id).partition(":")
         backend = reading.backend_of(alias)
@@ -436,4 +448,6 @@ class TaskQueueAdmin(_ModelAdmin):
         kind, _, name = rest.partition(":")
         if kind == "task" and name:
             return HttpResponseRedirect(self.url("task", alias, name))
+        if kind == "schedule" and name:
+            return HttpResponseRedirect(self.url("schedules", alias))
         return HttpResponseRedirect(self.url("changelist"))
