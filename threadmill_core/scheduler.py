@@ -37,10 +37,12 @@ could not. The worker's heartbeat thread asks `next_upkeep` instead: a
 start recorded, in one call, or how long until one has. A task whose
 outcome comes first is never marked (a decision implies the start), so a
 drain of short tasks makes no mark at all, and long tasks cost one call
-per delay, not one per task. A heartbeat thread with nothing running waits
-for its next beat; the first start after that wakes it (`Run.wake_marker`).
-It also gives a stopping worker's prefetch back (`Release`), since with one
-thread that thread may be busy running a task.
+per delay, not one per task. The same thread sends outcomes left waiting
+past `Settings.ack_delay` (`Acknowledge`) and gives a stopping worker's
+prefetch back (`Release`): with every task thread running a task (the only
+one, with one thread), no task thread would before its task ends.
+`Calls.upkeep_at` says when it looks next; a `Run` that leaves a mark or an
+outcome due sooner wakes it (`Run.wake_upkeep`), once per batch, not per task.
 
 Forced stops. `forced_stop` takes what can still be saved in two calls
 (the prefetch, to give back, and the outcomes waiting) and ends the run;
@@ -152,9 +154,9 @@ class Calls(NamedTuple):
     #: in a row failed.
     retry_at: float = 0.0
     failures: int = 0
-    #: The heartbeat thread found nothing to mark and waits for its next
-    #: beat: the next start must wake it (see `Run.wake_marker`).
-    marker_idle: bool = False
+    #: The latest time the heartbeat thread looks again (`next_upkeep`); inf
+    #: when nothing is due (a mark, outcomes) and it waits for its next beat.
+    upkeep_at: float = 0.0
     #: A thread decided the run is over; no more calls, every thread exits.
     exiting: bool = False
 
@@ -208,13 +210,13 @@ class Release:
 
 class Run(NamedTuple):
     """Run `task`, then `finished` with its outcome; first wake the heartbeat thread, if
-    `wake_marker` (it waits with nothing to mark, and this task may need a mark).
+    `wake_upkeep` (it would look too late to mark this task or send the outcomes left).
 
     A named tuple, the one step made for every task; equal only to a `Run`.
     """
 
     task: HeldTask
-    wake_marker: bool = False
+    wake_upkeep: bool = False
 
     def __eq__(self, other: object) -> bool:
         return type(other) is Run and tuple.__eq__(self, other)
@@ -327,8 +329,12 @@ def next_step(
     if ready and clear:
         task = ready[0]
         running = (*running, _tuple(Running, (now, task, False)))
-        if c.marker_idle:
-            c = c._replace(marker_idle=False)
+        # The heartbeat thread marks this task, and sends the outcomes left behind, when due.
+        due = now + settings.mark_delay
+        if unsent and not c.acknowledging:
+            due = min(due, since + settings.ack_delay)
+        if c.upkeep_at > max(due, c.retry_at):
+            c = c._replace(upkeep_at=now)  # woken, it looks at once
             after = _tuple(Schedule, (ready[1:], running, unsent, since, c))
             return _tuple(Run, (task, True)), after
         return _tuple(Run, (task, False)), _tuple(Schedule, (ready[1:], running, unsent, since, c))
@@ -479,37 +485,50 @@ def backend_reached(schedule: Schedule) -> Schedule:
 
 def next_upkeep(
     schedule: Schedule, settings: Settings, *, now: float, stopping: bool
-) -> tuple[Mark | Release | Wait | None, Schedule]:
+) -> tuple[Mark | Release | Acknowledge | Wait | None, Schedule]:
     """The heartbeat thread's next step besides renewals, and the schedule it leaves.
 
     First, a stopping worker's prefetch goes back (`Release`, as a task
     thread would give it back, but with one thread busy running a task no
-    task thread is free to). Then a `Mark` of every running task that has
-    run `Settings.mark_delay` or longer with its start not recorded (they
-    count as marked from now on, see `marked`). Else a `Wait` until the
-    first of them will have, or until the backoff of an outage ends; else,
-    with no such task running, None: the thread waits for its next beat, and
-    the next start wakes it (`Run.wake_marker`), as does `Worker.stop`.
+    task thread is free to). Then the outcomes that have waited
+    `Settings.ack_delay` (`Acknowledge`; a task thread that gets there first
+    sends them instead). Then a `Mark` of every running task that has run
+    `Settings.mark_delay` or longer with its start not recorded (they count
+    as marked from now on, see `marked`). Else a `Wait` until the first of
+    these falls due, or until the backoff of an outage ends; else None: the
+    thread waits for its next beat, or until a `Run` wakes it
+    (`Run.wake_upkeep`), as does `Worker.stop`. `Calls.upkeep_at` records
+    when it looks next (now, after a call: it looks again once that is done).
     """
     ready, running, unsent, since, c = schedule
     if c.exiting:
         return None, schedule
     if now < c.retry_at:
-        return Wait(c.retry_at - now), schedule
-    if stopping and (ready or c.give_back) and not c.releasing:
-        tasks = c.give_back + ready
-        calls = c._replace(give_back=(), releasing=True)
-        return Release(tasks), _tuple(Schedule, ((), running, unsent, since, calls))
-    waiting = [entry for entry in running if not entry.marked]
-    if not waiting:
-        if c.marker_idle:
-            return None, schedule
-        return None, _tuple(Schedule, (ready, running, unsent, since, c._replace(marker_idle=True)))
-    due = now - settings.mark_delay
-    tasks = tuple(entry.task for entry in waiting if entry.since <= due)
-    if not tasks:
-        return Wait(min(entry.since for entry in waiting) - due), schedule
-    return Mark(tasks), schedule._replace(running=_flag(running, tasks, marked=True))
+        at, step = c.retry_at, Wait(c.retry_at - now)
+    elif stopping and (ready or c.give_back) and not c.releasing:
+        calls = c._replace(give_back=(), releasing=True, upkeep_at=now)
+        return Release(c.give_back + ready), _tuple(Schedule, ((), running, unsent, since, calls))
+    elif unsent and not c.acknowledging and now - since >= settings.ack_delay:
+        calls = c._replace(acknowledging=True, upkeep_at=now)
+        return Acknowledge(unsent), _tuple(Schedule, (ready, running, (), since, calls))
+    else:
+        due = now - settings.mark_delay
+        waiting = [entry for entry in running if not entry.marked]
+        tasks = tuple(entry.task for entry in waiting if entry.since <= due)
+        if tasks:
+            flagged, calls = _flag(running, tasks), c._replace(upkeep_at=now)
+            return Mark(tasks), _tuple(Schedule, (ready, flagged, unsent, since, calls))
+        waits = [min(entry.since for entry in waiting) - due] if waiting else []
+        if unsent and not c.acknowledging:
+            waits.append(settings.ack_delay - (now - since))  # > 0: not due above
+        if not waits:
+            at, step = float("inf"), None
+        else:
+            seconds = min(waits)
+            at, step = now + seconds, Wait(seconds)
+    if at == c.upkeep_at:
+        return step, schedule
+    return step, schedule._replace(calls=c._replace(upkeep_at=at))
 
 
 def marked(
@@ -525,7 +544,7 @@ def marked(
 
 
 def _flag(
-    running: tuple[Running, ...], tasks: tuple[HeldTask, ...], *, marked: bool
+    running: tuple[Running, ...], tasks: tuple[HeldTask, ...], *, marked: bool = True
 ) -> tuple[Running, ...]:
     chosen = {id(task) for task in tasks}
     return tuple(

@@ -19,7 +19,10 @@ task that has run `scheduler.MARK_DELAY` without an outcome), so that a
 task claimed but never started (prefetched) is never charged when its
 worker dies: the reaper gives it back uncharged. A task decided within the
 delay is never marked (its decision implies its start), so a drain of
-short tasks makes no extra call.
+short tasks makes no extra call. It also sends the outcomes that have
+waited `scheduler.ACK_DELAY` while every task thread runs a task: with one
+thread in a long task, the outcome of the one before it lands within that
+delay, not when the long one ends.
 
 Stopping: `stop()` (a first signal) gives back the prefetch at once and
 lets the running tasks finish and be acknowledged. `stop_now()` (a second
@@ -119,7 +122,7 @@ class _Run:
     #: Task threads that have exited; `finished` is set once all have.
     exited: int = 0
     finished: threading.Event = attrs.Factory(threading.Event)
-    #: Wakes the heartbeat thread for its upkeep (a start to mark, a stop).
+    #: Wakes the heartbeat thread for its upkeep (a start to mark, outcomes, a stop).
     wake_upkeep: threading.Event = attrs.Factory(threading.Event)
     #: Ends the heartbeat thread (set `wake_upkeep` too).
     done_beating: threading.Event = attrs.Factory(threading.Event)
@@ -448,8 +451,8 @@ class Worker:
             while True:
                 step = self._next_step(run)
                 match step:
-                    case scheduler.Run(task=held, wake_marker=wake):
-                        if wake:  # the heartbeat thread waits with nothing to mark
+                    case scheduler.Run(task=held, wake_upkeep=wake):
+                        if wake:  # the heartbeat thread would look too late
                             run.wake_upkeep.set()
                         self._run_task(run, held)
                     case scheduler.Acknowledge(outcomes=outcomes):
@@ -573,6 +576,9 @@ class Worker:
                 return 0.0
             case scheduler.Release(tasks=tasks):
                 self._release(run, tasks)
+                return 0.0
+            case scheduler.Acknowledge(outcomes=outcomes):
+                self._acknowledge(run, outcomes)
                 return 0.0
             case scheduler.Wait(seconds=seconds):
                 return seconds

@@ -3,10 +3,11 @@
 One rule each: which running tasks a `Mark` records and when, that a task
 decided first is never marked, that a mark that did not get through is made
 again for the tasks still running, that the first start after an idle look
-wakes the heartbeat thread, that a stopping worker's prefetch goes back even
-while its only thread runs a task, and what a forced stop saves and
-abandons. The simulation in test_scheduler.py checks them in every
-interleaving.
+wakes the heartbeat thread, that outcomes left behind by a start are sent
+by it once due (and a drain wakes it once per batch, not per task), that a
+stopping worker's prefetch goes back even while its only thread runs a
+task, and what a forced stop saves and abandons. The simulation in
+test_scheduler.py checks them in every interleaving.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ from tests.worker.test_scheduler import POLL, held_task, outcomes, settings, tas
 from threadmill_core import scheduler
 from threadmill_core.held import Outcome
 from threadmill_core.scheduler import (
+    ACK_DELAY,
     EXIT,
     MARK_DELAY,
+    Acknowledge,
     Calls,
     Mark,
     Release,
@@ -31,7 +34,7 @@ from threadmill_core.scheduler import (
 
 def upkeep(
     schedule: Schedule, *, now: float = 100.0, stopping: bool = False
-) -> tuple[Mark | Release | Wait | None, Schedule]:
+) -> tuple[Mark | Release | Acknowledge | Wait | None, Schedule]:
     return scheduler.next_upkeep(schedule, settings(), now=now, stopping=stopping)
 
 
@@ -61,7 +64,8 @@ def test_a_task_that_has_run_the_mark_delay_is_marked_once() -> None:
     schedule = Schedule(running=(Running(100.0, task),))
     step, same = upkeep(schedule, now=100.0 + MARK_DELAY / 4)
     assert step == Wait(pytest.approx(MARK_DELAY * 3 / 4))
-    assert same == schedule
+    assert same.running == schedule.running
+    assert same.calls.upkeep_at == pytest.approx(100.0 + MARK_DELAY)  # when it looks next
     step, after = upkeep(schedule, now=100.0 + MARK_DELAY)
     assert step == Mark((task,))
     assert after.running == (Running(100.0, task, marked=True),)
@@ -83,8 +87,10 @@ def test_a_task_decided_within_the_delay_is_never_marked() -> None:
     task = held_task()
     _, schedule = started(Schedule(ready=(task,)), now=100.0)
     schedule, _ = scheduler.finished(schedule, settings(), Outcome(task, None), now=100.05)
-    step, _ = upkeep(schedule, now=200.0)
-    assert step is None
+    step, after = upkeep(schedule, now=200.0)
+    assert step == Acknowledge(schedule.unsent)  # its outcome, left waiting, goes; no mark
+    sent, _ = scheduler.acknowledged(after, step.outcomes, reached=True, broken=False, now=200.0)
+    assert upkeep(sent, now=200.0)[0] is None
 
 
 def test_a_drain_of_short_tasks_makes_no_mark() -> None:
@@ -114,6 +120,7 @@ def test_a_mark_that_did_not_get_through_is_made_again_for_the_tasks_still_runni
     step, schedule = upkeep(schedule, now=101.0)
     assert step == Mark((running, ended))
     schedule, _ = scheduler.finished(schedule, settings(), Outcome(ended, None), now=101.1)
+    schedule = schedule._replace(unsent=())  # acknowledged meanwhile
     after = scheduler.marked(schedule, (running, ended), reached=False, broken=False)
     assert after.running == (Running(100.0, running, marked=False),)
     assert upkeep(after, now=101.2)[0] == Mark((running,))
@@ -133,13 +140,74 @@ def test_the_first_start_after_an_idle_look_wakes_the_heartbeat_thread() -> None
     once."""
     step, schedule = upkeep(Schedule(ready=tasks(2)))
     assert step is None
-    assert schedule.calls.marker_idle
+    assert schedule.calls.upkeep_at == float("inf")
     assert upkeep(schedule)[1] is schedule  # looking again changes nothing
     run, schedule = started(schedule, now=100.0)
-    assert run.wake_marker
-    assert not schedule.calls.marker_idle
+    assert run.wake_upkeep
+    assert schedule.calls.upkeep_at == 100.0  # woken, it looks at once
     again, _ = started(schedule, now=100.01)
-    assert not again.wake_marker
+    assert not again.wake_upkeep
+
+
+def test_outcomes_left_behind_by_a_start_go_from_the_heartbeat_thread_once_due() -> None:
+    """Regression: with its only thread in a long task, a worker sent the outcome of the task
+    before it only once the long one ended, so a kill in between ran that task again.
+
+    The start of the long task wakes the heartbeat thread (it waited for the
+    short task's mark, later than the outcome's delay), which sends the
+    outcome `ACK_DELAY` after it came back, in one call, the task running on.
+    """
+    given = settings(threads=1, prefetch=1)
+    short, long = tasks(2)
+    schedule = Schedule(ready=(short, long), calls=Calls(upkeep_at=float("inf")))  # idle
+    run, schedule = scheduler.next_step(schedule, given, now=100.0, stopping=False, held=2)
+    assert run == Run(short, wake_upkeep=True)
+    look, schedule = scheduler.next_upkeep(schedule, given, now=100.0, stopping=False)
+    assert look == Wait(pytest.approx(MARK_DELAY))  # for the short task's mark
+    schedule, _ = scheduler.finished(schedule, given, Outcome(short, None), now=100.002)
+    run, schedule = scheduler.next_step(schedule, given, now=100.002, stopping=False, held=2)
+    assert run == Run(long, wake_upkeep=True), "the outcome would wait for the long task"
+    look, schedule = scheduler.next_upkeep(schedule, given, now=100.002, stopping=False)
+    assert look == Wait(pytest.approx(ACK_DELAY))
+    look, schedule = scheduler.next_upkeep(schedule, given, now=100.002 + ACK_DELAY, stopping=False)
+    assert look == Acknowledge((Outcome(short, None),))
+    assert (schedule.unsent, schedule.calls.acknowledging) == ((), True)
+    assert schedule.running == (Running(100.002, long),)
+    # The long task still gets its mark, after the acknowledgement.
+    sent, _ = scheduler.acknowledged(schedule, look.outcomes, reached=True, broken=False, now=101)
+    look, _ = scheduler.next_upkeep(sent, given, now=100.002 + MARK_DELAY, stopping=False)
+    assert look == Mark((long,))
+
+
+def test_a_drain_of_short_tasks_wakes_the_heartbeat_thread_once_per_batch() -> None:
+    """One thread, prefetch 64, tasks of 50 us: the thread sends each claim's outcomes itself,
+    in one call as the prefetch runs out; the heartbeat thread is woken once per batch, not
+    per task, and sends nothing."""
+    given = settings(threads=1, prefetch=64)
+    schedule, now, wakes, sends = Schedule(calls=Calls(upkeep_at=float("inf"))), 100.0, 0, []
+    for _ in range(3):  # three claims' worth
+        schedule, _ = scheduler.claimed(
+            schedule._replace(calls=schedule.calls._replace(claiming=True)),
+            given, tasks(65), reached=True, now=now,
+        )  # fmt: skip
+        while schedule.ready or schedule.unsent:
+            held = len(schedule.ready) + len(schedule.unsent) + 1
+            step, schedule = scheduler.next_step(schedule, given, now=now, stopping=False,
+                                                 held=held)  # fmt: skip
+            if isinstance(step, Acknowledge):
+                sends.append(len(step.outcomes))
+                schedule, _ = scheduler.acknowledged(schedule, step.outcomes, reached=True,
+                                                     broken=False, now=now)  # fmt: skip
+                continue
+            assert isinstance(step, Run), step
+            if step.wake_upkeep:
+                wakes += 1
+                look, schedule = scheduler.next_upkeep(schedule, given, now=now, stopping=False)
+                assert isinstance(look, Wait), look
+            now += 0.00005
+            schedule, _ = scheduler.finished(schedule, given, Outcome(step.task, None), now=now)
+    assert sends == [65, 65, 65]
+    assert wakes <= 3 * 2, wakes
 
 
 def test_a_stopping_worker_gives_back_its_prefetch_from_the_heartbeat_thread() -> None:
