@@ -41,8 +41,10 @@ per delay, not one per task. The same thread sends outcomes left waiting
 past `Settings.ack_delay` (`Acknowledge`) and gives a stopping worker's
 prefetch back (`Release`): with every task thread running a task (the only
 one, with one thread), no task thread would before its task ends.
-`Calls.upkeep_at` says when it looks next; a `Run` that leaves a mark or an
-outcome due sooner wakes it (`Run.wake_upkeep`), once per batch, not per task.
+`Calls.upkeep_at` says when it looks next: within `Settings.ack_delay`
+while a task runs unmarked, so that the outcomes a start leaves behind need
+no wake in a drain; a `Run` that leaves a mark or an outcome due sooner
+wakes it (`Run.wake_upkeep`), at most once per look, never once per task.
 
 Forced stops. `forced_stop` takes what can still be saved in two calls
 (the prefetch, to give back, and the outcomes waiting) and ends the run;
@@ -495,7 +497,8 @@ def next_upkeep(
     sends them instead). Then a `Mark` of every running task that has run
     `Settings.mark_delay` or longer with its start not recorded (they count
     as marked from now on, see `marked`). Else a `Wait` until the first of
-    these falls due, or until the backoff of an outage ends; else None: the
+    these falls due (at most `Settings.ack_delay` while a task runs
+    unmarked), or until the backoff of an outage ends; else None: the
     thread waits for its next beat, or until a `Run` wakes it
     (`Run.wake_upkeep`), as does `Worker.stop`. `Calls.upkeep_at` records
     when it looks next (now, after a call: it looks again once that is done).
@@ -512,15 +515,18 @@ def next_upkeep(
         calls = c._replace(acknowledging=True, upkeep_at=now)
         return Acknowledge(unsent), _tuple(Schedule, (ready, running, (), since, calls))
     else:
-        due = now - settings.mark_delay
+        due, ack_delay = now - settings.mark_delay, settings.ack_delay
         waiting = [entry for entry in running if not entry.marked]
         tasks = tuple(entry.task for entry in waiting if entry.since <= due)
         if tasks:
             flagged, calls = _flag(running, tasks), c._replace(upkeep_at=now)
             return Mark(tasks), _tuple(Schedule, (ready, flagged, unsent, since, calls))
-        waits = [min(entry.since for entry in waiting) - due] if waiting else []
+        # While a task runs unmarked, a look every ack_delay at least: the outcomes its
+        # start may leave behind then need no wake (a drain: a look each 10 ms, not a wake
+        # per batch); a long task costs ten looks, then its mark, then none.
+        waits = [min(min(entry.since for entry in waiting) - due, ack_delay)] if waiting else []
         if unsent and not c.acknowledging:
-            waits.append(settings.ack_delay - (now - since))  # > 0: not due above
+            waits.append(ack_delay - (now - since))  # > 0: not due above
         if not waits:
             at, step = float("inf"), None
         else:

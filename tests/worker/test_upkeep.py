@@ -63,9 +63,9 @@ def test_a_task_that_has_run_the_mark_delay_is_marked_once() -> None:
     task = held_task()
     schedule = Schedule(running=(Running(100.0, task),))
     step, same = upkeep(schedule, now=100.0 + MARK_DELAY / 4)
-    assert step == Wait(pytest.approx(MARK_DELAY * 3 / 4))
+    assert step == Wait(pytest.approx(min(MARK_DELAY * 3 / 4, ACK_DELAY)))  # see the drain
     assert same.running == schedule.running
-    assert same.calls.upkeep_at == pytest.approx(100.0 + MARK_DELAY)  # when it looks next
+    assert same.calls.upkeep_at == pytest.approx(100.0 + MARK_DELAY / 4 + step.seconds)
     step, after = upkeep(schedule, now=100.0 + MARK_DELAY)
     assert step == Mark((task,))
     assert after.running == (Running(100.0, task, marked=True),)
@@ -79,7 +79,7 @@ def test_one_mark_takes_every_task_old_enough_and_waits_for_the_others() -> None
     step, after = upkeep(Schedule(running=running), now=100.05 + MARK_DELAY)
     assert step == Mark((older, old))
     step, _ = upkeep(after, now=100.05 + MARK_DELAY)
-    assert step == Wait(pytest.approx(0.14))
+    assert step == Wait(pytest.approx(min(0.14, ACK_DELAY)))
 
 
 def test_a_task_decided_within_the_delay_is_never_marked() -> None:
@@ -95,7 +95,8 @@ def test_a_task_decided_within_the_delay_is_never_marked() -> None:
 
 def test_a_drain_of_short_tasks_makes_no_mark() -> None:
     """One thread running a hundred tasks of 10 ms back to back: the heartbeat thread, looking
-    between every two of them, never has a task to mark."""
+    between every two of them, never has a task to mark; it looks again every ACK_DELAY while
+    a task runs, so that the outcomes a start leaves behind need no wake."""
     given = settings(threads=1, prefetch=100)
     schedule = Schedule(ready=tasks(100))
     now, held, marks = 100.0, 100, []
@@ -109,7 +110,7 @@ def test_a_drain_of_short_tasks_makes_no_mark() -> None:
         schedule = schedule._replace(unsent=())  # acknowledged meanwhile
         held -= 1
     assert not [look for look in marks if isinstance(look, Mark)]
-    assert all(look == Wait(pytest.approx(MARK_DELAY - 0.005)) for look in marks)
+    assert all(look == Wait(pytest.approx(ACK_DELAY)) for look in marks)
 
 
 def test_a_mark_that_did_not_get_through_is_made_again_for_the_tasks_still_running() -> None:
@@ -149,34 +150,65 @@ def test_the_first_start_after_an_idle_look_wakes_the_heartbeat_thread() -> None
     assert not again.wake_upkeep
 
 
+def looks_until_sent(
+    schedule: Schedule, now: float, given: scheduler.Settings
+) -> tuple[float, Acknowledge, Schedule]:
+    """The heartbeat thread's looks, each when the last said (`Calls.upkeep_at`), from `now`
+    until it sends outcomes: when it sends them, the step, and the schedule."""
+    for _ in range(20):
+        look, schedule = scheduler.next_upkeep(schedule, given, now=now, stopping=False)
+        if isinstance(look, Acknowledge):
+            return now, look, schedule
+        assert isinstance(look, Wait), look
+        now = schedule.calls.upkeep_at
+    pytest.fail("the heartbeat thread never sent the outcomes")
+
+
 def test_outcomes_left_behind_by_a_start_go_from_the_heartbeat_thread_once_due() -> None:
     """Regression: with its only thread in a long task, a worker sent the outcome of the task
     before it only once the long one ended, so a kill in between ran that task again.
 
-    The start of the long task wakes the heartbeat thread (it waited for the
-    short task's mark, later than the outcome's delay), which sends the
-    outcome `ACK_DELAY` after it came back, in one call, the task running on.
+    The task before it ran long enough to be marked, so the heartbeat thread
+    idles: the start of the long task wakes it, and it sends the outcome
+    `ACK_DELAY` after it came back, in one call, the long task running on.
     """
     given = settings(threads=1, prefetch=1)
     short, long = tasks(2)
-    schedule = Schedule(ready=(short, long), calls=Calls(upkeep_at=float("inf")))  # idle
-    run, schedule = scheduler.next_step(schedule, given, now=100.0, stopping=False, held=2)
-    assert run == Run(short, wake_upkeep=True)
-    look, schedule = scheduler.next_upkeep(schedule, given, now=100.0, stopping=False)
-    assert look == Wait(pytest.approx(MARK_DELAY))  # for the short task's mark
-    schedule, _ = scheduler.finished(schedule, given, Outcome(short, None), now=100.002)
-    run, schedule = scheduler.next_step(schedule, given, now=100.002, stopping=False, held=2)
+    schedule = Schedule(
+        ready=(long,),
+        running=(Running(100.0, short, marked=True),),
+        calls=Calls(upkeep_at=float("inf")),  # nothing to mark: it waits for its next beat
+    )
+    schedule, _ = scheduler.finished(schedule, given, Outcome(short, None), now=100.3)
+    run, schedule = scheduler.next_step(schedule, given, now=100.3, stopping=False, held=2)
     assert run == Run(long, wake_upkeep=True), "the outcome would wait for the long task"
-    look, schedule = scheduler.next_upkeep(schedule, given, now=100.002, stopping=False)
-    assert look == Wait(pytest.approx(ACK_DELAY))
-    look, schedule = scheduler.next_upkeep(schedule, given, now=100.002 + ACK_DELAY, stopping=False)
+    sent_at, look, schedule = looks_until_sent(schedule, 100.3, given)
+    assert sent_at == pytest.approx(100.3 + ACK_DELAY)
     assert look == Acknowledge((Outcome(short, None),))
     assert (schedule.unsent, schedule.calls.acknowledging) == ((), True)
-    assert schedule.running == (Running(100.002, long),)
+    assert schedule.running == (Running(100.3, long),)
     # The long task still gets its mark, after the acknowledgement.
     sent, _ = scheduler.acknowledged(schedule, look.outcomes, reached=True, broken=False, now=101)
-    look, _ = scheduler.next_upkeep(sent, given, now=100.002 + MARK_DELAY, stopping=False)
+    look, _ = scheduler.next_upkeep(sent, given, now=100.3 + MARK_DELAY, stopping=False)
     assert look == Mark((long,))
+
+
+def test_outcomes_left_behind_go_within_the_delay_without_a_wake_while_it_looks_anyway() -> None:
+    """A quick task before the long one: the heartbeat thread, looking every ACK_DELAY while a
+    task runs unmarked, needs no wake, and sends the outcome within the delay all the same."""
+    given = settings(threads=1, prefetch=1)
+    short, long = tasks(2)
+    schedule = Schedule(ready=(short, long), calls=Calls(upkeep_at=float("inf")))
+    run, schedule = scheduler.next_step(schedule, given, now=100.0, stopping=False, held=2)
+    assert run == Run(short, wake_upkeep=True)  # it idled: this task needs a mark
+    look, schedule = scheduler.next_upkeep(schedule, given, now=100.0, stopping=False)
+    assert look == Wait(pytest.approx(ACK_DELAY))
+    schedule, _ = scheduler.finished(schedule, given, Outcome(short, None), now=100.002)
+    run, schedule = scheduler.next_step(schedule, given, now=100.002, stopping=False, held=2)
+    assert run == Run(long, wake_upkeep=False)
+    sent_at, look, _ = looks_until_sent(schedule, schedule.calls.upkeep_at, given)
+    assert look == Acknowledge((Outcome(short, None),))
+    assert sent_at <= 100.002 + ACK_DELAY + 1e-9
 
 
 def test_a_drain_of_short_tasks_wakes_the_heartbeat_thread_once_per_batch() -> None:
@@ -260,5 +292,5 @@ def test_a_wait_for_a_mark_is_never_longer_than_needed_nor_zero() -> None:
     for age in (0.0, 0.01, MARK_DELAY - 0.001):
         step, _ = upkeep(Schedule(running=(Running(100.0, task),)), now=100.0 + age)
         assert isinstance(step, Wait)
-        assert 0.0 < step.seconds == pytest.approx(MARK_DELAY - age)
+        assert 0.0 < step.seconds == pytest.approx(min(MARK_DELAY - age, ACK_DELAY))
         assert step.seconds <= POLL
