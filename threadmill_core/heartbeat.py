@@ -14,7 +14,7 @@ The same thread does the rest of a worker's upkeep between beats
 (`Backend.mark_started`, in batches), sends the outcomes that have waited
 their delay while every task thread runs a task, and gives a stopping
 worker's prefetch back; the scheduler says when
-(`threadmill_core.scheduler.next_upkeep`).
+(`threadmill_core.upkeep.next_upkeep`).
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ def upkeep_until(
 
     `upkeep()` takes the next upkeep step if one is due (a batch of start
     marks, outcomes past their delay, or a stopping worker's prefetch given
-    back; see `threadmill_core.scheduler.next_upkeep`) and answers how many
+    back; see `threadmill_core.upkeep.next_upkeep`) and answers how many
     seconds until the next may be due, or None when none is: then the thread
     waits for its next beat, or until `wake` is set (a start that needs it
     sets it). While the backend is unavailable the beats come sooner, at the

@@ -46,7 +46,8 @@ the first time if an earlier send was applied but its reply lost; meanwhile
 the task stays among the held ones, so heartbeats keep its lease alive.
 
 The parts: `threadmill_core.scheduler` chooses each task thread's next
-step, `threadmill_core.execution` runs one task,
+step, `threadmill_core.upkeep` the heartbeat thread's (marks, outcomes left
+waiting, a stopping worker's prefetch), `threadmill_core.execution` runs one task,
 `threadmill_core.acknowledgement` sends outcomes, `threadmill_core.heartbeat`
 renews leases; this module starts the threads and applies their steps.
 """
@@ -66,7 +67,7 @@ from typing import Any, assert_never
 
 import attrs
 
-from threadmill_core import heartbeat, scheduler
+from threadmill_core import heartbeat, scheduler, upkeep
 from threadmill_core.acknowledgement import give_back_leases, send_outcomes
 from threadmill_core.backend import NOTHING_DEFERRED
 from threadmill_core.broker import Broker, worker_made
@@ -260,7 +261,7 @@ class Worker:
         self._stop.set()
         run = self._current
         with self._lock:
-            stop, run.schedule = scheduler.forced_stop(run.schedule)
+            stop, run.schedule = upkeep.forced_stop(run.schedule)
             self._cond.notify_all()
         run.done_beating.set()
         run.wake_upkeep.set()
@@ -564,14 +565,14 @@ class Worker:
             self._cond.notify_all()
 
     def _upkeep(self, run: _Run) -> float | None:
-        """The heartbeat thread's upkeep step, if one is due (see `scheduler.next_upkeep`);
+        """The heartbeat thread's upkeep step, if one is due (see `upkeep.next_upkeep`);
         seconds until the next may be, None if none will before it is woken."""
         with self._lock:
-            step, run.schedule = scheduler.next_upkeep(
+            step, run.schedule = upkeep.next_upkeep(
                 run.schedule, run.settings, now=time.monotonic(), stopping=self._stop.is_set()
             )
         match step:
-            case scheduler.Mark(tasks=tasks):
+            case upkeep.Mark(tasks=tasks):
                 self._mark(run, tasks)
                 return 0.0
             case scheduler.Release(tasks=tasks):
@@ -596,7 +597,7 @@ class Worker:
 
         reached = self._call_backend(run, send)
         with self._lock:
-            run.schedule = scheduler.marked(
+            run.schedule = upkeep.marked(
                 run.schedule, tasks, reached=reached, broken=run.error is not None
             )
 

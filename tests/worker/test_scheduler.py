@@ -30,7 +30,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from threadmill_core import scheduler
+from threadmill_core import scheduler, upkeep
 from threadmill_core.held import HeldTask, Outcome
 from threadmill_core.models import Lease, TaskResult, TaskResultStatus
 from threadmill_core.scheduler import (
@@ -460,7 +460,7 @@ class WorkerSimulation(RuleBasedStateMachine):
         self.released: list[int] = []
         self.dropped: list[int] = []
         #: The heartbeat thread's call in flight (a Mark, a Release, an Acknowledge), if any.
-        self.upkeep: scheduler.Mark | Release | Acknowledge | None = None
+        self.upkeep: upkeep.Mark | Release | Acknowledge | None = None
         #: The heartbeat thread looks at once (it starts, was woken, or a call of its ended).
         self.upkeep_soon = True
         #: When each running task started, and the tasks whose start a mark recorded.
@@ -516,7 +516,7 @@ class WorkerSimulation(RuleBasedStateMachine):
         elif event == "maintain":
             self.schedule = scheduler.look_again(self.schedule)
         else:
-            stop, self.schedule = scheduler.forced_stop(self.schedule)
+            stop, self.schedule = upkeep.forced_stop(self.schedule)
             assert {id(entry.task) for entry in stop.running} == self.running_tasks
             self.released.extend(id(t) for t in stop.give_back)
             self.backlog += len(stop.give_back)
@@ -562,13 +562,11 @@ class WorkerSimulation(RuleBasedStateMachine):
     @rule()
     def the_heartbeat_thread_looks(self) -> None:
         before = self.schedule
-        step, after = scheduler.next_upkeep(
-            before, self.given, now=self.now, stopping=self.stopping
-        )
+        step, after = upkeep.next_upkeep(before, self.given, now=self.now, stopping=self.stopping)
         self.check_upkeep(before, after, step)
         self.schedule = after
         self.upkeep_soon = False
-        if isinstance(step, (scheduler.Mark, Release, Acknowledge)):
+        if isinstance(step, (upkeep.Mark, Release, Acknowledge)):
             self.upkeep = step
 
     @precondition(lambda self: self.upkeep is not None)
@@ -581,12 +579,12 @@ class WorkerSimulation(RuleBasedStateMachine):
             s = scheduler.backend_reached(s)
         elif not self.broken:
             s = scheduler.backend_unavailable(s, retry_at=self.now + 0.1 * (s.calls.failures + 1))
-        if isinstance(step, scheduler.Mark):
+        if isinstance(step, upkeep.Mark):
             if got_through:  # the backend recorded the starts of the tasks still running
                 self.recorded.update(id(t) for t in step.tasks if id(t) in self.running_tasks)
             elif self.broken:  # given up: a broken worker does not mark them again
                 self.recorded.update(id(t) for t in step.tasks)
-            self.schedule = scheduler.marked(s, step.tasks, reached=got_through, broken=self.broken)
+            self.schedule = upkeep.marked(s, step.tasks, reached=got_through, broken=self.broken)
         elif isinstance(step, Release):
             if got_through:
                 self.released.extend(id(t) for t in step.tasks)
@@ -607,7 +605,7 @@ class WorkerSimulation(RuleBasedStateMachine):
         self,
         before: Schedule,
         after: Schedule,
-        step: scheduler.Mark | Release | Acknowledge | Wait | None,
+        step: upkeep.Mark | Release | Acknowledge | Wait | None,
     ) -> None:
         c, given = before.calls, self.given
         reachable = self.now >= c.retry_at
@@ -619,7 +617,7 @@ class WorkerSimulation(RuleBasedStateMachine):
             and i not in self.recorded
         }  # fmt: skip
         releasing = any(isinstance(t.doing, Release) for t in self.threads) or c.releasing
-        if isinstance(step, (scheduler.Mark, Release, Acknowledge)):
+        if isinstance(step, (upkeep.Mark, Release, Acknowledge)):
             assert reachable, f"{step!r} during a backoff"
             assert not c.exiting, "an upkeep call after the run ended"
         late = (
@@ -630,7 +628,7 @@ class WorkerSimulation(RuleBasedStateMachine):
         if isinstance(step, Acknowledge):
             assert late, "the heartbeat thread sent outcomes before their delay"
             assert step.outcomes == before.unsent
-        if isinstance(step, scheduler.Mark):
+        if isinstance(step, upkeep.Mark):
             marked = [id(t) for t in step.tasks]
             assert marked, step
             assert set(marked) <= self.running_tasks, "a mark of a task not running (decided?)"
@@ -645,7 +643,7 @@ class WorkerSimulation(RuleBasedStateMachine):
         if late and reachable and not c.exiting and not giving_back:
             assert isinstance(step, Acknowledge), f"late outcomes not sent: {step!r}"
         elif due and reachable and not c.exiting and not giving_back:
-            assert isinstance(step, scheduler.Mark), f"due marks not sent: {step!r}"
+            assert isinstance(step, upkeep.Mark), f"due marks not sent: {step!r}"
         if step is None:
             assert not due or c.exiting, "the heartbeat thread idles with marks due"
             waiting = [i for i in self.running_tasks if i not in marking and i not in self.recorded]
@@ -754,7 +752,7 @@ class WorkerSimulation(RuleBasedStateMachine):
         running = self.schedule.running
         assert {id(entry.task) for entry in running} == self.running_tasks
         marking = (
-            {id(t) for t in self.upkeep.tasks} if isinstance(self.upkeep, scheduler.Mark) else set()
+            {id(t) for t in self.upkeep.tasks} if isinstance(self.upkeep, upkeep.Mark) else set()
         )
         for entry in running:
             if id(entry.task) in self.recorded:

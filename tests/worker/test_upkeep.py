@@ -23,19 +23,19 @@ from threadmill_core.scheduler import (
     MARK_DELAY,
     Acknowledge,
     Calls,
-    Mark,
     Release,
     Run,
     Running,
     Schedule,
     Wait,
 )
+from threadmill_core.upkeep import ForcedStop, Mark, forced_stop, marked, next_upkeep
 
 
 def upkeep(
     schedule: Schedule, *, now: float = 100.0, stopping: bool = False
 ) -> tuple[Mark | Release | Acknowledge | Wait | None, Schedule]:
-    return scheduler.next_upkeep(schedule, settings(), now=now, stopping=stopping)
+    return next_upkeep(schedule, settings(), now=now, stopping=stopping)
 
 
 def started(schedule: Schedule, *, now: float, held: int = 6) -> tuple[Run, Schedule]:
@@ -103,7 +103,7 @@ def test_a_drain_of_short_tasks_makes_no_mark() -> None:
     while schedule.ready:
         step, schedule = scheduler.next_step(schedule, given, now=now, stopping=False, held=held)
         assert isinstance(step, Run), step
-        look, schedule = scheduler.next_upkeep(schedule, given, now=now + 0.005, stopping=False)
+        look, schedule = next_upkeep(schedule, given, now=now + 0.005, stopping=False)
         marks.append(look)
         now += 0.01
         schedule, _ = scheduler.finished(schedule, given, Outcome(step.task, None), now=now)
@@ -122,12 +122,12 @@ def test_a_mark_that_did_not_get_through_is_made_again_for_the_tasks_still_runni
     assert step == Mark((running, ended))
     schedule, _ = scheduler.finished(schedule, settings(), Outcome(ended, None), now=101.1)
     schedule = schedule._replace(unsent=())  # acknowledged meanwhile
-    after = scheduler.marked(schedule, (running, ended), reached=False, broken=False)
+    after = marked(schedule, (running, ended), reached=False, broken=False)
     assert after.running == (Running(100.0, running, marked=False),)
     assert upkeep(after, now=101.2)[0] == Mark((running,))
-    assert scheduler.marked(schedule, (running, ended), reached=True, broken=False) == schedule
+    assert marked(schedule, (running, ended), reached=True, broken=False) == schedule
     # A worker that broke down (our own error) does not try again.
-    assert scheduler.marked(schedule, (running, ended), reached=False, broken=True) == schedule
+    assert marked(schedule, (running, ended), reached=False, broken=True) == schedule
 
 
 def test_no_mark_during_a_backoff() -> None:
@@ -156,7 +156,7 @@ def looks_until_sent(
     """The heartbeat thread's looks, each when the last said (`Calls.upkeep_at`), from `now`
     until it sends outcomes: when it sends them, the step, and the schedule."""
     for _ in range(20):
-        look, schedule = scheduler.next_upkeep(schedule, given, now=now, stopping=False)
+        look, schedule = next_upkeep(schedule, given, now=now, stopping=False)
         if isinstance(look, Acknowledge):
             return now, look, schedule
         assert isinstance(look, Wait), look
@@ -189,7 +189,7 @@ def test_outcomes_left_behind_by_a_start_go_from_the_heartbeat_thread_once_due()
     assert schedule.running == (Running(100.3, long),)
     # The long task still gets its mark, after the acknowledgement.
     sent, _ = scheduler.acknowledged(schedule, look.outcomes, reached=True, broken=False, now=101)
-    look, _ = scheduler.next_upkeep(sent, given, now=100.3 + MARK_DELAY, stopping=False)
+    look, _ = next_upkeep(sent, given, now=100.3 + MARK_DELAY, stopping=False)
     assert look == Mark((long,))
 
 
@@ -201,7 +201,7 @@ def test_outcomes_left_behind_go_within_the_delay_without_a_wake_while_it_looks_
     schedule = Schedule(ready=(short, long), calls=Calls(upkeep_at=float("inf")))
     run, schedule = scheduler.next_step(schedule, given, now=100.0, stopping=False, held=2)
     assert run == Run(short, wake_upkeep=True)  # it idled: this task needs a mark
-    look, schedule = scheduler.next_upkeep(schedule, given, now=100.0, stopping=False)
+    look, schedule = next_upkeep(schedule, given, now=100.0, stopping=False)
     assert look == Wait(pytest.approx(ACK_DELAY))
     schedule, _ = scheduler.finished(schedule, given, Outcome(short, None), now=100.002)
     run, schedule = scheduler.next_step(schedule, given, now=100.002, stopping=False, held=2)
@@ -234,7 +234,7 @@ def test_a_drain_of_short_tasks_wakes_the_heartbeat_thread_once_per_batch() -> N
             assert isinstance(step, Run), step
             if step.wake_upkeep:
                 wakes += 1
-                look, schedule = scheduler.next_upkeep(schedule, given, now=now, stopping=False)
+                look, schedule = next_upkeep(schedule, given, now=now, stopping=False)
                 assert isinstance(look, Wait), look
             now += 0.00005
             schedule, _ = scheduler.finished(schedule, given, Outcome(step.task, None), now=now)
@@ -270,8 +270,8 @@ def test_a_forced_stop_saves_the_prefetch_and_the_outcomes_and_abandons_the_runn
         unsent_since=99.5,
         calls=Calls(give_back=waiting, acknowledging=True),
     )
-    stop, after = scheduler.forced_stop(schedule)
-    assert stop == scheduler.ForcedStop(give_back=waiting + ready, outcomes=unsent, running=running)
+    stop, after = forced_stop(schedule)
+    assert stop == ForcedStop(give_back=waiting + ready, outcomes=unsent, running=running)
     assert (after.ready, after.unsent, after.calls.give_back) == ((), (), ())
     assert after.calls.exiting
     given = settings()
