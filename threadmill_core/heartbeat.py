@@ -11,9 +11,11 @@ never starts.
 
 The same thread does the rest of a worker's upkeep between beats
 (`upkeep_until`): it records the starts of tasks that have run a moment
-(`Backend.mark_started`, in batches) and gives a stopping worker's prefetch
-back; the scheduler says when (`threadmill_core.scheduler.next_upkeep`). Each beat
-also refreshes the worker's live entry, one write (`threadmill_core.presence`).
+(`Backend.mark_started`, in batches), sends the outcomes that have waited
+their delay while every task thread runs a task, and gives a stopping
+worker's prefetch back; the scheduler says when
+(`threadmill_core.upkeep.next_upkeep`). Each beat also refreshes the
+worker's live entry, one write (`threadmill_core.presence`).
 """
 
 from __future__ import annotations
@@ -106,13 +108,13 @@ def upkeep_until(
     between, until `done` is set (set `wake` too, to end a wait at once).
 
     `upkeep()` takes the next upkeep step if one is due (a batch of start
-    marks, or a stopping worker's prefetch given back; see
-    `threadmill_core.scheduler.next_upkeep`) and answers how many seconds
-    until the next may be due, or None when none is: then the thread waits
-    for its next beat, or until `wake` is set (the next start sets it). While
-    the backend is unavailable the beats come sooner, at the outage's
-    backoff, since the leases run out meanwhile. Any other error is logged
-    and the thread goes on as usual.
+    marks, outcomes past their delay, or a stopping worker's prefetch given
+    back; see `threadmill_core.upkeep.next_upkeep`) and answers how many
+    seconds until the next may be due, or None when none is: then the thread
+    waits for its next beat, or until `wake` is set (a start that needs it
+    sets it). While the backend is unavailable the beats come sooner, at the
+    outage's backoff, since the leases run out meanwhile. Any other error is
+    logged and the thread goes on as usual.
     """
     failures = 0
     next_beat = time.monotonic() + interval()

@@ -29,22 +29,11 @@ The steps of a task thread, in the order they are considered:
 7. `Wait`: none of the above yet; wait on the worker's condition for at
    most `Wait.seconds` (another thread's step may change the answer sooner).
 
-Start marks. Only an attempt that ran is charged, so the backend is told
-which claimed tasks started (`Backend.mark_started`), but not by the task
-threads: a task thread running a long task (the only one, with one thread)
-could not. The worker's heartbeat thread asks `next_upkeep` instead: a
-`Mark` of every task that has run for `Settings.mark_delay` without its
-start recorded, in one call, or how long until one has. A task whose
-outcome comes first is never marked (a decision implies the start), so a
-drain of short tasks makes no mark at all, and long tasks cost one call
-per delay, not one per task. A heartbeat thread with nothing running waits
-for its next beat; the first start after that wakes it (`Run.wake_marker`).
-It also gives a stopping worker's prefetch back (`Release`), since with one
-thread that thread may be busy running a task.
-
-Forced stops. `forced_stop` takes what can still be saved in two calls
-(the prefetch, to give back, and the outcomes waiting) and ends the run;
-the running tasks are abandoned (`ForcedStop`).
+The heartbeat thread's upkeep (start marks, outcomes left waiting while
+every task thread runs a task, a stopping worker's prefetch) and forced
+stops are decided in `threadmill_core.upkeep`, from the same schedule. A
+`Run` wakes that thread if it would look too late for what the start
+leaves due (`Run.wake_upkeep`, `Calls.upkeep_at`).
 
 No two calls of one kind are in flight at once, and while the backend is
 unavailable (`backend_unavailable`), no call is made before `Calls.retry_at`.
@@ -152,9 +141,9 @@ class Calls(NamedTuple):
     #: in a row failed.
     retry_at: float = 0.0
     failures: int = 0
-    #: The heartbeat thread found nothing to mark and waits for its next
-    #: beat: the next start must wake it (see `Run.wake_marker`).
-    marker_idle: bool = False
+    #: The latest time the heartbeat thread looks again (`next_upkeep`); inf
+    #: when nothing is due (a mark, outcomes) and it waits for its next beat.
+    upkeep_at: float = 0.0
     #: A thread decided the run is over; no more calls, every thread exits.
     exiting: bool = False
 
@@ -208,13 +197,13 @@ class Release:
 
 class Run(NamedTuple):
     """Run `task`, then `finished` with its outcome; first wake the heartbeat thread, if
-    `wake_marker` (it waits with nothing to mark, and this task may need a mark).
+    `wake_upkeep` (it would look too late to mark this task or send the outcomes left).
 
     A named tuple, the one step made for every task; equal only to a `Run`.
     """
 
     task: HeldTask
-    wake_marker: bool = False
+    wake_upkeep: bool = False
 
     def __eq__(self, other: object) -> bool:
         return type(other) is Run and tuple.__eq__(self, other)
@@ -241,24 +230,6 @@ class Wait:
 @attrs.frozen
 class Exit:
     """The run is over for this thread."""
-
-
-@attrs.frozen
-class Mark:
-    """The heartbeat thread's step: record that `tasks` started, in one call, then `marked`."""
-
-    tasks: tuple[HeldTask, ...]
-
-
-class ForcedStop(NamedTuple):
-    """What a forced stop (`forced_stop`) still saves, and what it abandons."""
-
-    #: Prefetched tasks never started, to give back in one call.
-    give_back: tuple[HeldTask, ...]
-    #: Outcomes that have not been sent, to send in one call.
-    outcomes: tuple[Outcome, ...]
-    #: Tasks abandoned while running: their leases will expire.
-    running: tuple[Running, ...]
 
 
 #: What a task thread does; the thread code handles each kind.
@@ -327,8 +298,12 @@ def next_step(
     if ready and clear:
         task = ready[0]
         running = (*running, _tuple(Running, (now, task, False)))
-        if c.marker_idle:
-            c = c._replace(marker_idle=False)
+        # The heartbeat thread marks this task, and sends the outcomes left behind, when due.
+        due = now + settings.mark_delay
+        if unsent and not c.acknowledging:
+            due = min(due, since + settings.ack_delay)
+        if c.upkeep_at > max(due, c.retry_at):
+            c = c._replace(upkeep_at=now)  # woken, it looks at once
             after = _tuple(Schedule, (ready[1:], running, unsent, since, c))
             return _tuple(Run, (task, True)), after
         return _tuple(Run, (task, False)), _tuple(Schedule, (ready[1:], running, unsent, since, c))
@@ -472,80 +447,3 @@ def backend_reached(schedule: Schedule) -> Schedule:
     """A call got through: the backoff starts again from the first delay."""
     c = schedule.calls
     return schedule if c.failures == 0 else schedule._replace(calls=c._replace(failures=0))
-
-
-# --- the heartbeat thread's upkeep ----------------------------------------------------
-
-
-def next_upkeep(
-    schedule: Schedule, settings: Settings, *, now: float, stopping: bool
-) -> tuple[Mark | Release | Wait | None, Schedule]:
-    """The heartbeat thread's next step besides renewals, and the schedule it leaves.
-
-    First, a stopping worker's prefetch goes back (`Release`, as a task
-    thread would give it back, but with one thread busy running a task no
-    task thread is free to). Then a `Mark` of every running task that has
-    run `Settings.mark_delay` or longer with its start not recorded (they
-    count as marked from now on, see `marked`). Else a `Wait` until the
-    first of them will have, or until the backoff of an outage ends; else,
-    with no such task running, None: the thread waits for its next beat, and
-    the next start wakes it (`Run.wake_marker`), as does `Worker.stop`.
-    """
-    ready, running, unsent, since, c = schedule
-    if c.exiting:
-        return None, schedule
-    if now < c.retry_at:
-        return Wait(c.retry_at - now), schedule
-    if stopping and (ready or c.give_back) and not c.releasing:
-        tasks = c.give_back + ready
-        calls = c._replace(give_back=(), releasing=True)
-        return Release(tasks), _tuple(Schedule, ((), running, unsent, since, calls))
-    waiting = [entry for entry in running if not entry.marked]
-    if not waiting:
-        if c.marker_idle:
-            return None, schedule
-        return None, _tuple(Schedule, (ready, running, unsent, since, c._replace(marker_idle=True)))
-    due = now - settings.mark_delay
-    tasks = tuple(entry.task for entry in waiting if entry.since <= due)
-    if not tasks:
-        return Wait(min(entry.since for entry in waiting) - due), schedule
-    return Mark(tasks), schedule._replace(running=_flag(running, tasks, marked=True))
-
-
-def marked(
-    schedule: Schedule, tasks: tuple[HeldTask, ...], *, reached: bool, broken: bool
-) -> Schedule:
-    """A `Mark` of `tasks` ended. Not sent (the backend is unavailable), those still running
-    are marked again once it is back; the others ended meanwhile, and need none. A `broken`
-    worker (an error of its own) does not try again: unmarked, they go back uncharged if
-    their leases lapse."""
-    if reached or broken:
-        return schedule
-    return schedule._replace(running=_flag(schedule.running, tasks, marked=False))
-
-
-def _flag(
-    running: tuple[Running, ...], tasks: tuple[HeldTask, ...], *, marked: bool
-) -> tuple[Running, ...]:
-    chosen = {id(task) for task in tasks}
-    return tuple(
-        entry._replace(marked=marked) if id(entry.task) in chosen else entry for entry in running
-    )
-
-
-# --- a forced stop ---------------------------------------------------------------------
-
-
-def forced_stop(schedule: Schedule) -> tuple[ForcedStop, Schedule]:
-    """The worker must stop now (a second signal, a shutdown timeout): what it still saves
-    and abandons, and the schedule that ends the run.
-
-    The prefetch (never started) and the outcomes not sent leave the
-    schedule, for one call each; the running tasks are abandoned. Every
-    thread exits at its next step, and calls in flight that fail are not
-    tried again.
-    """
-    ready, running, unsent, since, c = schedule
-    stop = ForcedStop(give_back=c.give_back + ready, outcomes=unsent, running=running)
-    calls = c._replace(give_back=(), exiting=True)
-    return stop, Schedule(running=running, unsent_since=since, calls=calls)

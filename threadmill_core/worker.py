@@ -21,7 +21,10 @@ task that has run `scheduler.MARK_DELAY` without an outcome), so that a
 task claimed but never started (prefetched) is never charged when its
 worker dies: the reaper gives it back uncharged. A task decided within the
 delay is never marked (its decision implies its start), so a drain of
-short tasks makes no extra call.
+short tasks makes no extra call. It also sends the outcomes that have
+waited `scheduler.ACK_DELAY` while every task thread runs a task: with one
+thread in a long task, the outcome of the one before it lands within that
+delay, not when the long one ends.
 
 Stopping: `stop()` (a first signal) gives back the prefetch at once and
 lets the running tasks finish and be acknowledged. `stop_now()` (a second
@@ -45,7 +48,8 @@ the first time if an earlier send was applied but its reply lost; meanwhile
 the task stays among the held ones, so heartbeats keep its lease alive.
 
 The parts: `threadmill_core.scheduler` chooses each task thread's next
-step, `threadmill_core.execution` runs one task,
+step, `threadmill_core.upkeep` the heartbeat thread's (marks, outcomes left
+waiting, a stopping worker's prefetch), `threadmill_core.execution` runs one task,
 `threadmill_core.acknowledgement` sends outcomes, `threadmill_core.heartbeat`
 renews leases; this module starts the threads and applies their steps.
 """
@@ -65,7 +69,7 @@ from typing import Any, assert_never
 
 import attrs
 
-from threadmill_core import heartbeat, scheduler
+from threadmill_core import heartbeat, scheduler, upkeep
 from threadmill_core.acknowledgement import give_back_leases, send_outcomes
 from threadmill_core.backend import NOTHING_DEFERRED
 from threadmill_core.broker import Broker, worker_made
@@ -122,7 +126,7 @@ class _Run:
     #: Task threads that have exited; `finished` is set once all have.
     exited: int = 0
     finished: threading.Event = attrs.Factory(threading.Event)
-    #: Wakes the heartbeat thread for its upkeep (a start to mark, a stop).
+    #: Wakes the heartbeat thread for its upkeep (a start to mark, outcomes, a stop).
     wake_upkeep: threading.Event = attrs.Factory(threading.Event)
     #: Ends the heartbeat thread (set `wake_upkeep` too).
     done_beating: threading.Event = attrs.Factory(threading.Event)
@@ -265,7 +269,7 @@ class Worker:
         self._stop.set()
         run = self._current
         with self._lock:
-            stop, run.schedule = scheduler.forced_stop(run.schedule)
+            stop, run.schedule = upkeep.forced_stop(run.schedule)
             self._cond.notify_all()
         run.done_beating.set()
         run.wake_upkeep.set()
@@ -461,8 +465,8 @@ class Worker:
             while True:
                 step = self._next_step(run)
                 match step:
-                    case scheduler.Run(task=held, wake_marker=wake):
-                        if wake:  # the heartbeat thread waits with nothing to mark
+                    case scheduler.Run(task=held, wake_upkeep=wake):
+                        if wake:  # the heartbeat thread would look too late
                             run.wake_upkeep.set()
                         self._run_task(run, held)
                     case scheduler.Acknowledge(outcomes=outcomes):
@@ -574,18 +578,21 @@ class Worker:
             self._cond.notify_all()
 
     def _upkeep(self, run: _Run) -> float | None:
-        """The heartbeat thread's upkeep step, if one is due (see `scheduler.next_upkeep`);
+        """The heartbeat thread's upkeep step, if one is due (see `upkeep.next_upkeep`);
         seconds until the next may be, None if none will before it is woken."""
         with self._lock:
-            step, run.schedule = scheduler.next_upkeep(
+            step, run.schedule = upkeep.next_upkeep(
                 run.schedule, run.settings, now=time.monotonic(), stopping=self._stop.is_set()
             )
         match step:
-            case scheduler.Mark(tasks=tasks):
+            case upkeep.Mark(tasks=tasks):
                 self._mark(run, tasks)
                 return 0.0
             case scheduler.Release(tasks=tasks):
                 self._release(run, tasks)
+                return 0.0
+            case scheduler.Acknowledge(outcomes=outcomes):
+                self._acknowledge(run, outcomes)
                 return 0.0
             case scheduler.Wait(seconds=seconds):
                 return seconds
@@ -603,7 +610,7 @@ class Worker:
 
         reached = self._call_backend(run, send)
         with self._lock:
-            run.schedule = scheduler.marked(
+            run.schedule = upkeep.marked(
                 run.schedule, tasks, reached=reached, broken=run.error is not None
             )
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -540,6 +541,32 @@ def test_a_graceful_stop_gives_back_the_prefetch_without_counting_attempts(
             (),
             None,
         )
+
+
+def test_an_outcome_lands_within_the_delay_while_the_only_thread_runs_a_long_task(
+    broker: Broker,
+) -> None:
+    """Regression: with one thread, a task's outcome waited for the end of the long task run
+    after it; it lands within ACK_DELAY (here, well within a second) while that one runs."""
+    [short] = broker.enqueue_many(tasks.echo, [((1,), {})])
+    long = tasks.wait_for_release.using(broker=broker).enqueue()
+    w = worker(broker, threads=1, prefetch=1, maintenance=False)
+    runner = threading.Thread(target=w.run)
+    runner.start()
+    try:
+        assert tasks.started.wait(timeout=30)  # the short task has ended: the long one runs
+        began = time.monotonic()
+        wait_until(lambda: broker.get_result(short.id).status is SUCCESSFUL, 10, "the outcome")
+        landed = time.monotonic() - began
+        assert broker.get_result(long.id).status is TaskResultStatus.RUNNING
+    finally:
+        w.stop()
+        tasks.release.set()
+        runner.join(timeout=30)
+    assert not runner.is_alive()
+    assert landed < 1.0, landed
+    assert broker.get_result(short.id).return_value == 1
+    assert broker.get_result(long.id).status is SUCCESSFUL
 
 
 def test_a_stop_before_run_is_kept_and_run_claims_nothing(broker: Broker) -> None:

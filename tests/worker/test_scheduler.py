@@ -5,9 +5,11 @@ threads step by step (Hypothesis picks which thread moves, what the backend
 answers and when time passes) and checks the promises of the schedule
 after every move: one call of a kind at a time, no claim once stopping, the
 prefetch given back, outcomes sent within the delay or once the batch is
-full, no call during a backoff, no wait of zero seconds (a spinning
-thread), no end of the run while a claim is on its way, and every claimed
-task run, given back or acknowledged exactly once.
+full (by the heartbeat thread when every task thread runs a task), marks
+and outcomes never due before the heartbeat thread looks, no call during a
+backoff, no wait of zero seconds (a spinning thread), no end of the run
+while a claim is on its way, and every claimed task run, given back or
+acknowledged exactly once.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from threadmill_core import scheduler
+from threadmill_core import scheduler, upkeep
 from threadmill_core.held import HeldTask, Outcome
 from threadmill_core.models import Lease, TaskResult, TaskResultStatus
 from threadmill_core.scheduler import (
@@ -457,8 +459,10 @@ class WorkerSimulation(RuleBasedStateMachine):
         self.acknowledged: list[int] = []
         self.released: list[int] = []
         self.dropped: list[int] = []
-        #: The heartbeat thread's call in flight (a Mark or a Release), if any.
-        self.upkeep: scheduler.Mark | Release | None = None
+        #: The heartbeat thread's call in flight (a Mark, a Release, an Acknowledge), if any.
+        self.upkeep: upkeep.Mark | Release | Acknowledge | None = None
+        #: The heartbeat thread looks at once (it starts, was woken, or a call of its ended).
+        self.upkeep_soon = True
         #: When each running task started, and the tasks whose start a mark recorded.
         self.since: dict[int, float] = {}
         self.recorded: set[int] = set()
@@ -506,13 +510,13 @@ class WorkerSimulation(RuleBasedStateMachine):
         if event == "enqueue":
             self.backlog += 5
         elif event == "stop":
-            self.stopping = True
+            self.stopping = self.upkeep_soon = True  # `Worker.stop` wakes it
         elif event == "break down":
-            self.broken = self.stopping = True
+            self.broken = self.stopping = self.upkeep_soon = True
         elif event == "maintain":
             self.schedule = scheduler.look_again(self.schedule)
         else:
-            stop, self.schedule = scheduler.forced_stop(self.schedule)
+            stop, self.schedule = upkeep.forced_stop(self.schedule)
             assert {id(entry.task) for entry in stop.running} == self.running_tasks
             self.released.extend(id(t) for t in stop.give_back)
             self.backlog += len(stop.give_back)
@@ -548,7 +552,7 @@ class WorkerSimulation(RuleBasedStateMachine):
         elif not isinstance(step, Wait):
             thread.doing = step
             if isinstance(step, Run):
-                assert step.wake_marker == before.calls.marker_idle, "the marker was not woken"
+                self.upkeep_soon |= step.wake_upkeep
                 self.running_tasks.add(id(step.task))
                 self.since[id(step.task)] = self.now
 
@@ -558,29 +562,29 @@ class WorkerSimulation(RuleBasedStateMachine):
     @rule()
     def the_heartbeat_thread_looks(self) -> None:
         before = self.schedule
-        step, after = scheduler.next_upkeep(
-            before, self.given, now=self.now, stopping=self.stopping
-        )
+        step, after = upkeep.next_upkeep(before, self.given, now=self.now, stopping=self.stopping)
         self.check_upkeep(before, after, step)
         self.schedule = after
-        if isinstance(step, (scheduler.Mark, Release)):
+        self.upkeep_soon = False
+        if isinstance(step, (upkeep.Mark, Release, Acknowledge)):
             self.upkeep = step
 
     @precondition(lambda self: self.upkeep is not None)
     @rule(got_through=st.booleans())
     def the_heartbeat_call_ends(self, got_through: bool) -> None:
         step, self.upkeep = self.upkeep, None
+        self.upkeep_soon = True  # it looks again once its call is done
         s = self.schedule
         if got_through:
             s = scheduler.backend_reached(s)
         elif not self.broken:
             s = scheduler.backend_unavailable(s, retry_at=self.now + 0.1 * (s.calls.failures + 1))
-        if isinstance(step, scheduler.Mark):
+        if isinstance(step, upkeep.Mark):
             if got_through:  # the backend recorded the starts of the tasks still running
                 self.recorded.update(id(t) for t in step.tasks if id(t) in self.running_tasks)
             elif self.broken:  # given up: a broken worker does not mark them again
                 self.recorded.update(id(t) for t in step.tasks)
-            self.schedule = scheduler.marked(s, step.tasks, reached=got_through, broken=self.broken)
+            self.schedule = upkeep.marked(s, step.tasks, reached=got_through, broken=self.broken)
         elif isinstance(step, Release):
             if got_through:
                 self.released.extend(id(t) for t in step.tasks)
@@ -589,9 +593,19 @@ class WorkerSimulation(RuleBasedStateMachine):
                 s, step.tasks, reached=got_through, broken=self.broken
             )
             self.dropped.extend(id(t) for t in lost)
+        elif isinstance(step, Acknowledge):
+            if got_through:
+                self.acknowledged.extend(id(o.held) for o in step.outcomes)
+            self.schedule, dropped = scheduler.acknowledged(
+                s, step.outcomes, reached=got_through, broken=self.broken, now=self.now
+            )
+            self.dropped.extend(id(o.held) for o in dropped)
 
     def check_upkeep(
-        self, before: Schedule, after: Schedule, step: scheduler.Mark | Release | Wait | None
+        self,
+        before: Schedule,
+        after: Schedule,
+        step: upkeep.Mark | Release | Acknowledge | Wait | None,
     ) -> None:
         c, given = before.calls, self.given
         reachable = self.now >= c.retry_at
@@ -603,10 +617,18 @@ class WorkerSimulation(RuleBasedStateMachine):
             and i not in self.recorded
         }  # fmt: skip
         releasing = any(isinstance(t.doing, Release) for t in self.threads) or c.releasing
-        if isinstance(step, (scheduler.Mark, Release)):
+        if isinstance(step, (upkeep.Mark, Release, Acknowledge)):
             assert reachable, f"{step!r} during a backoff"
             assert not c.exiting, "an upkeep call after the run ended"
-        if isinstance(step, scheduler.Mark):
+        late = (
+            before.unsent
+            and not c.acknowledging
+            and self.now - before.unsent_since >= given.ack_delay
+        )
+        if isinstance(step, Acknowledge):
+            assert late, "the heartbeat thread sent outcomes before their delay"
+            assert step.outcomes == before.unsent
+        if isinstance(step, upkeep.Mark):
             marked = [id(t) for t in step.tasks]
             assert marked, step
             assert set(marked) <= self.running_tasks, "a mark of a task not running (decided?)"
@@ -617,18 +639,17 @@ class WorkerSimulation(RuleBasedStateMachine):
             assert not releasing, "two releases at once"
         if isinstance(step, Wait):
             assert step.seconds > 0.0, "the heartbeat thread would spin"
-        if (
-            due
-            and reachable
-            and not c.exiting
-            and not (self.stopping and (before.ready or c.give_back) and not releasing)
-        ):
-            assert isinstance(step, scheduler.Mark), f"due marks not sent: {step!r}"
+        giving_back = self.stopping and (before.ready or c.give_back) and not releasing
+        if late and reachable and not c.exiting and not giving_back:
+            assert isinstance(step, Acknowledge), f"late outcomes not sent: {step!r}"
+        elif due and reachable and not c.exiting and not giving_back:
+            assert isinstance(step, upkeep.Mark), f"due marks not sent: {step!r}"
         if step is None:
             assert not due or c.exiting, "the heartbeat thread idles with marks due"
             waiting = [i for i in self.running_tasks if i not in marking and i not in self.recorded]
             assert not waiting or c.exiting, "idle while a task may need a mark"
-            assert after.calls.marker_idle or c.exiting
+            assert not (before.unsent and not c.acknowledging) or c.exiting, "idle with outcomes"
+            assert after.calls.upkeep_at == float("inf") or c.exiting
 
     @precondition(lambda self: bool(self.busy()))
     @rule(data=st.data(), got_through=st.booleans(), found=st.integers(min_value=0, max_value=8))
@@ -731,13 +752,33 @@ class WorkerSimulation(RuleBasedStateMachine):
         running = self.schedule.running
         assert {id(entry.task) for entry in running} == self.running_tasks
         marking = (
-            {id(t) for t in self.upkeep.tasks} if isinstance(self.upkeep, scheduler.Mark) else set()
+            {id(t) for t in self.upkeep.tasks} if isinstance(self.upkeep, upkeep.Mark) else set()
         )
         for entry in running:
             if id(entry.task) in self.recorded:
                 assert entry.marked, "a recorded start reads as unmarked: it would be marked again"
             elif id(entry.task) not in marking:
                 assert not entry.marked, "a task reads as marked though no mark got through"
+
+    @invariant()
+    def the_heartbeat_thread_looks_before_anything_falls_due(self) -> None:
+        """Regression: with its only thread in a long task, a worker sent the outcome of the
+        task before it only once the long one ended (a kill in between ran it twice).
+
+        Unless it looks at once anyway, the heartbeat thread's next look
+        (`Calls.upkeep_at`) comes no later than the first start to mark, nor,
+        while every task thread runs a task, than the outcomes' delay.
+        """
+        s, given = self.schedule, self.given
+        c = s.calls
+        if c.exiting or self.upkeep_soon or self.upkeep is not None:
+            return
+        deadlines = [e.since + given.mark_delay for e in s.running if not e.marked]
+        live = [t for t in self.threads if not t.exited]
+        if s.unsent and not c.acknowledging and all(isinstance(t.doing, Run) for t in live):
+            deadlines.append(s.unsent_since + given.ack_delay)
+        for deadline in deadlines:
+            assert c.upkeep_at <= max(deadline, c.retry_at) + 1e-9, (deadline, c)
 
     @invariant()
     def one_call_of_each_kind_at_a_time(self) -> None:
@@ -769,6 +810,8 @@ class WorkerSimulation(RuleBasedStateMachine):
         ]
         if isinstance(self.upkeep, Release):
             in_flight += [id(task) for task in self.upkeep.tasks]
+        if isinstance(self.upkeep, Acknowledge):
+            in_flight += [id(o.held) for o in self.upkeep.outcomes]
         places = [
             *(id(t) for t in s.ready),
             *(id(o.held) for o in s.unsent),
