@@ -89,8 +89,22 @@ def log_in(browser: Any, base: str, name: str, *permissions: str) -> None:
     browser.get(f"{base}/admin/login/")
     browser.find_element(By.NAME, "username").send_keys(user.username)
     browser.find_element(By.NAME, "password").send_keys(PASSWORD)
-    browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+    navigate(browser, browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click)
     assert browser.find_element(By.ID, "site-name").text == "Django administration"
+
+
+def navigate(browser: Any, act: Any) -> None:
+    """Run `act` (a click, a form submitted), then wait until the browser has left the page.
+
+    An element looked up too soon is the old page's, and goes stale under the test.
+    """
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.expected_conditions import staleness_of
+    from selenium.webdriver.support.wait import WebDriverWait
+
+    page = browser.find_element(By.TAG_NAME, "html")
+    act()
+    WebDriverWait(browser, 30).until(staleness_of(page))
 
 
 def shoot(browser: Any, name: str) -> None:
@@ -124,18 +138,17 @@ def test_staff_sees_the_traceback_requeues_and_sees_the_task_succeed(
 
     browser.get(live_server + ab.url("changelist"))
     shoot(browser, "overview")
-    browser.find_element(
-        By.CSS_SELECTOR, f'a[href="{ab.url("list", "default", "default", "failed")}"]'
-    ).click()
+    failed_list = f'a[href="{ab.url("list", "default", "default", "failed")}"]'
+    navigate(browser, browser.find_element(By.CSS_SELECTOR, failed_list).click)
     shoot(browser, "list")
-    browser.find_element(By.LINK_TEXT, failed).click()
+    navigate(browser, browser.find_element(By.LINK_TEXT, failed).click)
     assert field(browser, "status") == "FAILED"
     errors = browser.find_element(By.ID, "errors").text
     assert "LookupError: order 42: the first attempt always fails" in errors
     assert "Traceback (most recent call last)" in errors
     shoot(browser, "task")
 
-    browser.find_element(By.CSS_SELECTOR, "input[value=Requeue]").click()
+    navigate(browser, browser.find_element(By.CSS_SELECTOR, "input[value=Requeue]").click)
     message = browser.find_element(By.CSS_SELECTOR, "ul.messagelist li.success").text
     assert message == f"Task {failed} requeued."
     assert field(browser, "status") == "READY"
@@ -169,14 +182,15 @@ def test_staff_pauses_a_schedule_and_sees_a_live_worker(
     try:
         log_in(browser, live_server, "scheduler", ab.CHANGE)
         browser.get(live_server + ab.url("changelist"))
-        browser.find_element(By.LINK_TEXT, "Schedules").click()
-        browser.find_element(By.CSS_SELECTOR, "#schedule-nightly-add input[value=Pause]").click()
+        navigate(browser, browser.find_element(By.LINK_TEXT, "Schedules").click)
+        pause = "#schedule-nightly-add input[value=Pause]"
+        navigate(browser, browser.find_element(By.CSS_SELECTOR, pause).click)
         message = browser.find_element(By.CSS_SELECTOR, "ul.messagelist li.success").text
         assert message.startswith("Schedule 'nightly-add' paused")
         assert backend.schedule_pauses()["nightly-add"].paused
         shoot(browser, "schedules")
         browser.get(live_server + ab.url("changelist"))
-        browser.find_element(By.LINK_TEXT, "Live workers").click()
+        navigate(browser, browser.find_element(By.LINK_TEXT, "Live workers").click)
         assert "web-1" in browser.find_element(By.ID, "worker-web-142427f3a").text
         shoot(browser, "workers")
     finally:
@@ -198,8 +212,10 @@ def test_a_viewer_sees_no_button_and_is_refused_the_post(
     assert field(browser, "status") == "FAILED"
     assert not browser.find_elements(By.CSS_SELECTOR, "input[value=Requeue]")
     # The form a user with the change permission would see, posted by hand.
-    browser.execute_script(
-        """
+    navigate(
+        browser,
+        lambda: browser.execute_script(
+            """
         const form = document.createElement("form");
         form.method = "post";
         form.action = arguments[0];
@@ -210,7 +226,8 @@ def test_a_viewer_sees_no_button_and_is_refused_the_post(
         document.body.appendChild(form);
         form.submit();
         """,
-        ab.url("requeue", "default", failed),
+            ab.url("requeue", "default", failed),
+        ),
     )
     assert "403 Forbidden" in browser.find_element(By.TAG_NAME, "h1").text
     assert bench.broker.get_result(failed).status is TaskResultStatus.FAILED
