@@ -558,6 +558,7 @@ class Backend(abc.ABC):
 
     # --- schedules ---------------------------------------------------------------------
 
+    @abc.abstractmethod
     def set_schedule_paused(self, name: str, paused: bool) -> SchedulePause:
         """Store that the schedule `name` is paused (or not), as of `now()`; return that.
 
@@ -565,18 +566,12 @@ class Backend(abc.ABC):
         a paused schedule stores no ticks, and a resumed one never catches
         up a tick at or before its `since`. Setting the state it already has
         changes nothing and returns the stored state. `name` is checked
-        (`check_schedule_name`, `ValueError`) before anything changes. Not
-        abstract, so that older backends still build; the default raises
-        `NotImplementedError` (schedules then cannot be paused).
+        (`check_schedule_name`, `ValueError`) before anything changes.
         """
-        raise NotImplementedError(f"{type(self).__name__} keeps no schedule state")
 
+    @abc.abstractmethod
     def schedule_pauses(self) -> dict[str, SchedulePause]:
-        """The state `set_schedule_paused` stored for each schedule named so far, by name.
-
-        The default raises `NotImplementedError` (see `set_schedule_paused`).
-        """
-        raise NotImplementedError(f"{type(self).__name__} keeps no schedule state")
+        """The state `set_schedule_paused` stored for each schedule named so far, by name."""
 
     # --- live workers ----------------------------------------------------------------
 

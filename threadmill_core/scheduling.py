@@ -220,10 +220,7 @@ class Scheduler:
         return records, nexts
 
     def _pauses(self) -> Mapping[str, SchedulePause]:
-        try:
-            return self.backend.schedule_pauses()
-        except NotImplementedError:
-            return {}
+        return self.backend.schedule_pauses()
 
     def _overlaps(self, schedule: Schedule, tick: datetime) -> bool:
         """Whether the task of the previous tick (or of our last) is still pending or running."""

@@ -20,7 +20,7 @@ from typing import TypeVar
 
 import attrs
 
-from threadmill_core.backend import Backend
+from threadmill_core.backend import Backend, SchedulePause
 from threadmill_core.errors import BackendUnavailable
 from threadmill_core.live_workers import WorkerInfo
 from threadmill_core.models import Decision, Lease, QueueCounts, TaskResult, TaskResultStatus
@@ -152,6 +152,14 @@ class FlakyBackend(Backend):
 
     def purge(self, queue: str, status: TaskResultStatus) -> int:
         return self._through("purge", lambda: self.inner.purge(queue, status))
+
+    def set_schedule_paused(self, name: str, paused: bool) -> SchedulePause:
+        return self._through(
+            "set_schedule_paused", lambda: self.inner.set_schedule_paused(name, paused)
+        )
+
+    def schedule_pauses(self) -> dict[str, SchedulePause]:
+        return self._through("schedule_pauses", self.inner.schedule_pauses)
 
     def register_worker(self, info: WorkerInfo, ttl: timedelta) -> WorkerInfo:
         return self._through("register_worker", lambda: self.inner.register_worker(info, ttl))
