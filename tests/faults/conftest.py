@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.conftest import RedisServer
+from tests.conftest import PostgresDatabase, RedisServer
 from tests.faults.servers import (
     Cluster,
     Server,
@@ -23,6 +23,7 @@ from tests.faults.servers import (
     durable_server,
     make_tls_files,
 )
+from threadmill_core import Broker, connect
 
 
 @pytest.fixture
@@ -83,3 +84,25 @@ def cluster() -> Iterator[Cluster]:
         yield made
     finally:
         made.close()
+
+
+#: A fault test's backend by default (a module may define its own `broker_url`):
+#: each test runs on the session's real Redis and on its PostgreSQL database.
+@pytest.fixture(
+    params=[
+        pytest.param("redis", marks=pytest.mark.redis),
+        pytest.param("postgres", marks=pytest.mark.postgres),
+    ]
+)
+def broker_url(request: pytest.FixtureRequest, namespace: str) -> str:
+    if request.param == "redis":
+        redis_server: RedisServer = request.getfixturevalue("redis_server")
+        return f"{redis_server.url}?namespace={namespace}"
+    database: PostgresDatabase = request.getfixturevalue("postgres_database")
+    return f"{database.url}?namespace={namespace}"
+
+
+@pytest.fixture
+def broker(broker_url: str) -> Iterator[Broker]:
+    with connect(broker_url) as made:
+        yield made

@@ -12,8 +12,12 @@ from datetime import timedelta
 import attrs
 import pytest
 
-from threadmill_core import ExponentialBackoff
+from threadmill_core import Broker, ExponentialBackoff
 from threadmill_core.supervisor import Supervisor, WorkerSettings
+from threadmill_postgres import PostgresBackend
+from threadmill_postgres import testing as postgres_testing
+from threadmill_redis import RedisBackend
+from threadmill_redis import testing as redis_testing
 
 MODULE = "tests.faults.fault_tasks"
 
@@ -113,3 +117,12 @@ class Runs:
                 first_start[n] < restart and kill < acked_at[n] for kill, restart in outages
             ), f"task {n} ran twice but was not in flight at any outage"
         return rerun
+
+
+def start_recorded(broker: Broker, task_id: str) -> bool:
+    """Whether the start of `task_id`'s current claim is recorded, on Redis or PostgreSQL."""
+    backend = broker.backend
+    if isinstance(backend, RedisBackend):
+        return redis_testing.start_recorded(backend, task_id)
+    assert isinstance(backend, PostgresBackend)
+    return postgres_testing.start_recorded(backend, task_id)

@@ -20,18 +20,11 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
-import pytest
-
-from tests.conftest import PostgresDatabase, RedisServer
 from tests.faults import fault_tasks
-from tests.faults.runs import wait_until
-from threadmill_core import Broker, TaskResult, TaskResultStatus, connect
-from threadmill_postgres import PostgresBackend
-from threadmill_postgres import testing as postgres_testing
-from threadmill_redis import RedisBackend
-from threadmill_redis import testing as redis_testing
+from tests.faults.runs import start_recorded, wait_until
+from threadmill_core import Broker, TaskResult, TaskResultStatus
 
 SUCCESSFUL = TaskResultStatus.SUCCESSFUL
 RUNNING = TaskResultStatus.RUNNING
@@ -43,34 +36,6 @@ LEASE_TTL = 30.0
 TAKEN_UP_WITHIN = 2.0
 WORKER = ("--processes", "2", "--threads", "1", "--prefetch", "4", "--lease-ttl",
           str(LEASE_TTL), "--poll-interval", "0.1", "--log-level", "INFO")  # fmt: skip
-
-
-@pytest.fixture(
-    params=[
-        pytest.param("redis", marks=pytest.mark.redis),
-        pytest.param("postgres", marks=pytest.mark.postgres),
-    ]
-)
-def broker_url(request: pytest.FixtureRequest, namespace: str) -> str:
-    if request.param == "redis":
-        redis_server: RedisServer = request.getfixturevalue("redis_server")
-        return f"{redis_server.url}?namespace={namespace}"
-    database: PostgresDatabase = request.getfixturevalue("postgres_database")
-    return f"{database.url}?namespace={namespace}"
-
-
-@pytest.fixture
-def broker(broker_url: str) -> Iterator[Broker]:
-    with connect(broker_url) as made:
-        yield made
-
-
-def start_recorded(broker: Broker, task_id: str) -> bool:
-    backend = broker.backend
-    if isinstance(backend, RedisBackend):
-        return redis_testing.start_recorded(backend, task_id)
-    assert isinstance(backend, PostgresBackend)
-    return postgres_testing.start_recorded(backend, task_id)
 
 
 def test_sigkilled_worker_processes_have_their_tasks_taken_up_within_a_second(

@@ -23,45 +23,20 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 
-from tests.conftest import PostgresDatabase, RedisServer
 from tests.faults import fault_tasks
-from tests.faults.runs import wait_until
-from threadmill_core import Broker, TaskResult, TaskResultStatus, connect
+from tests.faults.runs import start_recorded, wait_until
+from threadmill_core import Broker, TaskResult, TaskResultStatus
 from threadmill_core.supervisor import EXIT_ABANDONED
-from threadmill_postgres import PostgresBackend
-from threadmill_postgres import testing as postgres_testing
-from threadmill_redis import RedisBackend
-from threadmill_redis import testing as redis_testing
 
 SUCCESSFUL = TaskResultStatus.SUCCESSFUL
 READY = TaskResultStatus.READY
 ACK_TIMEOUT = "threadmill_core.errors.AcknowledgementTimeout"
 WORKER = ("--processes", "1", "--threads", "1", "--prefetch", "8", "--lease-ttl", "1",
           "--poll-interval", "0.1", "--log-level", "INFO")  # fmt: skip
-
-
-@pytest.fixture(
-    params=[
-        pytest.param("redis", marks=pytest.mark.redis),
-        pytest.param("postgres", marks=pytest.mark.postgres),
-    ]
-)
-def broker_url(request: pytest.FixtureRequest, namespace: str) -> str:
-    if request.param == "redis":
-        redis_server: RedisServer = request.getfixturevalue("redis_server")
-        return f"{redis_server.url}?namespace={namespace}"
-    database: PostgresDatabase = request.getfixturevalue("postgres_database")
-    return f"{database.url}?namespace={namespace}"
-
-
-@pytest.fixture
-def broker(broker_url: str) -> Iterator[Broker]:
-    with connect(broker_url) as made:
-        yield made
 
 
 def start_cli(broker_url: str, *options: str) -> subprocess.Popen[str]:
@@ -101,14 +76,6 @@ def first_start(read: Callable[[], list[str]], broker: Broker, first: TaskResult
     wait_until(lambda: start_recorded(broker, first.id), 30, "its start to be recorded")
     [event] = [e for e in read() if e.startswith("start:0:")]
     return int(event.split(":")[2])
-
-
-def start_recorded(broker: Broker, task_id: str) -> bool:
-    backend = broker.backend
-    if isinstance(backend, RedisBackend):
-        return redis_testing.start_recorded(backend, task_id)
-    assert isinstance(backend, PostgresBackend)
-    return postgres_testing.start_recorded(backend, task_id)
 
 
 def assert_exact_outcome(

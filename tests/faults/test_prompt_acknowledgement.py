@@ -17,14 +17,14 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 
 from tests.conftest import RedisServer
 from tests.faults import fault_tasks
 from tests.faults.runs import wait_until
-from threadmill_core import Broker, TaskResultStatus, connect
+from threadmill_core import Broker, TaskResultStatus
 from threadmill_redis import RedisBackend
 from threadmill_redis import testing as redis_testing
 
@@ -39,12 +39,6 @@ LANDS_WITHIN = 1.0
 @pytest.fixture
 def broker_url(redis_server: RedisServer, namespace: str) -> str:
     return f"{redis_server.url}?namespace={namespace}"
-
-
-@pytest.fixture
-def broker(broker_url: str) -> Iterator[Broker]:
-    with connect(broker_url) as made:
-        yield made
 
 
 def test_an_outcome_lands_while_the_only_thread_runs_a_long_task_and_a_kill_keeps_it(
