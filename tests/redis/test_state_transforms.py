@@ -196,7 +196,8 @@ def test_lua_and_python_read_a_packed_state_alike(
     state = replies.parse_state(raw.encode())
     assert state.status.value == fields["status"]
     assert (state.priority, state.attempts) == (int(fields["priority"]), int(fields["attempts"]))
-    assert state.queue == fields["queue"] and (state.token or "") == fields["token"]
+    assert state.queue == fields["queue"]
+    assert (state.token or "") == fields["token"]
     for name in ("enqueued_at", "run_after", "started_at", "last_attempted_at", "finished_at"):
         moment = getattr(state, name)
         assert fields[name] == ("" if moment is None else str(to_ms(moment)))
