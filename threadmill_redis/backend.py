@@ -38,7 +38,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -47,53 +47,40 @@ import redis
 from threadmill_core import codec
 from threadmill_core.backend import (
     NOTHING_DEFERRED,
-    RATE_HISTORY,
     Backend,
-    TaskCall,
 )
 from threadmill_core.checks import (
-    check_calls,
     check_decision,
     check_delay,
     check_limit,
-    check_offset,
-    check_purgeable,
-    check_records,
-    check_window,
     queue_names,
     ttl_ms,
 )
 from threadmill_core.clock import duration_ms, from_ms
-from threadmill_core.errors import InvalidOption, PayloadError, TaskQuarantined
-from threadmill_core.ids import new_task_id
+from threadmill_core.errors import InvalidOption
 from threadmill_core.models import (
     Decision,
     Lease,
-    QueueCounts,
-    QueueRates,
-    TaskError,
     TaskResult,
-    TaskResultStatus,
 )
 from threadmill_redis import arguments, clients, connections, scripts
 from threadmill_redis.boundary import call
+from threadmill_redis.claiming import RedisClaims
 from threadmill_redis.clients import Client
-from threadmill_redis.errors import RedisBackendError, RedisUnavailable
+from threadmill_redis.errors import RedisUnavailable
+from threadmill_redis.inspection import RedisInspection
 from threadmill_redis.keys import STARTS, STORE, TELEMETRY, Keys
 from threadmill_redis.live_workers import RedisLiveWorkers
 from threadmill_redis.options import RedisOptions, split_url
 from threadmill_redis.pauses import RedisPauses
+from threadmill_redis.producing import RedisEnqueue
 from threadmill_redis.replies import (
-    Row,
     answer,
-    claimed_rows,
     completed,
     decided,
     encode_worker,
-    enqueued,
     extended,
     marked,
-    parse_state,
 )
 
 log = logging.getLogger("threadmill_redis")
@@ -101,17 +88,13 @@ log = logging.getLogger("threadmill_redis")
 SCHEMES = tuple(clients.SCHEMES)
 
 
-#: Hex digits of a task id's random tail (`new_task_id`) that a claim call
-#: sends as the nonce of its tokens: 48 random bits, so a token repeated
-#: after a rollback of the data (which repeats the counter's numbers) needs
-#: two calls to draw the same 48 bits.
-NONCE_LENGTH = 12
-
 #: The names of the namespace-wide keys a script header may declare.
 SCHEMA = frozenset(STORE + TELEMETRY + STARTS)
 
 
-class RedisBackend(RedisPauses, RedisLiveWorkers, Backend):
+class RedisBackend(
+    RedisPauses, RedisLiveWorkers, RedisEnqueue, RedisClaims, RedisInspection, Backend
+):
     """Tasks stored in Redis under one namespace (see `threadmill_redis.keys`).
 
     `client` (a `redis.Redis` or `redis.RedisCluster`) must not decode
@@ -227,143 +210,7 @@ class RedisBackend(RedisPauses, RedisLiveWorkers, Backend):
         )
         return from_ms(int(seconds) * 1000 + int(micros) // 1000)
 
-    # --- producing ---------------------------------------------------------------------
-
-    def enqueue(self, records: Sequence[TaskResult]) -> list[TaskResult]:
-        """Store `records` as `_store` does (see there)."""
-        records = list(records)
-        check_records(records)
-        return self._store([(r, [(r.id, r.args, r.kwargs)]) for r in records])
-
-    def enqueue_calls(self, template: TaskResult, calls: Sequence[TaskCall]) -> list[TaskResult]:
-        """Store the calls as `_store` does, without a record per call (see `Backend`)."""
-        calls = list(calls)
-        check_calls(template, calls)
-        return self._store([(template, calls)])
-
-    def _store(self, groups: Sequence[arguments.Group]) -> list[TaskResult]:
-        """Store checked tasks with ``enqueue.lua``, in calls of at most ``enqueue_batch`` tasks.
-
-        One call is one EVALSHA. The calls of a longer batch go one after
-        another, each encoded while the server stores the one before and
-        answered while it stores the next (`scripts.evalsha_each`); each is
-        atomic on its own. A repeat after a dropped connection sends them all
-        again, which stores nothing twice (idempotent on id). A batch that
-        fails after some calls stored their tasks raises `PartlyEnqueued`
-        naming the ids stored and not stored; one that stored nothing raises
-        the error itself.
-        """
-        chunks = arguments.chunks(groups, self.options.enqueue_batch)
-        if not chunks:
-            return []
-        if len(chunks) == 1:
-            [chunk] = chunks
-            script, keys, args = self._enqueue_call(chunk)
-            now, *rows = call(
-                lambda: scripts.evalsha(self._execute, script, keys, args),
-                repeatable=True,
-                what="enqueue",
-                where=self.where,
-            )
-            return enqueued(rows, chunk, now)
-
-        stored: list[list[TaskResult] | None] = [None for _ in chunks]
-
-        def answer(index: int, reply: Any) -> None:
-            now, *rows = reply
-            stored[index] = enqueued(rows, chunks[index], now)
-
-        def store_all() -> list[TaskResult]:
-            calls = (self._enqueue_call(chunk) for chunk in chunks)
-            scripts.evalsha_each(self._connections, self._execute, calls, answer)
-            return [record for chunk in stored for record in chunk or ()]
-
-        try:
-            return call(store_all, repeatable=True, what="enqueue", where=self.where)
-        except RedisBackendError as exc:
-            if not any(chunk is not None for chunk in stored):
-                raise  # nothing stored: the error as it is
-            raise arguments.partly_enqueued(chunks, stored, exc) from exc
-
-    def _enqueue_call(self, groups: Sequence[arguments.Group]) -> scripts.Call:
-        """The ``enqueue.lua`` call of `groups`: its keys (a notify list per queue) and ARGV."""
-        script = scripts.load("enqueue")
-        queues = list(dict.fromkeys(base.queue for base, _ in groups))
-        first = len(script.key_names) + 1  # the KEYS index of the first notify list
-        notify_index = {queue: first + n for n, queue in enumerate(queues)}
-        keys = self._script_keys(script, {}, [self.keys.notify(queue) for queue in queues])
-        args = [self.options.notify_cap, *arguments.enqueue_runs(groups, notify_index)]
-        return script, keys, args
-
     # --- working -----------------------------------------------------------------------
-
-    def claim(
-        self, queues: Sequence[str], *, worker: str, lease_ttl: timedelta, limit: int = 1
-    ) -> list[Lease]:
-        names = queue_names(queues)
-        head = [encode_worker(worker), ttl_ms("lease_ttl", lease_ttl)]
-        check_limit(limit)
-        if not names:
-            return []
-
-        def take(want: int) -> list[Row]:
-            # A receipt per call (not per repeat): a repeat after a lost reply
-            # is answered with the leases the first send granted. Its name is
-            # made as task ids are, from random bytes read ahead, so a woken
-            # worker's claim makes no system call for it (uuid4 would).
-            # Its random tail is also the nonce of the call's tokens (see claim.lua).
-            request = new_task_id()
-            receipt = self.keys.claim_receipt(request)
-            args = [*head, want, request[-NONCE_LENGTH:], *names]
-            return claimed_rows(self._run("claim", args, repeatable=True, receipt=receipt))
-
-        return self._filled(limit, take)
-
-    def _filled(self, limit: int, take: Callable[[int], list[Row]]) -> list[Lease]:
-        """Leases from claim rows of `take(n)` calls, poison quarantined and not counted.
-
-        One call unless a claim found poison: then the rest of `limit` is
-        claimed again, so poison never costs a worker its share of tasks.
-        """
-        leases: list[Lease] = []
-        while len(leases) < limit:
-            want = limit - len(leases)
-            rows = take(want)
-            poison = []
-            for row in rows:
-                try:
-                    leases.append(row.lease())
-                except PayloadError as exc:
-                    poison.append((row, exc))
-            if not poison or len(rows) < want:
-                if poison:
-                    self._quarantine(poison)
-                break
-            self._quarantine(poison)
-        return leases
-
-    def _quarantine(self, poison: Sequence[tuple[Row, PayloadError]]) -> None:
-        """Finalize undecodable claimed tasks FAILED (fenced by the claim's token).
-
-        The payload is replaced by a readable stand-in with an empty
-        ``task_path``, so the task can still be read, counted and purged.
-        """
-        args: list[Any] = [self._ttl_ms, self.options.prune_batch]
-        for row, exc in poison:
-            log.error("quarantining task %s as FAILED: %s", row.id, exc)
-            state = parse_state(row.state or b"")
-            try:
-                errors = codec.decode_errors(row.errors) if row.errors else ()
-            except PayloadError:
-                errors = ()
-            message = f"the stored payload could not be decoded, so the task cannot run: {exc}"
-            error = TaskError.from_exception(TaskQuarantined(message))
-            stand_in = TaskResult(
-                id=row.id, task_path="", queue=state.queue, priority=state.priority
-            )
-            args += [row.id, state.token or "", codec.encode_record(stand_in)]
-            args.append(codec.encode_errors((*errors, error)))
-        self._run("quarantine", args, repeatable=True)
 
     def extend(self, lease: Lease, lease_ttl: timedelta) -> Lease | None:
         ttl = ttl_ms("lease_ttl", lease_ttl)
@@ -523,27 +370,6 @@ class RedisBackend(RedisPauses, RedisLiveWorkers, Backend):
 
     # --- maintenance -------------------------------------------------------------------
 
-    def claim_expired(self, *, limit: int, claim_ttl: timedelta) -> list[Lease]:
-        """One ``claim_expired.lua`` (more only to replace quarantined poison); then the
-        queues of the tasks it gave back are woken, and the give-backs logged."""
-        ttl = ttl_ms("claim_ttl", claim_ttl)
-        given_back: list[str] = []
-
-        def take(want: int) -> list[Row]:
-            nonce = new_task_id()[-NONCE_LENGTH:]
-            reply: list[Any] = self._run("claim_expired", [want, ttl, nonce], repeatable=False)
-            given_back.extend(queue.decode() for queue in reply[0])
-            return [Row.parse(row) for row in reply[1:]]
-
-        leases = self._filled(check_limit(limit), take)
-        if given_back:
-            log.info(
-                "gave back %d expired task(s) whose start was never recorded, uncharged",
-                len(given_back),
-            )
-            self._notify(list(dict.fromkeys(given_back)))
-        return leases
-
     def expire_leases(self, worker: str) -> int:
         """One ``expire_leases.lua``, which reads every live lease (there is no index by worker:
         a pass made once per dead worker process, not on any claim or decision); repeated
@@ -564,82 +390,6 @@ class RedisBackend(RedisPauses, RedisLiveWorkers, Backend):
         """
         ms = self._run("next_due", [], repeatable=True)
         return NOTHING_DEFERRED if ms is None else timedelta(milliseconds=int(ms))
-
-    # --- inspection --------------------------------------------------------------------
-
-    def get(self, task_id: str) -> TaskResult | None:
-        reply = self._run("get", [task_id, self._ttl_ms], repeatable=True)
-        return None if reply is None else Row.parse(reply).record()
-
-    def peek(
-        self, queue: str, status: TaskResultStatus, *, offset: int = 0, limit: int = 100
-    ) -> list[TaskResult]:
-        args = [
-            queue,
-            TaskResultStatus(status).value,
-            check_offset(offset),
-            check_limit(limit),
-            self._ttl_ms,
-        ]
-        reply = self._run("peek", args, repeatable=True)
-        return [Row.parse(row).record() for row in reply]
-
-    def counts(self) -> Mapping[str, QueueCounts]:
-        flat = self._run("counts", [self._ttl_ms], repeatable=True)
-        counts = {}
-        for at in range(0, len(flat), 7):
-            queue = flat[at].decode()
-            ready, deferred, running, successful, failed, cancelled = flat[at + 1 : at + 7]
-            counts[queue] = QueueCounts(
-                queue=queue,
-                ready=ready,
-                deferred=deferred,
-                running=running,
-                successful=successful,
-                failed=failed,
-                cancelled=cancelled,
-            )
-        return dict(sorted(counts.items()))
-
-    def rates(self, window: timedelta) -> Mapping[str, QueueRates] | None:
-        """Counted in one-second buckets of the server clock over the last hour (`RATE_HISTORY`).
-
-        The scripts that store, requeue and finish tasks count them as they
-        change them (see `threadmill_redis.keys`); this reads the buckets of
-        the window, and only those, in one round trip.
-        """
-        check_window(window)
-        flat = self._run("rates", [duration_ms(window)], repeatable=True)
-        covered = min(window, RATE_HISTORY)
-        rates = {}
-        for at in range(0, len(flat), 3):
-            queue, entered, finished = flat[at].decode(), int(flat[at + 1]), int(flat[at + 2])
-            if entered or finished:
-                rates[queue] = QueueRates(
-                    queue=queue, window=covered, entered=entered, finished=finished
-                )
-        return dict(sorted(rates.items()))
-
-    # --- operator actions --------------------------------------------------------------
-
-    def requeue(self, task_id: str) -> TaskResult | None:
-        record = answer(self._run("requeue", [task_id, self._ttl_ms], repeatable=False))
-        if record is not None:
-            self._notify([record.queue])
-        return record
-
-    def cancel(self, task_id: str) -> TaskResult | None:
-        return answer(self._run("cancel", [task_id], repeatable=False))
-
-    def purge(self, queue: str, status: TaskResultStatus) -> int:
-        status = check_purgeable(status)
-        batch, purged = self.options.purge_batch, 0
-        while True:
-            args = [queue, status.value, batch, self._ttl_ms]
-            deleted, live = self._run("purge", args, repeatable=False)
-            purged += int(live)
-            if deleted < batch:
-                return purged
 
     # --- lifecycle ---------------------------------------------------------------------
 

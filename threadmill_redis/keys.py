@@ -9,9 +9,8 @@ that learns ids at run time (a claim, a reaper pass) still touches only keys
 it declared::
 
     {ns}:payload      HASH  id -> the record as enqueued: codec bytes, opaque to Lua
-    {ns}:state        HASH  id -> the fields scripts change, packed as
-                            "status|priority|attempts|sort|enqueued_at|run_after|
-                            started_at|last_attempted_at|finished_at|deadline|token|queue"
+    {ns}:state        HASH  id -> the fields scripts change, packed as `STATE_LAYOUT`
+                            says: "status|priority|attempts|sort|enqueued_at|...|queue"
                             (times in server milliseconds, empty for none)
     {ns}:errors       HASH  id -> the task's errors, codec bytes (absent, or [], for none)
     {ns}:workers      HASH  id -> worker ids, each as b"<byte length>:<id>", concatenated
@@ -30,9 +29,11 @@ and a claim reads the count of give-backs (one HMGET a batch) for its
 leases. The count of give-backs outlives claims and decisions.
 
 Scripts read and write that string with ``lib/parse_task`` and
-``lib/pack_task``; the hot paths build it directly (``lib/new_state`` for an
-enqueue, ``lib/claimed_state`` for a claim, ``lib/finished_state`` for a
-completion), and tests hold each of those to the pair.
+``lib/pack_task``; a claim and a completion change it in place
+(``lib/claimed_state``, ``lib/finished_state``), and tests hold both to the
+pair. All of them, and `threadmill_redis.replies`, take the layout from
+`STATE_LAYOUT` below (``scripts.py`` writes it into the scripts at
+``--@layout``), so it is spelled once.
 
 ``sort`` is the task's place in its segment and the time every scheduling
 decision reads: the entered-READY sequence for READY, else the due time,
@@ -41,7 +42,8 @@ kept apart from the record's fields so that test support can move
 scheduling (`threadmill_redis.testing.advance`) without rewriting history.
 
 Segment views, one sorted set per status over all queues. Every member has
-score 0 and is ``<queue length, 8 hex><queue><19-digit sort key><id>``, so
+score 0 and is ``<queue length, 8 hex><queue><19-digit sort key><id>``
+(`QUEUE_LENGTH_DIGITS`, `SORT_KEY_DIGITS`, `PRIORITY_DIGITS`), so
 one lexicographic range is one queue's segment in segment order, and no
 score ever has to pack priority, time and sequence into a double::
 
@@ -151,6 +153,44 @@ SCHEDULES = ("schedules",)
 
 #: The live workers' entries: declared by their own scripts (and the test clock's).
 LIVE_WORKERS = ("live_workers", "live_worker_expiry")
+
+
+#: The packed state string of ``{ns}:state``: its fields in order, joined by
+#: '|', each with the Lua pattern its text matches. The queue comes last, as
+#: it may itself hold '|'. Number fields are decimal text; an empty field is
+#: none (no time, no token). ``sort`` is the task's place in its segment (see
+#: above). Python reads it with `threadmill_redis.replies.parse_state`; Lua
+#: gets ``STATE_PATTERN``, ``STATE_FIELDS`` and ``STATE`` (each field's place)
+#: from ``--@layout`` (see `threadmill_redis.scripts`).
+STATE_LAYOUT: tuple[tuple[str, str], ...] = (
+    ("status", "%u+"),
+    ("priority", "%-?%d+"),
+    ("attempts", "%d+"),
+    ("sort", "%-?%d+"),
+    ("enqueued_at", "%d*"),
+    ("run_after", "%d*"),
+    ("started_at", "%d*"),
+    ("last_attempted_at", "%d*"),
+    ("finished_at", "%d*"),
+    ("deadline", "%d*"),
+    ("token", "[^|]*"),
+    ("queue", ".*"),
+)
+
+#: The names of the state's fields, in order.
+STATE_FIELDS = tuple(name for name, _ in STATE_LAYOUT)
+
+#: A segment member: the queue's byte length in this many hex digits, the
+#: queue, a sort key of `SORT_KEY_DIGITS` decimal digits, then the task id.
+QUEUE_LENGTH_DIGITS = 8
+
+#: The digits of a segment member's sort key: the time (ms) of a timed
+#: segment; for READY, 100 - priority in `PRIORITY_DIGITS` digits, then the
+#: entered-READY sequence in the rest.
+SORT_KEY_DIGITS = 19
+
+#: The digits of 100 - priority that lead a READY member's sort key.
+PRIORITY_DIGITS = 3
 
 
 def check_namespace(namespace: object) -> str:

@@ -1,16 +1,18 @@
 """What the scripts answer, and how answers become core results (in this one place).
 
-A task row, as ``lib/task_row.lua`` builds it, is ``[code, id, state,
-payload, errors, workers, result]``: the status code, then the stored bytes
-(nil where absent; the payload only where the caller lacks it). Python
-reassembles a `TaskResult` from the payload (the record as enqueued) and the
-fields the scripts keep beside it.
+`REPLIES` gives each script's reply shape. A task row, as
+``lib/task_row.lua`` builds it, is ``[code, id, state, payload, errors,
+workers, result]``: the status code, then the stored bytes (nil where
+absent; the payload only where the caller lacks it), parsed by `Row.parse`.
+Python reassembles a `TaskResult` from the payload (the record as enqueued)
+and the fields the scripts keep beside it, the packed state read as
+`threadmill_redis.keys.STATE_LAYOUT` declares it (`parse_state`).
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -26,6 +28,41 @@ from threadmill_core.models import (
     evolved,
 )
 from threadmill_redis.arguments import Group
+from threadmill_redis.keys import STATE_FIELDS
+
+#: Each script's reply, by script name; "row" is a task row (see `Row`), "code" a bare
+#: status code. The parser named last turns it into core results.
+REPLIES: dict[str, str] = {
+    "cancel": "row (`answer`)",
+    "claim": "a row per task claimed, its result nil and then its count of expired "
+    "unstarted claims given back (`Row.parse`, `Row.lease`)",
+    "claim_expired": "[queues given back], then a row per task claimed (`Row.parse`)",
+    "complete": "row; an OK row carries only the new state (`decided`)",
+    "counts": "flat: queue, then its six segment sizes, per queue",
+    "decide_many": "[finished time ms, then per decision: a bare OK code for a completion "
+    "applied now, else a row as complete or retry answers] (`decided`, `completed`)",
+    "enqueue": "[server time ms, then per task: a bare OK code when stored now, else an "
+    "EXISTS row] (`enqueued`)",
+    "expire_leases": "how many leases expired",
+    "extend": "[code, deadline ms] (`extended`)",
+    "extend_many": "[code, deadline ms] per lease (`extended`)",
+    "get": "row, or nil when not found (`Row.parse`)",
+    "harness_advance": "how many tasks moved (test support)",
+    "mark_started": "a bare code per lease (`marked`)",
+    "next_due": "ms until the next due task, or nil when nothing is deferred",
+    "peek": "a row per task (`Row.parse`)",
+    "promote_due": "[count promoted, then the queues woken]",
+    "purge": "[tasks deleted, of them not expired]",
+    "quarantine": "a bare code per task",
+    "rates": "flat: queue, entered, finished, per queue",
+    "register_worker": "the server time ms",
+    "release": "a row per lease (`answer`)",
+    "requeue": "row (`answer`)",
+    "retry": "row; an OK row carries only the new state (`decided`)",
+    "set_schedule_paused": '"<1|0>|<since ms>"',
+    "unregister_worker": "1 when an entry was deleted, else 0",
+    "workers": "the entries of the live workers",
+}
 
 
 class Status(enum.IntEnum):
@@ -75,82 +112,30 @@ class State(NamedTuple):
     queue: str
 
 
-#: Reply status codes, without the enum's own lookup (slower, and per task row).
-_BY_CODE = {int(status): status for status in Status}
-
-#: Status by its stored name, without the enum's own lookup.
-_STATUSES = {status.value.encode(): status for status in TaskResultStatus}
-
-
-class _Memo(dict[bytes, Any]):
-    """Stored fields already decoded, by their bytes; `decode` makes the others.
-
-    The rows of one reply share most of their times (one claim's time and
-    deadline, one batch's enqueue time) and worker ids, and a lookup here
-    costs a small part of a call that decodes. Bounded: emptied when full.
-    Empty bytes stand for `empty` (None, or no worker ids), also while
-    another thread is emptying it.
-    """
-
-    def __init__(self, decode: Callable[[bytes], Any], empty: Any) -> None:
-        super().__init__({b"": empty})
-        self._decode = decode
-        self._empty = empty
-
-    def __missing__(self, field: bytes) -> Any:
-        if not field:
-            return self._empty
-        value = self._decode(field)
-        if len(self) >= _MEMO_SIZE:
-            self.clear()
-            self[b""] = self._empty
-        self[field] = value
-        return value
-
-
-_MEMO_SIZE = 4096
-
-
-def _decode_time(field: bytes) -> datetime:
-    return from_ms(int(field))
-
-
-#: Times by their stored bytes (empty: None).
-_TIMES = _Memo(_decode_time, None)
-
-
 def _time(field: bytes) -> datetime | None:
-    time: datetime | None = _TIMES[field]
-    return time
+    return from_ms(int(field)) if field else None
 
 
 def parse_state(raw: bytes) -> State:
+    """The state packed in `raw` (see `STATE_FIELDS`); `PayloadError` when not of that layout."""
     try:
-        f = raw.split(b"|", 11)
-        times = _TIMES
+        parts = raw.split(b"|", len(STATE_FIELDS) - 1)
+        f = dict(zip(STATE_FIELDS, parts, strict=True))  # ValueError when fields are missing
+        # f["sort"] is the scheduling key, which records do not show (see keys.py).
         return State(
-            _STATUSES[f[0]],
-            int(f[1]),
-            int(f[2]),
-            # f[3] is the scheduling key, which records do not show (see keys.py).
-            times[f[4]],
-            times[f[5]],
-            times[f[6]],
-            times[f[7]],
-            times[f[8]],
-            times[f[9]],
-            f[10].decode() or None,
-            f[11].decode(),
+            status=TaskResultStatus(f["status"].decode()),
+            priority=int(f["priority"]),
+            attempts=int(f["attempts"]),
+            enqueued_at=_time(f["enqueued_at"]),
+            run_after=_time(f["run_after"]),
+            started_at=_time(f["started_at"]),
+            last_attempted_at=_time(f["last_attempted_at"]),
+            finished_at=_time(f["finished_at"]),
+            deadline=_time(f["deadline"]),
+            token=f["token"].decode() or None,
+            queue=f["queue"].decode(),
         )
-    except (ValueError, IndexError, KeyError, OverflowError) as exc:
-        raise PayloadError(f"stored task state is not valid: {raw!r}") from exc
-
-
-def parse_finished_at(raw: bytes) -> datetime | None:
-    """`parse_state(raw).finished_at`, without parsing the other fields."""
-    try:
-        return _time(raw.split(b"|", 9)[8])
-    except (ValueError, IndexError, OverflowError) as exc:
+    except (ValueError, OverflowError) as exc:
         raise PayloadError(f"stored task state is not valid: {raw!r}") from exc
 
 
@@ -187,14 +172,10 @@ def encode_worker(worker: str) -> bytes:
     return b"%d:%s" % (len(data), data)
 
 
-def decode_workers(raw: bytes | None) -> tuple[str, ...]:
+def decode_workers(data: bytes | None) -> tuple[str, ...]:
     """The worker ids of one entry of the workers hash (see `encode_worker`)."""
-    workers: tuple[str, ...] = _WORKERS[raw or b""]
-    return workers
-
-
-def _decode_workers(data: bytes) -> tuple[str, ...]:
     workers, at = [], 0
+    data = data or b""
     try:
         while at < len(data):
             colon = data.index(b":", at)
@@ -204,10 +185,6 @@ def _decode_workers(data: bytes) -> tuple[str, ...]:
     except ValueError as exc:
         raise PayloadError(f"stored worker ids are not valid: {data!r}") from exc
     return tuple(workers)
-
-
-#: Worker ids by their stored bytes: a worker's claims all share one entry.
-_WORKERS = _Memo(_decode_workers, ())
 
 
 class Row(NamedTuple):
@@ -230,10 +207,7 @@ class Row(NamedTuple):
     @classmethod
     def parse(cls, reply: Sequence[Any]) -> Row:
         code, task_id, *rest = reply
-        status = _BY_CODE.get(code)
-        if status is None:
-            status = Status(code)  # ValueError, naming the unknown code
-        return cls(status, task_id.decode(), *rest)
+        return cls(Status(code), task_id.decode(), *rest)
 
     def record(self, base: TaskResult | None = None) -> TaskResult:
         """The stored record; `base` stands in for the payload when the caller has it.
@@ -292,28 +266,6 @@ class Row(NamedTuple):
         )
 
 
-def claimed_rows(reply: Sequence[Any]) -> list[Row]:
-    """The rows of a ``claim.lua`` reply: none, or the code, then six fields a row (a task
-    row without its code and result, which a RUNNING task has not, then the task's count of
-    expired unstarted claims given back, empty for none)."""
-    if not reply:
-        return []
-    status = _BY_CODE[reply[0]]
-    return [
-        Row(
-            status,
-            reply[at].decode(),
-            reply[at + 1],
-            reply[at + 2],
-            reply[at + 3],
-            reply[at + 4],
-            None,
-            int(reply[at + 5] or 0),
-        )
-        for at in range(1, len(reply), 6)
-    ]
-
-
 def answer(reply: Sequence[Any], base: TaskResult | None = None) -> TaskResult | None:
     """The core result of a decision, requeue or cancel row: the record, or None if refused."""
     row = Row.parse(reply)
@@ -334,7 +286,7 @@ def decided(reply: Sequence[Any], decision: Decision) -> TaskResult | None:
     if reply[0] != Status.OK:
         return answer(reply, decision.lease.record)
     if decision.retry_delay is None:
-        return completed(decision, parse_finished_at(reply[2]))
+        return completed(decision, parse_state(reply[2]).finished_at)
     claimed = decision.lease.record
     state = parse_state(reply[2])
     errors = tuple(decision.record.errors)
@@ -370,7 +322,7 @@ def extended(reply: Sequence[Any], lease: Lease) -> Lease | None:
 
 def marked(reply: Any) -> bool:
     """The core result of one ``mark_started.lua`` answer: a bare code, OK when recorded."""
-    return ANSWERED[_BY_CODE[int(reply)]]
+    return ANSWERED[Status(int(reply))]
 
 
 def enqueued(rows: Sequence[Any], groups: Sequence[Group], now_ms: int) -> list[TaskResult]:
@@ -382,30 +334,26 @@ def enqueued(rows: Sequence[Any], groups: Sequence[Group], now_ms: int) -> list[
     the state the script set: DEFERRED when its `run_after` (in whole ms) is
     later than `now_ms`, else READY, enqueued at `now_ms`; every other field
     at its default, whatever the caller had set. Any other row is the stored
-    record of a repeated id. What a group's tasks share is read once, and
-    only its first stored record is made by the class: the others are copies
-    of it with their own id and arguments (`models.evolved`).
+    record of a repeated id.
     """
+    sent = sum(len(calls) for _, calls in groups)
+    if len(rows) != sent:
+        raise ValueError(f"enqueue answered {len(rows)} rows for {sent} tasks")
     enqueued_at = from_ms(now_ms)
     results: list[TaskResult] = []
-    answers = iter(rows)
-    sent = 0
-    ok = Status.OK  # read once: an enum's members are slow to look up, as class attributes
+    at = 0
     for base, calls in groups:
-        run_after, status = base.run_after, TaskResultStatus.READY
-        if run_after is not None:
-            ms = to_ms(run_after)
-            run_after = from_ms(ms)
-            if ms > now_ms:
-                status = TaskResultStatus.DEFERRED
+        run_after = None if base.run_after is None else from_ms(to_ms(base.run_after))
+        deferred = run_after is not None and to_ms(run_after) > now_ms
+        status = TaskResultStatus.DEFERRED if deferred else TaskResultStatus.READY
         first: TaskResult | None = None
-        # Each group takes its rows from one iterator of them all; the count is checked below.
-        for (task_id, args, kwargs), row in zip(calls, answers, strict=False):
-            if row != ok:
+        for task_id, args, kwargs in calls:
+            row = rows[at]
+            at += 1
+            if row != Status.OK:
                 results.append(Row.parse(row).record())
-            elif first is not None:
-                results.append(evolved(first, id=task_id, args=args, kwargs=kwargs))
-            else:
+                continue
+            if first is None:
                 first = TaskResult(
                     id=task_id,
                     task_path=base.task_path,
@@ -420,7 +368,6 @@ def enqueued(rows: Sequence[Any], groups: Sequence[Group], now_ms: int) -> list[
                     run_after=run_after,
                 )
                 results.append(first)
-        sent += len(calls)
-    if len(rows) != sent:
-        raise ValueError(f"enqueue answered {len(rows)} rows for {sent} tasks")
+            else:  # the group's others differ from its first in id and arguments alone
+                results.append(evolved(first, id=task_id, args=args, kwargs=kwargs))
     return results

@@ -4,7 +4,11 @@ A script names its fixed keys once, in its header (``--   KEYS[1]  payload
 ...``); a line ``--@keys`` becomes ``local K = { payload = KEYS[1], ... }``
 built from that header, so Python (`Script.key_names`) and Lua read the
 same list. A script pulls shared functions in with a line
-``--@include "lib/NAME"``.
+``--@include "lib/NAME"``. A line ``--@layout`` (in ``lib/layout``, which
+the functions that read or write a packed state or a segment member
+include) becomes the layouts `threadmill_redis.keys` declares, as Lua
+locals (see `layout`), so the scripts and `threadmill_redis.replies` read
+one declaration.
 Each library file is inlined where it is first included (library files
 include what they use, so definitions come before use) and skipped after
 that; a cycle is an error naming the chain. Scripts run with EVALSHA
@@ -31,19 +35,50 @@ from typing import Any
 import attrs
 import redis
 
+from threadmill_redis import keys
 from threadmill_redis.connections import ThreadConnections
 from threadmill_redis.errors import ScriptIncludeError
 
 INCLUDE = re.compile(r'^--@include\s+"([^"]+)"\s*$')
 HEADER_KEY = re.compile(r"^--\s+KEYS\[(\d+)\]\s+(\w+)")
 KEYS_DIRECTIVE = re.compile(r"^--@keys$", re.MULTILINE)
+LAYOUT_DIRECTIVE = re.compile(r"^--@layout$", re.MULTILINE)
 
 #: Arguments of one script call: its keys, then its ARGV.
 Call = tuple["Script", Sequence[str], Sequence[str | bytes | int]]
 
 
+def layout() -> str:
+    """The Lua that ``--@layout`` becomes: the layouts of `threadmill_redis.keys` as locals.
+
+    ``STATE_PATTERN`` matches a packed state whole, one capture a field, each
+    of its shape; ``STATE_FIELDS`` names the fields in order; ``STATE`` maps
+    each name to its place (from 1). ``QUEUE_LENGTH_DIGITS``,
+    ``SORT_KEY_DIGITS``, ``QUEUE_LENGTH_FORMAT``, ``SORT_KEY_FORMAT`` and
+    ``READY_SORT_FORMAT`` (100 - priority, then the sequence) make and cut
+    segment members.
+    """
+    pattern = "^" + "|".join(f"({shape})" for _, shape in keys.STATE_LAYOUT) + "$"
+    names = ", ".join(f"'{name}'" for name in keys.STATE_FIELDS)
+    places = ", ".join(f"{name} = {at}" for at, name in enumerate(keys.STATE_FIELDS, 1))
+    sequence_digits = keys.SORT_KEY_DIGITS - keys.PRIORITY_DIGITS
+    return "\n".join(
+        [
+            "-- Written by threadmill_redis.scripts from threadmill_redis.keys.",
+            f"local STATE_PATTERN = '{pattern}'",
+            f"local STATE_FIELDS = {{ {names} }}",
+            f"local STATE = {{ {places} }}",
+            f"local QUEUE_LENGTH_DIGITS = {keys.QUEUE_LENGTH_DIGITS}",
+            f"local SORT_KEY_DIGITS = {keys.SORT_KEY_DIGITS}",
+            f"local QUEUE_LENGTH_FORMAT = '%0{keys.QUEUE_LENGTH_DIGITS}x'",
+            f"local SORT_KEY_FORMAT = '%0{keys.SORT_KEY_DIGITS}d'",
+            f"local READY_SORT_FORMAT = '%0{keys.PRIORITY_DIGITS}d%0{sequence_digits}d'",
+        ]
+    )
+
+
 def resolve(name: str, read: Callable[[str], str]) -> str:
-    """The source of script `name` with every include inlined once.
+    """The source of script `name` with every include inlined once, and the layouts written in.
 
     `read(name)` returns a file's text (``claim`` or ``lib/load_task``);
     `FileNotFoundError` from it becomes a `ScriptIncludeError` naming who
@@ -70,7 +105,8 @@ def resolve(name: str, read: Callable[[str], str]) -> str:
                 lines.append(expand(target, (*chain, target)))
         return "\n".join(lines)
 
-    return expand(name, (name,)) + "\n"
+    source = expand(name, (name,)) + "\n"
+    return LAYOUT_DIRECTIVE.sub(lambda _: layout(), source, count=1)
 
 
 def read_packaged(name: str) -> str:

@@ -19,6 +19,7 @@ from threadmill_core.testing import Harness
 from threadmill_redis import replies, scripts
 from threadmill_redis.backend import RedisBackend
 from threadmill_redis.clients import Client
+from threadmill_redis.keys import STATE_FIELDS
 
 
 def make_harness(client: Client, *, result_ttl: timedelta, **options: object) -> Harness:
@@ -59,8 +60,8 @@ def corruptions(backend: RedisBackend) -> dict[str, Callable[[str], None]]:
     def number_garbled(task_id: str) -> None:
         raw = client.hget(state, task_id)
         assert isinstance(raw, bytes), f"task {task_id!r} has no state to damage"
-        fields = raw.split(b"|", 11)
-        fields[2] = b"two"  # attempts
+        fields = raw.split(b"|", len(STATE_FIELDS) - 1)
+        fields[STATE_FIELDS.index("attempts")] = b"two"
         client.hset(state, task_id, b"|".join(fields))
 
     def payload_garbled(task_id: str) -> None:

@@ -179,13 +179,8 @@ def test_bad_stored_fields_name_the_task_every_time_they_are_read(
     assert backend.get(bad.id) == leases[0].record
 
 
-def test_empty_stored_times_read_as_none_even_as_the_memo_is_emptied() -> None:
-    """Decoded times are remembered, and the memo is emptied when full; empty bytes stay None.
-
-    Another thread may look up an empty field between the memo being
-    emptied and it being seeded again: that lookup must not decode ``b""``.
-    """
-    replies._TIMES.clear()  # that moment, held still
+def test_empty_stored_times_read_as_none() -> None:
+    """Empty fields of a stored state, and an empty workers entry, read as none."""
     state = replies.parse_state(b"READY|0|0|1|1700000000000|||||||default")
     assert state.enqueued_at == from_ms(1_700_000_000_000)
     assert (state.run_after, state.started_at, state.deadline, state.token) == (None,) * 4

@@ -9,7 +9,7 @@ from importlib import resources
 import pytest
 import redis
 
-from threadmill_redis import scripts
+from threadmill_redis import replies, scripts
 from threadmill_redis.connections import ThreadConnections
 from threadmill_redis.errors import ScriptIncludeError
 from threadmill_redis.replies import Status
@@ -62,12 +62,27 @@ def test_a_missing_include_names_who_included_it() -> None:
         scripts.resolve("main", reader({"main": '--@include "lib/nope"'}))
 
 
-@pytest.mark.parametrize("name", LIBRARY)
+@pytest.mark.parametrize("name", [name for name in LIBRARY if name != "layout"])
 def test_each_library_file_is_one_local_function_of_its_name(name: str) -> None:
     """lib/NAME.lua defines exactly one function, `local function NAME`, and no globals."""
     text = LUA.joinpath("lib", f"{name}.lua").read_text()
     top_level = re.findall(r"^(local function \w+|function \w+|\w+\s*=)", text, re.MULTILINE)
     assert top_level == [f"local function {name}"]
+
+
+def test_the_layout_file_is_the_layout_directive_alone() -> None:
+    """lib/layout.lua is comments and ``--@layout``, which becomes locals only (no globals)."""
+    text = LUA.joinpath("lib", "layout.lua").read_text()
+    code = [line for line in text.splitlines() if not line.startswith("-- ")]
+    assert code == ["--@layout"]
+    expanded = [line for line in scripts.layout().splitlines() if not line.startswith("--")]
+    assert all(line.startswith("local ") for line in expanded)
+
+
+def test_every_script_has_a_documented_reply_shape() -> None:
+    """`replies.REPLIES` names the reply of every script in lua/, and no other."""
+    names = {path.name.removesuffix(".lua") for path in LUA.iterdir() if path.name.endswith(".lua")}
+    assert set(replies.REPLIES) == names
 
 
 def test_the_keys_directive_becomes_the_aliases_the_header_names() -> None:

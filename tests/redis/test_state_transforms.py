@@ -16,7 +16,10 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from threadmill_redis import scripts
+from threadmill_core.clock import to_ms
+from threadmill_core.errors import PayloadError
+from threadmill_redis import replies, scripts
+from threadmill_redis.keys import STATE_FIELDS
 
 #: claimed_state's answer, and the claim made the plain way (lib/parse_task,
 #: the claim's changes on the table, lib/pack_task).
@@ -60,32 +63,31 @@ local running = string.format('%d', running_sort)
 return { state or false, false, pack_task(t), sort, running, queue, t.queue }
 """
 
-#: A batch's run makes what its READY tasks share once (lib/new_state_ends,
-#: lib/ready_member_head) and its sequence numbers' text in pieces
-#: (lib/sequence_texts); a lone enqueue makes each whole (lib/new_state,
-#: lib/ready_member). Both ways, for `count` tasks numbered from `seq` in one
-#: call, as a batch's run numbers them.
-BATCH_PIECES_CHECK = """
+#: A new task's state as lib/new_state packs it, and what lib/parse_task reads
+#: back from it packed again by lib/pack_task.
+NEW_STATE_CHECK = """
 --@include "lib/new_state"
---@include "lib/new_state_ends"
---@include "lib/ready_member"
---@include "lib/ready_member_head"
---@include "lib/sequence_texts"
-local priority_text, first, count, now_text, run_after_text, queue, id =
-  ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], ARGV[5], ARGV[6], ARGV[7]
-local priority = tonumber(priority_text)
-local head, tail = new_state_ends('READY', priority_text, now_text, run_after_text, queue)
-local member_head = ready_member_head(queue, priority)
-local from_pieces, whole = {}, {}
-for seq = first, first + count - 1 do
-  local seq_head, seq_tail, padded_head, padded_tail = sequence_texts(seq)
-  from_pieces[#from_pieces + 1] = head .. seq_head .. seq_tail .. tail
-  from_pieces[#from_pieces + 1] = member_head .. padded_head .. padded_tail .. id
-  whole[#whole + 1] =
-    new_state('READY', priority_text, string.format('%d', seq), now_text, run_after_text, queue)
-  whole[#whole + 1] = ready_member(queue, priority, seq, id)
+--@include "lib/parse_task"
+local run_after = tonumber(ARGV[5])
+local made = new_state(ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), run_after,
+  ARGV[6])
+return { made, pack_task(parse_task('id', made)) }
+"""
+
+#: What lib/parse_task reads from a packed state, field by field in STATE_FIELDS
+#: order ('' for none), or false when it finds the state corrupt.
+PARSE_CHECK = """
+--@include "lib/parse_task"
+local t = parse_task('id', ARGV[1])
+if t == nil then
+  return false
 end
-return { from_pieces, whole }
+local out = {}
+for n, name in ipairs(STATE_FIELDS) do
+  local value = t[name]
+  out[n] = type(value) == 'number' and string.format('%d', value) or (value or '')
+end
+return out
 """
 
 ms = st.integers(1_600_000_000_000, 2_000_000_000_000)
@@ -159,33 +161,57 @@ def test_a_claim_rewrites_the_state_as_the_table_would(
 
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
+    status=st.sampled_from(["READY", "DEFERRED"]),
     priority=st.integers(-100, 100),
-    # Small numbers (no hundreds, one digit) and any size the counter reaches.
-    seq=st.one_of(st.integers(1, 250), st.integers(1, 10**15)),
-    count=st.integers(1, 250),
+    sort=st.integers(1, 10**15),
     now=ms,
     run_after=maybe_ms,
     queue=queues,
-    task_id=st.text(min_size=1, max_size=40).filter(lambda i: "\x00" not in i),
 )
-def test_a_batch_makes_its_ready_tasks_states_and_members_as_a_lone_enqueue_does(
+def test_a_new_state_packs_as_parse_task_and_pack_task_read_and_write_it(
     client: redis.Redis,
+    status: str,
     priority: int,
-    seq: int,
-    count: int,
+    sort: int,
     now: int,
     run_after: str,
     queue: str,
-    task_id: str,
 ) -> None:
-    """enqueue.lua's batch path builds from pieces the same bytes as its one-task path."""
-    from_pieces, whole = run(
-        client, BATCH_PIECES_CHECK, priority, seq, count, now, run_after, queue, task_id
+    """lib/new_state writes the layout lib/parse_task reads and lib/pack_task writes."""
+    made, again = run(client, NEW_STATE_CHECK, status, priority, sort, now, run_after, queue)
+    assert made == again
+    assert made.decode() == f"{status}|{priority}|0|{sort}|{now}|{run_after}||||||{queue}"
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(state_and_token=any_states())
+def test_lua_and_python_read_a_packed_state_alike(
+    client: redis.Redis, state_and_token: tuple[str, str]
+) -> None:
+    """lib/parse_task and replies.parse_state read each field of keys.STATE_LAYOUT the same."""
+    raw, _ = state_and_token
+    fields = dict(
+        zip(STATE_FIELDS, (f.decode() for f in run(client, PARSE_CHECK, raw)), strict=True)
     )
-    assert from_pieces == whole
-    assert len(whole) == 2 * count
-    assert whole[0].split(b"|")[3] == str(seq).encode()
-    assert whole[0].split(b"|", 11)[11] == queue.encode()
+    state = replies.parse_state(raw.encode())
+    assert state.status.value == fields["status"]
+    assert (state.priority, state.attempts) == (int(fields["priority"]), int(fields["attempts"]))
+    assert state.queue == fields["queue"]
+    assert (state.token or "") == fields["token"]
+    for name in ("enqueued_at", "run_after", "started_at", "last_attempted_at", "finished_at"):
+        moment = getattr(state, name)
+        assert fields[name] == ("" if moment is None else str(to_ms(moment)))
+    assert fields["deadline"] == ("" if state.deadline is None else str(to_ms(state.deadline)))
+
+
+@pytest.mark.parametrize(
+    "raw", ["READY|0|x|1|2||||||||q", "READY|0|0|1|2|||||", "WAITING|0|0|1|2||||||||q", "READY|0"]
+)
+def test_lua_and_python_both_refuse_a_state_off_the_layout(client: redis.Redis, raw: str) -> None:
+    """A state lib/parse_task finds corrupt is a PayloadError for replies.parse_state."""
+    assert run(client, PARSE_CHECK, raw) is None
+    with pytest.raises(PayloadError):
+        replies.parse_state(raw.encode())
 
 
 @pytest.mark.parametrize("started", ["", "1700000000000"])

@@ -32,14 +32,11 @@
 --   ARGV[4]  nonce         random text unique to this call (the same on a repeat), no '|'
 --   ARGV[5..] queues       queue names, best first
 --
--- Reply: empty when nothing is ready; else the code (OK, or REPEAT on a
--- repeat), then one row per claimed task, best first, payload included, as
--- lib/task_row lays it out without the code and the result (a RUNNING task
--- has none), then the task's count of expired unstarted claims given back
--- (lib/load_start; '' for none): six fields a task, the rows one after
--- another in the one list (a table a row would cost the server more than the
--- rest of its reply). A repeat answers the same rows, in the same order, of
--- the tasks still RUNNING under their tokens.
+-- Reply: one row per claimed task, best first (none when nothing is ready):
+-- lib/task_row's, payload included, its code OK (REPEAT on a repeat) and its
+-- result nil (a RUNNING task has none), then the task's count of expired
+-- unstarted claims given back (lib/load_start). A repeat answers the same
+-- rows, in the same order, of the tasks still RUNNING under their tokens.
 --
 -- A queue's batch costs a fixed number of commands, whatever its size: its
 -- tokens come from one HINCRBY, its records are read with one HMGET per hash
@@ -50,6 +47,7 @@
 --@include "lib/claimed_state"
 --@include "lib/code"
 --@include "lib/hmget_all"
+--@include "lib/load_start"
 --@include "lib/load_task"
 --@include "lib/member_id"
 --@include "lib/parse_task"
@@ -73,20 +71,18 @@ local limit = tonumber(ARGV[3])
 local nonce = '-' .. ARGV[4]
 
 if redis.call('EXISTS', K.receipt) == 1 then
-  local rows = { code('REPEAT') }
+  local rows = {}
   local held = redis.call('LRANGE', K.receipt, 0, -1)
   local base = tonumber(held[1])
   for n = 1, #held - 1 do
     local t = load_task(K, held[n + 1])
     if t ~= nil and t.status == 'RUNNING' and t.token == string.format('%d', base + n) .. nonce then
       local row = task_row(K, t, code('REPEAT'), true)
-      for f = 2, 6 do
-        rows[#rows + 1] = row[f]
-      end
-      rows[#rows + 1] = string.match(redis.call('HGET', K.starts, t.id) or '', '^%d*')
+      row[8] = load_start(K, t.id)
+      rows[#rows + 1] = row
     end
   end
-  return #rows > 1 and rows or {}
+  return rows
 end
 
 local now, now_text = now_ms()
@@ -114,10 +110,11 @@ for i = 5, #ARGV do
   end
 end
 
-local rows, receipt, claimed, granted = { OK }, {}, 0, 0
+local rows, receipt, claimed = {}, {}, 0
 local i = 5
 while i <= #ARGV and claimed < limit do
-  local prefix = queue_prefix(ARGV[i])
+  local queue = ARGV[i]
+  local prefix = queue_prefix(queue)
   local want = limit - claimed
   local members = redis.call('ZRANGEBYLEX', K.ready, '[' .. prefix, '(' .. prefix .. ':',
     'LIMIT', 0, want)
@@ -129,19 +126,17 @@ while i <= #ARGV and claimed < limit do
     call_in_slices({ 'ZREM', K.ready }, members)
     -- One HINCRBY reserves a fresh token for each task of this queue.
     local last = redis.call('HINCRBY', K.counters, 'token', #members)
-    -- The batch is read, and written, one command per hash or index. Every
-    -- member holds the queue's prefix and 19 digits of sort key before the
-    -- id (lib/member_id), so the id starts at the same place in each.
-    local ids, at_id = {}, #prefix + 20
+    -- The batch is read, and written, one command per hash or index.
+    local ids = {}
     for n, member in ipairs(members) do
-      ids[n] = string.sub(member, at_id)
+      ids[n] = member_id(member)
     end
     local states = hmget_all(K.state, ids)
     local payloads = hmget_all(K.payload, ids)
     local errors = hmget_all(K.errors, ids)
     local old_workers = hmget_all(K.workers, ids)
     local starts = hmget_all(K.starts, ids)
-    local state_args, worker_args, good = {}, {}, {}
+    local state_args, worker_args, running, leases = {}, {}, {}, {}
     local first = last - #members -- tokens first + n
     -- A call's tokens come from the one counter, in order: so one base for
     -- all, and the receipt holds an empty id where a token went unused.
@@ -151,44 +146,34 @@ while i <= #ARGV and claimed < limit do
       local state = states[n] and claimed_state(states[n], now_text, deadline_text, token)
       if state then
         local workers = (old_workers[n] or '') .. worker_entry
-        granted = granted + 1
-        good[#good + 1] = id
-        local two = 2 * #good
-        state_args[two - 1], state_args[two] = id, state
-        worker_args[two - 1], worker_args[two] = id, workers
+        claimed = claimed + 1
+        state_args[#state_args + 1] = id
+        state_args[#state_args + 1] = state
+        worker_args[#worker_args + 1] = id
+        worker_args[#worker_args + 1] = workers
+        -- RUNNING's view and the lease index, as lib/index_task adds them.
+        running[#running + 1] = '0'
+        running[#running + 1] = timed_member(queue, deadline, id)
+        leases[#leases + 1] = deadline_text
+        leases[#leases + 1] = id
         receipt[#receipt + 1] = id
         -- The row of lib/task_row, from what is being written (a RUNNING task
-        -- has no result), then the count of give-backs.
-        local r = 1 + 6 * granted
-        rows[r - 5], rows[r - 4], rows[r - 3], rows[r - 2], rows[r - 1], rows[r] =
-          id, state, payloads[n], errors[n], workers, string.match(starts[n] or '', '^%d*')
+        -- has no result), then the count of give-backs (lib/load_start's).
+        local given_back = tonumber(string.match(starts[n] or '', '^%d*')) or 0
+        rows[#rows + 1] = { OK, id, state, payloads[n], errors[n], workers, false, given_back }
       else -- not claimed: a corrupt record is quarantined
         corrupt = corrupt + 1
         receipt[#receipt + 1] = ''
         -- (A valid state of another status only lost this stale member.)
         if not (states[n] and parse_task(id, states[n])) then
-          quarantine_corrupt(K, id, ARGV[i], states[n], now_text)
+          quarantine_corrupt(K, id, queue, states[n], now_text)
         end
       end
     end
     call_in_slices({ 'HSET', K.state }, state_args)
     call_in_slices({ 'HSET', K.workers }, worker_args)
-    -- RUNNING's view and the lease index, as lib/index_task adds them: the
-    -- batch shares its queue and deadline, so it sorts there by id, and it
-    -- is added last id first. A small sorted set is a list Redis scans from
-    -- the head for the place of each member added: so each lands before
-    -- the batch's others without passing them. (Only the cost depends on
-    -- the order.)
-    table.sort(good)
-    local running, leases, queue = {}, {}, ARGV[i]
-    for n = 1, #good do
-      local id, two = good[#good + 1 - n], 2 * n
-      running[two - 1], running[two] = '0', timed_member(queue, deadline, id)
-      leases[two - 1], leases[two] = deadline_text, id
-    end
     call_in_slices({ 'ZADD', K.running }, running)
     call_in_slices({ 'ZADD', K.leases }, leases)
-    claimed = claimed + #good
   end
   -- The queue is done unless corrupt records took places its next tasks can fill.
   if corrupt == 0 or #members < want then

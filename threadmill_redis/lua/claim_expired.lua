@@ -43,6 +43,7 @@
 --@include "lib/load_task"
 --@include "lib/new_token"
 --@include "lib/member_id"
+--@include "lib/member_queue"
 --@include "lib/now_ms"
 --@include "lib/corrupt_queue"
 --@include "lib/printable"
@@ -85,7 +86,7 @@ while claimed < limit do
           for _, held in ipairs(redis.call('ZRANGE', K.running, 0, -1)) do
             if member_id(held) == id then
               member = held
-              queue = string.sub(held, 9, 8 + tonumber(string.sub(held, 1, 8), 16))
+              queue = member_queue(held)
             end
           end
         end

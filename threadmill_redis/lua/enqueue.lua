@@ -50,13 +50,10 @@
 --@include "lib/code"
 --@include "lib/hmget_all"
 --@include "lib/new_state"
---@include "lib/new_state_ends"
 --@include "lib/notify_room"
 --@include "lib/now_ms"
 --@include "lib/ready_member"
---@include "lib/ready_member_head"
 --@include "lib/record_rates"
---@include "lib/sequence_texts"
 --@include "lib/task_row"
 --@include "lib/timed_member"
 
@@ -64,25 +61,22 @@
 local notify_cap = tonumber(ARGV[1])
 local OK, EXISTS = code('OK'), code('EXISTS')
 
-local now, now_text = now_ms()
+local now = now_ms()
 
 if #ARGV == 8 then -- one run of one record: ARGV[2] is 1
-  local queue, priority_text, run_after_text = ARGV[3], ARGV[4], ARGV[5]
+  local queue, priority, run_after = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
   local id = ARGV[7]
   if redis.call('HSETNX', K.payload, id, ARGV[8]) == 0 then
     return { now, task_row(K, { id = id }, EXISTS, true) }
   end
-  local run_after = tonumber(run_after_text)
   if run_after ~= nil and run_after > now then
-    redis.call('HSET', K.state, id,
-      new_state('DEFERRED', priority_text, run_after_text, now_text, run_after_text, queue))
+    redis.call('HSET', K.state, id, new_state('DEFERRED', priority, run_after, now, run_after, queue))
     redis.call('ZADD', K.deferred, '0', timed_member(queue, run_after, id))
-    redis.call('ZADD', K.due, run_after_text, id)
+    redis.call('ZADD', K.due, ARGV[5], id)
   else
     local seq = redis.call('HINCRBY', K.counters, 'seq', 1)
-    redis.call('HSET', K.state, id,
-      new_state('READY', priority_text, string.format('%d', seq), now_text, run_after_text, queue))
-    redis.call('ZADD', K.ready, '0', ready_member(queue, tonumber(priority_text), seq, id))
+    redis.call('HSET', K.state, id, new_state('READY', priority, seq, now, run_after, queue))
+    redis.call('ZADD', K.ready, '0', ready_member(queue, priority, seq, id))
   end
   redis.call('HINCRBY', K.queues, queue, 1)
   record_rates(K, now, { [queue] = { e = 1 } })
@@ -97,11 +91,10 @@ local runs, ids = {}, {}
 local at = 2
 while at <= #ARGV do
   local count = tonumber(ARGV[at])
-  local priority, run_after = tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3])
+  local run_after = tonumber(ARGV[at + 3])
   runs[#runs + 1] = {
     first = at + 5, last = at + 3 + 2 * count, queue = ARGV[at + 1],
-    priority = priority, priority_text = string.format('%d', priority),
-    run_after = run_after, run_after_text = run_after and string.format('%d', run_after) or '',
+    priority = tonumber(ARGV[at + 2]), run_after = run_after, run_after_text = ARGV[at + 3],
     deferred = run_after ~= nil and run_after > now, notify = KEYS[tonumber(ARGV[at + 4])],
   }
   for i = at + 5, at + 3 + 2 * count, 2 do
@@ -147,38 +140,28 @@ if entering > 0 then
   seq = redis.call('HINCRBY', K.counters, 'seq', entering) - entering
 end
 
--- The writes, gathered into one command per hash or index. What the tasks
--- of a run share (a deferred task's whole state, a READY one's state around
--- its sequence number and its member's head) is made once per run; the
--- counters stand for `#t + 1`, which Lua computes anew for every append.
+-- The writes, gathered into one command per hash or index.
 local payloads, states, ready, deferred, due = {}, {}, {}, {}, {}
-local np, ns, nr, nd = 0, 0, 0, 0
 local counts, woken = {}, {}
 for _, run in ipairs(runs) do
   local queue = run.queue
-  if run.deferred then
-    local state = new_state('DEFERRED', run.priority_text, run.run_after_text, now_text,
-      run.run_after_text, queue)
-    for _, i in ipairs(run.fresh) do
-      local id = ARGV[i]
-      payloads[np + 1], payloads[np + 2] = id, ARGV[i + 1]
-      states[ns + 1], states[ns + 2] = id, state
-      deferred[nd + 1], deferred[nd + 2] = '0', timed_member(queue, run.run_after, id)
-      due[nd + 1], due[nd + 2] = run.run_after_text, id
-      np, ns, nd = np + 2, ns + 2, nd + 2
-    end
-  else
-    local head, tail = new_state_ends('READY', run.priority_text, now_text, run.run_after_text,
-      queue)
-    local member_head = ready_member_head(queue, run.priority)
-    for _, i in ipairs(run.fresh) do
-      local id = ARGV[i]
+  for _, i in ipairs(run.fresh) do
+    local id = ARGV[i]
+    payloads[#payloads + 1] = id
+    payloads[#payloads + 1] = ARGV[i + 1]
+    states[#states + 1] = id
+    if run.deferred then
+      states[#states + 1] =
+        new_state('DEFERRED', run.priority, run.run_after, now, run.run_after, queue)
+      deferred[#deferred + 1] = '0'
+      deferred[#deferred + 1] = timed_member(queue, run.run_after, id)
+      due[#due + 1] = run.run_after_text
+      due[#due + 1] = id
+    else
       seq = seq + 1
-      local seq_head, seq_tail, padded_head, padded_tail = sequence_texts(seq)
-      payloads[np + 1], payloads[np + 2] = id, ARGV[i + 1]
-      states[ns + 1], states[ns + 2] = id, head .. seq_head .. seq_tail .. tail
-      ready[nr + 1], ready[nr + 2] = '0', member_head .. padded_head .. padded_tail .. id
-      np, ns, nr = np + 2, ns + 2, nr + 2
+      states[#states + 1] = new_state('READY', run.priority, seq, now, run.run_after, queue)
+      ready[#ready + 1] = '0'
+      ready[#ready + 1] = ready_member(queue, run.priority, seq, id)
     end
   end
   if #run.fresh > 0 then

@@ -35,7 +35,9 @@
 --@include "lib/index_task"
 --@include "lib/load_task"
 --@include "lib/member_id"
+--@include "lib/member_queue"
 --@include "lib/save_task"
+--@include "lib/timed_member"
 --@include "lib/unindex_task"
 
 --@keys
@@ -68,11 +70,10 @@ for _, view in ipairs({ K.deferred, K.running, K.successful, K.failed, K.cancell
   for _, member in ipairs(redis.call('ZRANGE', view, 0, -1)) do
     local id = member_id(member)
     if load_task(K, id) == nil then
-      local at = 9 + tonumber(string.sub(member, 1, 8), 16) -- the sort key's first digit
-      local sort = tonumber(string.sub(member, at, at + 18)) - delta_ms
+      local queue, at = member_queue(member) -- at: the sort key's first digit
+      local sort = tonumber(string.sub(member, at, at + SORT_KEY_DIGITS - 1)) - delta_ms
       redis.call('ZREM', view, member)
-      redis.call('ZADD', view, '0', string.sub(member, 1, at - 1) .. string.format('%019d', sort)
-        .. id)
+      redis.call('ZADD', view, '0', timed_member(queue, sort, id))
     end
   end
 end

@@ -1,9 +1,12 @@
+--@include "lib/layout"
+
 -- The queue a corrupt state `raw` (false when missing) still names: its last
--- field, when it keeps the layout's twelve fields (lib/parse_task); else nil.
+-- field, when it keeps the layout's number of '|'-separated fields
+-- (STATE_FIELDS); else nil.
 local function corrupt_queue(raw)
   if not raw then
     return nil
   end
-  return string.match(raw,
-    '^[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|(.+)$')
+  local pattern = '^' .. string.rep('[^|]*|', #STATE_FIELDS - 1) .. '(.+)$'
+  return string.match(raw, pattern)
 end

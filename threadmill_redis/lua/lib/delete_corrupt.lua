@@ -1,4 +1,5 @@
 --@include "lib/corrupt_queue"
+--@include "lib/member_queue"
 --@include "lib/timed_member"
 
 -- Delete task `id`, whose stored state is corrupt (`raw`; false when missing),
@@ -11,7 +12,7 @@ local function delete_corrupt(K, id, raw, view, member)
   local queue = corrupt_queue(raw)
   if member ~= nil then
     redis.call('ZREM', view, member)
-    queue = string.sub(member, 9, 8 + tonumber(string.sub(member, 1, 8), 16))
+    queue = member_queue(member)
   elseif queue ~= nil then
     local finished = redis.call('ZSCORE', K.finished, id)
     if finished then

@@ -1,5 +1,7 @@
--- The task id at the end of a segment member (see segment_member).
+--@include "lib/layout"
+
+-- The task id at the end of a segment member (see lib/ready_member).
 local function member_id(member)
-  local queue_len = tonumber(string.sub(member, 1, 8), 16)
-  return string.sub(member, 8 + queue_len + 19 + 1)
+  local queue_len = tonumber(string.sub(member, 1, QUEUE_LENGTH_DIGITS), 16)
+  return string.sub(member, QUEUE_LENGTH_DIGITS + queue_len + SORT_KEY_DIGITS + 1)
 end

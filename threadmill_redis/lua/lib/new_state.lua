@@ -1,7 +1,12 @@
--- The packed state (lib/pack_task's layout) of a task stored at server time
--- `now_text` (decimal ms): no attempts, no timestamps but enqueued_at and
--- run_after, no token. Every argument is text; `run_after_text` is '' for none.
-local function new_state(status, priority_text, sort_text, now_text, run_after_text, queue)
-  return status .. '|' .. priority_text .. '|0|' .. sort_text .. '|' .. now_text .. '|'
-    .. run_after_text .. '||||||' .. queue
+--@include "lib/pack_task"
+
+-- The packed state of a task stored at server time `now` (ms): `status`,
+-- `priority`, its place `sort` in its segment, enqueued now, due after
+-- `run_after` (nil for none), in `queue`; no attempts, no other timestamps,
+-- no token.
+local function new_state(status, priority, sort, now, run_after, queue)
+  return pack_task({
+    status = status, priority = priority, attempts = 0, sort = sort, enqueued_at = now,
+    run_after = run_after, queue = queue,
+  })
 end

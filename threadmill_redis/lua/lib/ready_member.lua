@@ -1,12 +1,13 @@
+--@include "lib/layout"
 --@include "lib/queue_prefix"
 
--- The member of a task in its segment view: queue prefix, 19 digits of sort
--- key, id. All members share score 0, so lex order is segment order: READY by
--- (100 - priority, entered-READY sequence), the others by t.sort (due time,
--- lease deadline or finished time), each then by id. Digits, not doubles, so
--- the key stays exact at any size.
+-- The member of a task in its segment view: queue prefix, SORT_KEY_DIGITS
+-- digits of sort key, id. All members share score 0, so lex order is
+-- segment order: READY by (100 - priority, entered-READY sequence), the
+-- others by t.sort (due time, lease deadline or finished time), each then by
+-- id. Digits, not doubles, so the key stays exact at any size.
 
 -- The member of a READY task: `sort` is its entered-READY sequence number.
 local function ready_member(queue, priority, sort, id)
-  return queue_prefix(queue) .. string.format('%03d%016d', 100 - priority, sort) .. id
+  return queue_prefix(queue) .. string.format(READY_SORT_FORMAT, 100 - priority, sort) .. id
 end

@@ -1,8 +1,9 @@
+--@include "lib/layout"
 --@include "lib/queue_prefix"
 
 -- See lib/ready_member for the layout of segment members.
 
--- The 19-digit sort keys of this script call: the tasks of a batch share
+-- The sort keys (SORT_KEY_DIGITS digits) of this script call: the tasks of a batch share
 -- their due time, lease deadline or finished time.
 local sort_keys = {}
 
@@ -12,7 +13,7 @@ local sort_keys = {}
 local function timed_member(queue, sort, id)
   local key = sort_keys[sort]
   if key == nil then
-    key = string.format('%019d', sort)
+    key = string.format(SORT_KEY_FORMAT, sort)
     sort_keys[sort] = key
   end
   return queue_prefix(queue) .. key .. id

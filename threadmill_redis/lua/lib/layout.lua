@@ -1,0 +1,5 @@
+-- The packed state string and the segment members, as threadmill_redis.keys
+-- declares them (STATE_LAYOUT, QUEUE_LENGTH_DIGITS, SORT_KEY_DIGITS,
+-- PRIORITY_DIGITS): scripts.py writes them here as locals (see its
+-- `layout`), so every script and the Python replies read one declaration.
+--@layout
