@@ -2,7 +2,7 @@
 
 Statements that make a task READY (or store one) send a NOTIFY on the
 namespace's channel with the queue's name as the payload (see
-`threadmill_postgres.statements`). `Listener` holds one connection, outside
+`threadmill_postgres.queries`). `Listener` holds one connection, outside
 the pool, that LISTENs on that channel, and a daemon thread that reads it
 all the time, so notifications never pile up on the server while the
 process is busy (a listener that stops reading holds the server's whole

@@ -22,7 +22,7 @@ from threadmill_core.models import TaskResult
 from threadmill_postgres import rows
 from threadmill_postgres.connection import Connection, Database, Params, Rows
 from threadmill_postgres.errors import PostgresBackendError
-from threadmill_postgres.statements import Statements
+from threadmill_postgres.queries import Statements
 
 #: Runs one statement with its parameters and returns its rows: on a pooled
 #: connection of its own, or on the connection of the batch's transaction.

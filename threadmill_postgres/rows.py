@@ -36,11 +36,19 @@ from threadmill_core.models import (
 NO_ERRORS = codec.encode_errors(())
 
 #: The stored milliseconds a datetime can hold (years 1 to 9999); a timestamp
-#: column outside them is corrupt (the statements use them too).
+#: column outside them is corrupt (the queries spell them out too).
 MIN_MS = to_ms(datetime.min.replace(tzinfo=UTC))
 MAX_MS = to_ms(datetime.max.replace(tzinfo=UTC))
 
-#: The timestamp columns of `statements.TASK_COLUMNS`, by their place in it.
+#: The columns of ``tasks`` a record is decoded from (see `record`), in the order every
+#: query that reads a task selects them (as ``t.<column>``; tests/postgres/test_queries.py
+#: checks the queries against it).
+TASK_COLUMNS = (
+    "id", "queue", "priority", "status", "payload", "run_after", "enqueued_at", "started_at",
+    "last_attempted_at", "finished_at", "attempts", "errors", "worker_ids", "return_value",
+)  # fmt: skip
+
+#: The timestamp columns of `TASK_COLUMNS`, by their place in it.
 _TIMESTAMPS = {5: "run_after", 6: "enqueued_at", 7: "started_at", 8: "last_attempted_at",
                9: "finished_at"}  # fmt: skip
 
@@ -142,7 +150,7 @@ def _ms(value: object) -> Any:
 
 
 def record(row: Sequence[Any], at: int = 0) -> TaskResult:
-    """The record in `row`, whose `statements.TASK_COLUMNS` start at index `at`.
+    """The record in `row`, whose `TASK_COLUMNS` start at index `at`.
 
     Raises `PayloadError` naming the task when its payload, errors or result
     do not decode, or the payload holds another task (foreign bytes).
@@ -199,7 +207,7 @@ def out_of_range(columns: Sequence[Any]) -> str:
 
 def lease(row: Sequence[Any]) -> Lease:
     """The lease in a claim's row (a worker's or the reaper's): its place in the answer,
-    token and deadline, then `statements.TASK_COLUMNS`, then the task's count of give-backs
+    token and deadline, then `TASK_COLUMNS`, then the task's count of give-backs
     (a reaper's token starts with ``r``: its lease carries 0)."""
     expiries = 0 if row[1].startswith("r") else row[LEASE_EXPIRIES]
     return Lease(

@@ -31,7 +31,7 @@ from threadmill_postgres.pool_log import first_line
 if TYPE_CHECKING:
     from threadmill_postgres.connection import Database, Params, Rows
     from threadmill_postgres.producing import Enqueuer, Run
-    from threadmill_postgres.statements import Statements
+    from threadmill_postgres.queries import Statements
 
 
 class PostgresTransactional:

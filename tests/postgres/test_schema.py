@@ -181,6 +181,49 @@ def test_a_version_2_schema_gains_the_live_workers_table_and_version_2_code_goes
         assert schema.ensure(conn, namespace, MIGRATIONS[:2]) == 3  # no SchemaVersionError
 
 
+@pytest.mark.parametrize("made_at", [1, 2, 3])
+def test_every_named_query_runs_on_a_namespace_made_by_an_older_version(
+    made_at: int, make_backend: Callable[..., PostgresBackend], database: PostgresDatabase
+) -> None:
+    """A namespace made at version 1, 2 or 3 (upgraded in place as needed) serves every
+    call: each named query runs against the tables its migrations made."""
+    namespace = new_namespace()
+    with psycopg.connect(database.url, autocommit=True) as conn:
+        assert schema.ensure(conn, namespace, MIGRATIONS[:made_at]) == made_at
+    backend = make_backend(namespace=namespace)
+    assert meta(database, namespace) == {"version": schema.VERSION, "oldest_compatible": 1}
+    records = backend.enqueue(tasks(4))
+    backend.enqueue(tasks(1, run_after=backend.now() + timedelta(hours=1)))
+    assert backend.get(records[0].id) is not None
+    leases = backend.claim(["default"], worker="w", lease_ttl=LEASE, limit=3)
+    assert len(leases) == 3
+    assert backend.extend_many(leases[:1], LEASE)[0] is not None
+    assert backend.mark_started(leases[:1]) == [True]
+    finished = attrs.evolve(leases[0].record, status=TaskResultStatus.SUCCESSFUL)
+    done = backend.decide_many([Decision(lease=leases[0], record=finished)])
+    assert done[0] is not None
+    assert backend.release(leases[1:2])[0] is not None
+    assert backend.expire_leases("w") == 1
+    assert backend.claim_expired(limit=5, claim_ttl=LEASE) == []
+    assert backend.promote_due(limit=10) == 0
+    assert backend.next_due() is not None
+    assert backend.cancel(records[3].id) is not None
+    assert backend.requeue(records[3].id) is not None
+    assert len(backend.peek("default", READY)) == 3
+    assert backend.counts()["default"].ready == 3
+    assert backend.rates(timedelta(minutes=1)) is not None
+    assert backend.purge("default", DEFERRED) == 1
+    backend.set_schedule_paused("nightly", True)
+    assert set(backend.schedule_pauses()) == {"nightly"}
+    entry = WorkerInfo(
+        id="box:1:abc", host="box", pid=1, queues=("default",), threads=1, version="0",
+        started_at=backend.now(),
+    )  # fmt: skip
+    backend.register_worker(entry, timedelta(minutes=1))
+    assert [w.id for w in backend.workers()] == ["box:1:abc"]
+    assert backend.unregister_worker("box:1:abc")
+
+
 def test_backends_starting_together_make_one_schema(
     database: PostgresDatabase, make_backend: Callable[..., PostgresBackend]
 ) -> None:
