@@ -562,7 +562,7 @@ class Backend(abc.ABC):
     def set_schedule_paused(self, name: str, paused: bool) -> SchedulePause:
         """Store that the schedule `name` is paused (or not), as of `now()`; return that.
 
-        For every scheduler on the store (see `threadmill_core.scheduling`):
+        For every scheduler on the store (see `threadmill_core.worker.scheduling`):
         a paused schedule stores no ticks, and a resumed one never catches
         up a tick at or before its `since`. Setting the state it already has
         changes nothing and returns the stored state. `name` is checked

@@ -492,7 +492,7 @@ def test_inspect_without_textual_names_the_extra(
 ) -> None:
     """threadmill inspect without Textual installed says which extra to install, exit 2."""
     monkeypatch.setitem(sys.modules, "textual", None)  # import textual raises ImportError
-    monkeypatch.delitem(sys.modules, "threadmill_core.tui", raising=False)
+    monkeypatch.delitem(sys.modules, "threadmill_core.cli.tui", raising=False)
     assert cli.main(["inspect"], broker=broker) == 2
     assert "pip install 'threadmill[tui]'" in capsys.readouterr().err
 

@@ -1,6 +1,6 @@
 """The inspector's text: the tables and records ``threadmill stats``, ``ls`` and ``show`` print.
 
-The TUI (`threadmill_core.tui`) shows the same cells. Times are UTC to the
+The TUI (`threadmill_core.cli.tui`) shows the same cells. Times are UTC to the
 millisecond; an unknown rate is ``-``.
 """
 
@@ -10,8 +10,7 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 
-from threadmill_core.display import SHOWN_CHARS, cut
-from threadmill_core.inspector.queries import (
+from threadmill_core.cli.inspector.queries import (
     CANCELLED,
     DEFERRED,
     FAILED,
@@ -24,6 +23,7 @@ from threadmill_core.inspector.queries import (
     QueueStats,
     Undecodable,
 )
+from threadmill_core.display import SHOWN_CHARS, cut
 from threadmill_core.models import TaskError, TaskResult, TaskResultStatus
 
 

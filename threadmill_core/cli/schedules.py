@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
-from threadmill_core.exit_codes import EXIT_CODES_HELP, ExitCode
+from threadmill_core.cli.exit_codes import EXIT_CODES_HELP, ExitCode
 
 if TYPE_CHECKING:
     from threadmill_core.broker import Broker
@@ -82,7 +82,7 @@ def run(args: argparse.Namespace, opened: Callable[[], AbstractContextManager[Br
             print(f"threadmill schedules {action}: {exc}", file=sys.stderr)
             return ExitCode.ERROR
     declared = _declared(words)
-    from threadmill_core.inspector.schedules import run_now, set_paused
+    from threadmill_core.cli.inspector.schedules import run_now, set_paused
 
     with opened() as broker:
         if action in ("pause", "resume"):
@@ -116,7 +116,7 @@ def run(args: argparse.Namespace, opened: Callable[[], AbstractContextManager[Br
 
 def _declared(modules: list[str]) -> dict[str, Schedule]:
     from threadmill_core.periodic import registered_schedules
-    from threadmill_core.startup import import_task_modules, put_on_import_path
+    from threadmill_core.worker.startup import import_task_modules, put_on_import_path
 
     if modules:
         put_on_import_path([os.getcwd()])
@@ -125,15 +125,15 @@ def _declared(modules: list[str]) -> dict[str, Schedule]:
 
 
 def _say(args: argparse.Namespace, data: object, text: str) -> None:
-    from threadmill_core.inspector import dumps
+    from threadmill_core.cli.inspector import dumps
 
     print(dumps(data) if args.json else text, flush=True)
 
 
 def rows(broker: Broker, declared: dict[str, Schedule]) -> Iterator[dict[str, Any]]:
-    """One listing row per schedule (`threadmill_core.inspector.schedules.schedule_rows`), as
+    """One listing row per schedule (`threadmill_core.cli.inspector.schedules.schedule_rows`), as
     ``--json`` prints it."""
-    from threadmill_core.inspector.schedules import schedule_rows
+    from threadmill_core.cli.inspector.schedules import schedule_rows
 
     for row in schedule_rows(broker, declared):
         yield {

@@ -3,15 +3,15 @@
 The supervisor starts `processes` worker processes (each a `Worker` with
 `threads` threads, no maintenance of its own), restarts one that dies
 (expiring at once the leases it held, for the reaper's next pass: see
-`threadmill_core.child_leases`), recycles one after `max_tasks` claims (plus
+`threadmill_core.worker.child_leases`), recycles one after `max_tasks` claims (plus
 up to `max_tasks_jitter`, so processes do not all restart at once), and runs
 the maintenance loop (reaper and mover) itself. Several supervisors on one
 backend are safe: reaper claims are fenced like worker claims.
 
 This module is the supervisor's side. What runs inside a worker process is
-`threadmill_core.worker_process`; what both sides use (`WorkerSettings`,
+`threadmill_core.worker.process`; what both sides use (`WorkerSettings`,
 `prepare_process`, `connect_when_reachable`, the exit codes and
-`STOP_NOW_SIGNAL`) is `threadmill_core.worker_settings`, and is importable
+`STOP_NOW_SIGNAL`) is `threadmill_core.worker.settings`, and is importable
 from here too.
 
 Signals: the first SIGTERM or SIGINT stops claiming everywhere, gives the
@@ -32,9 +32,9 @@ the whole process group (as systemd does) is one graceful stop.
 Process setup: the supervisor prepares itself first thing, as a spawned
 worker process does (`prepare_process`: `WorkerSettings.import_path`, then
 `WorkerSettings.setup`, then the task modules; see
-`threadmill_core.worker_settings`). A forked worker process inherits what
+`threadmill_core.worker.settings`). A forked worker process inherits what
 that did in the supervisor. The supervisor then logs what it runs (see
-`threadmill_core.startup`).
+`threadmill_core.worker.startup`).
 
 Starting worker processes: the first ones are forked from the supervisor
 once it has run the setup, imported the task modules and reached the
@@ -62,7 +62,7 @@ sets its own before unblocking them.
 
 Outages: when the backend is unavailable (`BackendUnavailable`), nothing
 exits or restarts. Each worker process backs off and reconnects on its own
-(see `threadmill_core.worker`), and the maintenance loop skips its passes
+(see `threadmill_core.worker.worker`), and the maintenance loop skips its passes
 with the same backoff; each process logs one warning per outage and one
 line when the backend is back. Only a configuration error (modules that do
 not import, a URL that cannot work, a backend that never answered at start)
@@ -87,19 +87,17 @@ from typing import NamedTuple
 
 from threadmill_core.backend import Backend
 from threadmill_core.broker import Broker
-from threadmill_core.child_leases import expire_leases, forget_worker
 from threadmill_core.errors import BackendUnavailable
-from threadmill_core.maintenance import promote, reap
 from threadmill_core.models import TaskResultStatus
-from threadmill_core.monitor import Monitor, monitored
-from threadmill_core.outage import Outage
-from threadmill_core.scheduling import start_scheduler
-from threadmill_core.startup import log_start, warn_unregistered_waiting
 from threadmill_core.task import registered_tasks
-from threadmill_core.wakeup import Wakeup
-from threadmill_core.worker_logging import LOG_FORMAT
-from threadmill_core.worker_process import forked_main, spawned_main, worker_id_of
-from threadmill_core.worker_settings import (
+from threadmill_core.worker.child_leases import expire_leases, forget_worker
+from threadmill_core.worker.logs import LOG_FORMAT
+from threadmill_core.worker.maintenance import promote, reap
+from threadmill_core.worker.monitor import Monitor, monitored
+from threadmill_core.worker.outage import Outage
+from threadmill_core.worker.process import forked_main, spawned_main, worker_id_of
+from threadmill_core.worker.scheduling import start_scheduler
+from threadmill_core.worker.settings import (
     EXIT_ABANDONED,
     EXIT_CONFIG_ERROR,
     FORK_BLOCKED,
@@ -110,6 +108,8 @@ from threadmill_core.worker_settings import (
     prepare_process,
     reach_at_start,
 )
+from threadmill_core.worker.startup import log_start, warn_unregistered_waiting
+from threadmill_core.worker.wakeup import Wakeup
 
 __all__ = [
     "EXIT_ABANDONED",
@@ -199,7 +199,7 @@ class Supervisor:
 
         SIGTERM and SIGINT stay blocked from just before the fork until the
         child has replaced the handlers it inherited
-        (`threadmill_core.worker_process.forked_main`) and, here, until the
+        (`threadmill_core.worker.process.forked_main`) and, here, until the
         fork returned: one arriving meanwhile waits, and then reaches the
         handler of the process it was sent to.
         """
@@ -425,7 +425,7 @@ class Supervisor:
         """Restart dead or recycled children; 0, or an exit code to stop with.
 
         The leases a child still held when it exited are expired first, for a
-        reaper's pass at once (`threadmill_core.child_leases`).
+        reaper's pass at once (`threadmill_core.worker.child_leases`).
         """
         for index, process in list(self._children.items()):
             if process.is_alive():

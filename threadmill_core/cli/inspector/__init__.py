@@ -1,24 +1,24 @@
 """What the inspecting shell commands and the TUI share: reading queues, acting, reporting.
 
-Reading (`threadmill_core.inspector.queries`): `overview` (counts and rates
+Reading (`threadmill_core.cli.inspector.queries`): `overview` (counts and rates
 per queue) and `list_tasks` (one page of a segment). Acting
-(`threadmill_core.inspector.actions`): `requeue`, `requeue_failed` and
+(`threadmill_core.cli.inspector.actions`): `requeue`, `requeue_failed` and
 `cancel`, fenced by the backend one task at a time, each `Report` saying
 what was done and why anything was refused. Finding a task by the start
-or end of its id (`threadmill_core.inspector.lookup`): `find_task`, and
+or end of its id (`threadmill_core.cli.inspector.lookup`): `find_task`, and
 what it costs. Schedules and live workers
-(`threadmill_core.inspector.schedules`): `schedule_rows`, `set_paused`,
+(`threadmill_core.cli.inspector.schedules`): `schedule_rows`, `set_paused`,
 `run_now`, `live_workers`. Reporting: tables and records
-as text (`threadmill_core.inspector.text`) or as JSON
-(`threadmill_core.inspector.as_json`).
+as text (`threadmill_core.cli.inspector.text`) or as JSON
+(`threadmill_core.cli.inspector.as_json`).
 
 Every function takes a `Broker` and works on any backend. Rates come from
 `Backend.rates`; a backend that keeps no telemetry answers None, and rates
 show as unknown ("-" in tables, null in JSON), never as zero.
 """
 
-from threadmill_core.exit_codes import EXIT_CODES_HELP, ExitCode
-from threadmill_core.inspector.actions import (
+from threadmill_core.cli.exit_codes import EXIT_CODES_HELP, ExitCode
+from threadmill_core.cli.inspector.actions import (
     PAGE_SIZE,
     Outcome,
     Report,
@@ -26,7 +26,7 @@ from threadmill_core.inspector.actions import (
     requeue,
     requeue_failed,
 )
-from threadmill_core.inspector.as_json import (
+from threadmill_core.cli.inspector.as_json import (
     dumps,
     listed_json,
     outcome_json,
@@ -35,8 +35,8 @@ from threadmill_core.inspector.as_json import (
     report_json,
     stats_json,
 )
-from threadmill_core.inspector.lookup import Found, find_task
-from threadmill_core.inspector.queries import (
+from threadmill_core.cli.inspector.lookup import Found, find_task
+from threadmill_core.cli.inspector.queries import (
     CANCELLED,
     DEFERRED,
     FAILED,
@@ -51,7 +51,7 @@ from threadmill_core.inspector.queries import (
     list_tasks,
     overview,
 )
-from threadmill_core.inspector.schedules import (
+from threadmill_core.cli.inspector.schedules import (
     LiveWorkers,
     ScheduleRow,
     live_workers,
@@ -59,7 +59,7 @@ from threadmill_core.inspector.schedules import (
     schedule_rows,
     set_paused,
 )
-from threadmill_core.inspector.text import (
+from threadmill_core.cli.inspector.text import (
     LIST_HEADERS,
     STATS_HEADERS,
     TIME_COLUMN,

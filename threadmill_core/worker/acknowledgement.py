@@ -16,10 +16,10 @@ from datetime import timedelta
 
 from threadmill_core.backend import Backend
 from threadmill_core.errors import BackendUnavailable
-from threadmill_core.held import HeldTasks, Outcome
 from threadmill_core.models import Decision, Lease, TaskResult, TaskResultStatus
 from threadmill_core.plugins import notify, notify_each
-from threadmill_core.worker_logging import failure_fields, task_fields
+from threadmill_core.worker.held import HeldTasks, Outcome
+from threadmill_core.worker.logs import failure_fields, task_fields
 
 log = logging.getLogger("threadmill.worker")
 

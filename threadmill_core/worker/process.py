@@ -1,4 +1,4 @@
-"""What runs inside a worker process of the supervisor (`threadmill_core.supervisor`).
+"""What runs inside a worker process of the supervisor (`threadmill_core.worker.supervisor`).
 
 A worker process is one `Worker` with `WorkerSettings.threads` threads and
 no maintenance of its own (the supervisor runs that). The supervisor starts
@@ -47,10 +47,10 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from threadmill_core.outage import Outage
 from threadmill_core.worker import Worker
-from threadmill_core.worker_logging import configure_worker_logging, identify_worker
-from threadmill_core.worker_settings import (
+from threadmill_core.worker.logs import configure_worker_logging, identify_worker
+from threadmill_core.worker.outage import Outage
+from threadmill_core.worker.settings import (
     EXIT_ABANDONED,
     EXIT_CONFIG_ERROR,
     FORK_BLOCKED,
@@ -77,7 +77,7 @@ _WORKER_SIGNALS = frozenset({signal.SIGTERM, STOP_NOW_SIGNAL})
 def worker_id_of(pid: int, tag: str) -> str:
     """The worker id of the worker process `pid` that the supervisor started with `tag`.
 
-    Laid out as `threadmill_core.worker.default_worker_id` lays one out, with
+    Laid out as `threadmill_core.worker.worker.default_worker_id` lays one out, with
     the supervisor's `tag` as its random part: the process names itself with
     it, and the supervisor, which knows the pid once the process started,
     knows the id without asking (to expire the process's leases when it dies).
@@ -88,7 +88,7 @@ def worker_id_of(pid: int, tag: str) -> str:
 def forked_main(settings: WorkerSettings, index: int, ran: TaskCount, tag: str) -> None:
     """A worker process forked from the supervisor, which had loaded the tasks already."""
     # The supervisor's handlers came with the fork; its signals are still
-    # blocked (see `threadmill_core.supervisor.Supervisor._fork`), so none of
+    # blocked (see `threadmill_core.worker.supervisor.Supervisor._fork`), so none of
     # them has run here. SIGTERM and STOP_NOW_SIGNAL stay blocked: one that
     # came meanwhile waits for `_watch_signals`.
     signal.signal(signal.SIGTERM, signal.SIG_DFL)

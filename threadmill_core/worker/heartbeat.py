@@ -14,8 +14,8 @@ The same thread does the rest of a worker's upkeep between beats
 (`Backend.mark_started`, in batches), sends the outcomes that have waited
 their delay while every task thread runs a task, and gives a stopping
 worker's prefetch back; the scheduler says when
-(`threadmill_core.upkeep.next_upkeep`). Each beat also refreshes the
-worker's live entry, one write (`threadmill_core.presence`).
+(`threadmill_core.worker.upkeep.next_upkeep`). Each beat also refreshes the
+worker's live entry, one write (`threadmill_core.worker.presence`).
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from datetime import timedelta
 
 from threadmill_core.backend import Backend
 from threadmill_core.errors import BackendUnavailable
-from threadmill_core.held import HeldTask, HeldTasks
-from threadmill_core.outage import Outage
+from threadmill_core.worker.held import HeldTask, HeldTasks
+from threadmill_core.worker.outage import Outage
 
 log = logging.getLogger("threadmill.worker")
 
@@ -109,7 +109,7 @@ def upkeep_until(
 
     `upkeep()` takes the next upkeep step if one is due (a batch of start
     marks, outcomes past their delay, or a stopping worker's prefetch given
-    back; see `threadmill_core.upkeep.next_upkeep`) and answers how many
+    back; see `threadmill_core.worker.upkeep.next_upkeep`) and answers how many
     seconds until the next may be due, or None when none is: then the thread
     waits for its next beat, or until `wake` is set (a start that needs it
     sets it). While the backend is unavailable the beats come sooner, at the

@@ -3,7 +3,7 @@
 A process that exited runs nothing, so its tasks need not wait out their
 leases: the supervisor expires them at once (`Backend.expire_leases`, with
 the worker id it gave the process, see
-`threadmill_core.worker_process.worker_id_of`) and runs a reaper pass right
+`threadmill_core.worker.process.worker_id_of`) and runs a reaper pass right
 after, which decides them by its usual rules: a task the process had claimed
 without starting it goes back to READY uncharged, a started one meets its
 retry policy. A process that exited cleanly holds no lease, and the call

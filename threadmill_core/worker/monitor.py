@@ -7,7 +7,7 @@ The supervisor owns the endpoints (`monitored` wraps `Supervisor.run`):
   starts), makes a private temporary directory and sets
   ``PROMETHEUS_MULTIPROC_DIR`` to it, so that every process of the command
   (the supervisor, and the worker processes it forks or spawns, which
-  inherit the variable) writes its metrics there (`threadmill_core.metrics`);
+  inherit the variable) writes its metrics there (`threadmill_core.worker.metrics`);
 - once the first worker processes have started (a thread started before
   would keep them from being forked), at the first turn of its loop, it
   serves the endpoints from a thread;
@@ -28,7 +28,7 @@ poll interval: see ``threadmill_worker_ticked``); a process that has not
 turned yet gets that long from when it was first seen. Else 503, with a
 line per process that is stuck. A stopped process, a deadlocked worker, a
 task holding the interpreter's lock: all stop a loop. ``/readyz`` answers 200
-while the backend answers (`threadmill_core.health.Readiness`), else 503
+while the backend answers (`threadmill_core.worker.health.Readiness`), else 503
 saying why. Both bodies are plain text.
 
 The endpoints bind `WorkerSettings.metrics_host`, 127.0.0.1 by default: they
@@ -53,14 +53,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
 from threadmill_core.errors import ThreadmillError
-from threadmill_core.health import Readiness
 from threadmill_core.models import TaskResultStatus
+from threadmill_core.worker.health import Readiness
 
 if TYPE_CHECKING:
     from threadmill_core.backend import Backend
     from threadmill_core.models import QueueCounts
-    from threadmill_core.supervisor import Supervisor
-    from threadmill_core.worker_settings import WorkerSettings
+    from threadmill_core.worker.settings import WorkerSettings
+    from threadmill_core.worker.supervisor import Supervisor
 
 log = logging.getLogger("threadmill.supervisor")
 
@@ -181,7 +181,7 @@ class Monitor:
     def metrics(self) -> bytes:
         from prometheus_client import CollectorRegistry, generate_latest, multiprocess
 
-        from threadmill_core.metrics import flush
+        from threadmill_core.worker.metrics import flush
 
         flush()  # the supervisor's own events (the reaper's)
 
@@ -217,7 +217,7 @@ class Monitor:
         """``/healthz``: a line per loop that has not turned within `stall_bound`; [] if none."""
         from prometheus_client import multiprocess
 
-        from threadmill_core.metrics import LOOP_TURNED
+        from threadmill_core.worker.metrics import LOOP_TURNED
 
         bound = stall_bound(self.settings.poll_interval)
         problems = []
@@ -311,7 +311,7 @@ def monitored(run: Callable[[Supervisor], int]) -> Callable[[Supervisor], int]:
 
     @functools.wraps(run)
     def wrapper(supervisor: Supervisor) -> int:
-        from threadmill_core.worker_settings import EXIT_CONFIG_ERROR
+        from threadmill_core.worker.settings import EXIT_CONFIG_ERROR
 
         monitor = supervisor.monitor
         try:

@@ -21,7 +21,7 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from threadmill_core.exit_codes import EXIT_CODES_HELP, ExitCode
+from threadmill_core.cli.exit_codes import EXIT_CODES_HELP, ExitCode
 
 if TYPE_CHECKING:
     from threadmill_core.broker import Broker
@@ -53,7 +53,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def run(args: argparse.Namespace, opened: Callable[[], AbstractContextManager[Broker]]) -> int:
     """List the live workers (see the module doc); the exit code. `opened` gives the broker."""
-    from threadmill_core.inspector import dumps, live_workers
+    from threadmill_core.cli.inspector import dumps, live_workers
 
     with opened() as broker:
         read = live_workers(broker)
@@ -89,7 +89,7 @@ def ago(moment: datetime | None, now: datetime) -> str:
 
 def row(info: WorkerInfo, now: datetime) -> list[str]:
     """The cells of one worker's row (see `HEADERS`)."""
-    from threadmill_core.inspector.text import format_time
+    from threadmill_core.cli.inspector.text import format_time
 
     return [
         info.id,
@@ -106,7 +106,7 @@ def row(info: WorkerInfo, now: datetime) -> list[str]:
 
 def as_text(found: list[WorkerInfo], now: datetime) -> str:
     """The table of ``threadmill workers``: a row per worker, its running tasks under it."""
-    from threadmill_core.inspector.text import table
+    from threadmill_core.cli.inspector.text import table
 
     if not found:
         return "no live workers"

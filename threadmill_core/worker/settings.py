@@ -23,8 +23,8 @@ and blocks `FORK_BLOCKED` across a fork; a worker process exits with
 `EXIT_CONFIG_ERROR` when it cannot start (the supervisor stops instead of
 restarting it) and with `EXIT_ABANDONED` when it abandoned running tasks.
 
-The supervisor's side is `threadmill_core.supervisor`, the worker
-process's `threadmill_core.worker_process`; this module imports neither.
+The supervisor's side is `threadmill_core.worker.supervisor`, the worker
+process's `threadmill_core.worker.process`; this module imports neither.
 """
 
 from __future__ import annotations
@@ -40,16 +40,16 @@ import attrs
 
 from threadmill_core.broker import Broker, connect
 from threadmill_core.errors import BackendUnavailable, InvalidOption, ThreadmillError
-from threadmill_core.outage import RECONNECT_BACKOFF, Outage
 from threadmill_core.retry import ExponentialBackoff
-from threadmill_core.startup import (
+from threadmill_core.urls import redact
+from threadmill_core.worker.logs import check_log_format
+from threadmill_core.worker.outage import RECONNECT_BACKOFF, Outage
+from threadmill_core.worker.startup import (
     TaskModuleError,
     check_module_name,
     import_task_modules,
     put_on_import_path,
 )
-from threadmill_core.urls import redact
-from threadmill_core.worker_logging import check_log_format
 
 # The supervisor's logger, in its worker processes too: a process that cannot start says so there.
 log = logging.getLogger("threadmill.supervisor")
@@ -75,7 +75,7 @@ EXIT_ABANDONED = 4
 #: process twice, directly and from the supervisor, and is one request.
 STOP_NOW_SIGNAL = signal.SIGUSR1
 
-#: The signals blocked across a fork (see `threadmill_core.supervisor.Supervisor._fork`).
+#: The signals blocked across a fork (see `threadmill_core.worker.supervisor.Supervisor._fork`).
 FORK_BLOCKED = frozenset({signal.SIGTERM, signal.SIGINT, STOP_NOW_SIGNAL})
 
 
@@ -98,7 +98,7 @@ class WorkerSettings:
     burst: bool = False
     shutdown_timeout: timedelta = timedelta(seconds=30)
     log_level: str = "INFO"
-    #: ``text`` or ``json`` (see `threadmill_core.worker_logging`).
+    #: ``text`` or ``json`` (see `threadmill_core.worker.logs`).
     log_format: str = "text"
     #: Spaces out attempts to reach an unavailable backend (see `Worker`).
     reconnect_backoff: ExponentialBackoff = RECONNECT_BACKOFF
@@ -112,10 +112,10 @@ class WorkerSettings:
     #: process, before anything is imported (``threadmill worker``: the current one).
     import_path: tuple[str, ...] = ()
     #: Fork the first worker processes from the supervisor (the fast start), where
-    #: that is safe; False spawns every one (see `threadmill_core.supervisor`).
+    #: that is safe; False spawns every one (see `threadmill_core.worker.supervisor`).
     fork: bool = True
     #: Serve ``/metrics``, ``/healthz`` and ``/readyz`` on this port (see
-    #: `threadmill_core.monitor`); None serves nothing and loads no metrics code.
+    #: `threadmill_core.worker.monitor`); None serves nothing and loads no metrics code.
     metrics_port: int | None = None
     #: The address the endpoints bind: this host only, unless told otherwise.
     metrics_host: str = "127.0.0.1"
@@ -123,7 +123,7 @@ class WorkerSettings:
     #: every process of the command; False loads nothing of OpenTelemetry.
     tracing: bool = False
     #: Run a scheduler of the modules' `@periodic` schedules in the supervisor
-    #: (see `threadmill_core.scheduling`), unless `burst`; False: ``--no-schedules``.
+    #: (see `threadmill_core.worker.scheduling`), unless `burst`; False: ``--no-schedules``.
     schedules: bool = True
 
     def __attrs_post_init__(self) -> None:
@@ -166,16 +166,16 @@ def _check_setup(setup: object) -> None:
 def prepare_process(settings: WorkerSettings) -> dict[str, list[str]]:
     """Put `settings.import_path` on `sys.path`, run `settings.setup`, then import
     `settings.modules`: how every process starts. Returns the paths of the
-    tasks each module defines (see `threadmill_core.startup.import_task_modules`).
+    tasks each module defines (see `threadmill_core.worker.startup.import_task_modules`).
 
     The supervisor and each worker process call this before anything else,
     so a setup that configures a framework (and may register tasks) runs
     before the modules whose imports need it. An exception from either is a
     configuration error: the process does not start. A module that does
-    not import raises `threadmill_core.startup.TaskModuleError`.
+    not import raises `threadmill_core.worker.startup.TaskModuleError`.
     """
     if settings.metrics_port is not None:  # first: the app's own metrics must reach the files
-        from threadmill_core.metrics import install
+        from threadmill_core.worker.metrics import install
 
         install()
     if settings.tracing:

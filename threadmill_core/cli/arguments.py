@@ -1,7 +1,7 @@
 """The ``threadmill`` command line's arguments: every command, its options and their checks.
 
 `build_parser` knows nothing of what the commands do: the parsed arguments
-name the command in ``command``, and `threadmill_core.cli` runs it. A bad
+name the command in ``command``, and `threadmill_core.cli.commands` runs it. A bad
 value is refused here, before any backend is touched, with the usage line
 and exit code 2 (argparse's own).
 """
@@ -13,12 +13,12 @@ import os
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from threadmill_core import schedules_cli, workers_cli
-from threadmill_core.exit_codes import EXIT_CODES_HELP
+from threadmill_core.cli import schedules, workers
+from threadmill_core.cli.exit_codes import EXIT_CODES_HELP
 from threadmill_core.models import TaskResultStatus
 
 if TYPE_CHECKING:
-    from threadmill_core.supervisor import WorkerSettings
+    from threadmill_core.worker.supervisor import WorkerSettings
 
 
 def _status(text: str) -> TaskResultStatus:
@@ -297,8 +297,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     _add_inspecting_commands(commands)
-    schedules_cli.add_parser(commands)
-    workers_cli.add_parser(commands)
+    schedules.add_parser(commands)
+    workers.add_parser(commands)
     return parser
 
 
@@ -308,7 +308,9 @@ def worker_settings(args: argparse.Namespace, broker_url: str, **more: Any) -> W
     One reading of the options for ``threadmill worker`` and for the
     integrations that run it under their own command (threadmill_django).
     """
-    from threadmill_core.supervisor import WorkerSettings  # the worker command alone needs it
+    from threadmill_core.worker.supervisor import (
+        WorkerSettings,  # the worker command alone needs it
+    )
 
     return WorkerSettings(
         broker_url=broker_url,
@@ -335,7 +337,7 @@ def worker_settings(args: argparse.Namespace, broker_url: str, **more: Any) -> W
     )
 
 
-#: What the commands that take task ids say of them (see `threadmill_core.inspector.lookup`).
+#: What the commands that take task ids say of them (see `threadmill_core.cli.inspector.lookup`).
 _ID_HELP = (
     "a task id, or its start or end (4 characters or more) if that names one task; one that "
     "names several lists them and is not acted on. Looking up a piece reads every stored "

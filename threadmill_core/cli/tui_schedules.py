@@ -17,8 +17,8 @@ from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
+from threadmill_core.cli.schedules import rows
 from threadmill_core.periodic import registered_schedules
-from threadmill_core.schedules_cli import rows
 
 if TYPE_CHECKING:
     from threadmill_core.broker import Broker

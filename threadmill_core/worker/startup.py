@@ -83,7 +83,7 @@ def put_on_import_path(directories: Sequence[str]) -> None:
     """Put `directories` first on `sys.path`, in that order, each once.
 
     This changes the whole process, so only the worker's own processes call
-    it (`threadmill_core.supervisor.prepare_process`), for the directories
+    it (`threadmill_core.worker.supervisor.prepare_process`), for the directories
     their settings name.
     """
     for directory in reversed(directories):

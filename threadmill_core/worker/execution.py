@@ -26,10 +26,8 @@ from typing import Any
 import attrs
 
 from threadmill_core import codec, tracing
-from threadmill_core.acknowledgement import give_back_leases
 from threadmill_core.backend import Backend
 from threadmill_core.errors import BackendUnavailable, TaskQuarantined, UnsupportedValue
-from threadmill_core.held import HeldTask
 from threadmill_core.models import (
     Decision,
     Lease,
@@ -38,11 +36,13 @@ from threadmill_core.models import (
     TaskResultStatus,
     evolved,
 )
-from threadmill_core.outage import Outage
 from threadmill_core.plugins import notify
 from threadmill_core.retry import decide
 from threadmill_core.task import Task, registered_task
-from threadmill_core.worker_logging import running_task, task_fields, task_tagging
+from threadmill_core.worker.acknowledgement import give_back_leases
+from threadmill_core.worker.held import HeldTask
+from threadmill_core.worker.logs import running_task, task_fields, task_tagging
+from threadmill_core.worker.outage import Outage
 
 log = logging.getLogger("threadmill.worker")
 

@@ -2,7 +2,7 @@
 
 Only the ``inspect`` command imports this module, so the core needs Textual
 only with the ``tui`` extra. The app works on any backend: it reads and acts
-through `threadmill_core.inspector`, exactly like the shell commands, so
+through `threadmill_core.cli.inspector`, exactly like the shell commands, so
 every requeue and cancel is one fenced backend operation, and a refusal is
 shown with its reason.
 
@@ -15,7 +15,7 @@ Keys: arrows move; on the queue table the column under the cursor picks the
 segment (or press 1-6); Enter on a task opens it; ``r`` requeues and ``c``
 cancels the task under the cursor (after a confirmation); ``Esc`` goes back;
 ``Ctrl+R`` refreshes now; ``s`` shows the schedules and ``w`` the live
-workers (`threadmill_core.tui_workers`); ``q`` quits.
+workers (`threadmill_core.cli.tui_workers`); ``q`` quits.
 """
 
 from __future__ import annotations
@@ -34,10 +34,10 @@ from textual.containers import Grid, VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, DataTable, Footer, Header, Label, Static
 
-from threadmill_core import inspector
 from threadmill_core.broker import Broker
+from threadmill_core.cli import inspector
+from threadmill_core.cli.inspector import STATUSES, Listed, Overview, Report
 from threadmill_core.errors import PayloadError
-from threadmill_core.inspector import STATUSES, Listed, Overview, Report
 from threadmill_core.models import TaskResult, TaskResultStatus
 
 #: Tasks shown per segment; the title says when there are more.
@@ -230,14 +230,14 @@ class InspectorApp(App[None]):
     # --- refreshing --------------------------------------------------------------------
 
     def action_schedules(self) -> None:
-        """The schedules screen (`threadmill_core.tui_schedules`)."""
-        from threadmill_core.tui_schedules import SchedulesScreen
+        """The schedules screen (`threadmill_core.cli.tui_schedules`)."""
+        from threadmill_core.cli.tui_schedules import SchedulesScreen
 
         self.push_screen(SchedulesScreen(self.broker))
 
     def action_workers(self) -> None:
-        """The workers screen (`threadmill_core.tui_workers`)."""
-        from threadmill_core.tui_workers import WorkersScreen
+        """The workers screen (`threadmill_core.cli.tui_workers`)."""
+        from threadmill_core.cli.tui_workers import WorkersScreen
 
         self.push_screen(WorkersScreen(self.broker, self.refresh_interval))
 

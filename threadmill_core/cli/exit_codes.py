@@ -1,8 +1,8 @@
 """What the inspecting commands exit with, and the table their ``--help`` ends with.
 
-A module of its own, outside `threadmill_core.inspector`, so that building the
-command line (`threadmill_core.cli_arguments`) does not import the inspector:
-``threadmill worker`` never uses it. `threadmill_core.inspector` re-exports both.
+A module of its own, outside `threadmill_core.cli.inspector`, so that building the
+command line (`threadmill_core.cli.arguments`) does not import the inspector:
+``threadmill worker`` never uses it. `threadmill_core.cli.inspector` re-exports both.
 """
 
 from __future__ import annotations

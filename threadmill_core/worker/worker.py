@@ -8,13 +8,13 @@
 A worker runs only tasks registered in its task registry (by default every
 ``@task`` imported in this process). A record naming any other path is
 finalized FAILED with a `TaskQuarantined` error and nothing is imported on
-the record's say-so (see `threadmill_core.execution`).
+the record's say-so (see `threadmill_core.worker.execution`).
 
 Heartbeats: a daemon thread renews the leases of every held task in one
 `extend_many` call each `lease_ttl / 3`. When a renewal is refused the lease
 was taken away: the task's `TaskContext.lease_lost` turns true and its
-outcome is not written (see `threadmill_core.heartbeat`). Each beat also
-refreshes the worker's live entry (`threadmill_core.presence`), which `run`
+outcome is not written (see `threadmill_core.worker.heartbeat`). Each beat also
+refreshes the worker's live entry (`threadmill_core.worker.presence`), which `run`
 makes as it begins and removes as it returns. The same thread
 records which tasks started (`Backend.mark_started`, one call for every
 task that has run `scheduler.MARK_DELAY` without an outcome), so that a
@@ -42,15 +42,15 @@ Outages: a backend call that raises `BackendUnavailable` (Redis restarting,
 a dropped connection) never kills the worker. Each loop backs off
 exponentially (`reconnect_backoff`) and tries again; the process logs one
 warning when the backend goes away and one line when it is back (see
-`threadmill_core.outage.Outage`). An acknowledgement is never dropped: it is
+`threadmill_core.worker.outage.Outage`). An acknowledgement is never dropped: it is
 sent again with the same lease until the backend answers, which it does as
 the first time if an earlier send was applied but its reply lost; meanwhile
 the task stays among the held ones, so heartbeats keep its lease alive.
 
-The parts: `threadmill_core.scheduler` chooses each task thread's next
-step, `threadmill_core.upkeep` the heartbeat thread's (marks, outcomes left
-waiting, a stopping worker's prefetch), `threadmill_core.execution` runs one task,
-`threadmill_core.acknowledgement` sends outcomes, `threadmill_core.heartbeat`
+The parts: `threadmill_core.worker.scheduler` chooses each task thread's next
+step, `threadmill_core.worker.upkeep` the heartbeat thread's (marks, outcomes left
+waiting, a stopping worker's prefetch), `threadmill_core.worker.execution` runs one task,
+`threadmill_core.worker.acknowledgement` sends outcomes, `threadmill_core.worker.heartbeat`
 renews leases; this module starts the threads and applies their steps.
 """
 
@@ -69,20 +69,20 @@ from typing import Any, assert_never
 
 import attrs
 
-from threadmill_core import heartbeat, scheduler, upkeep
-from threadmill_core.acknowledgement import give_back_leases, send_outcomes
 from threadmill_core.backend import NOTHING_DEFERRED
 from threadmill_core.broker import Broker, worker_made
 from threadmill_core.errors import BackendUnavailable, PayloadError
-from threadmill_core.execution import execute
-from threadmill_core.held import HeldTask, HeldTasks, Outcome
-from threadmill_core.maintenance import promote, reap
 from threadmill_core.models import Lease, TaskResultStatus, validate_timedelta
-from threadmill_core.outage import RECONNECT_BACKOFF, Outage
 from threadmill_core.plugins import notify
-from threadmill_core.presence import Presence
 from threadmill_core.retry import ExponentialBackoff
 from threadmill_core.task import Task, registered_tasks, validate_queue
+from threadmill_core.worker import heartbeat, scheduler, upkeep
+from threadmill_core.worker.acknowledgement import give_back_leases, send_outcomes
+from threadmill_core.worker.execution import execute
+from threadmill_core.worker.held import HeldTask, HeldTasks, Outcome
+from threadmill_core.worker.maintenance import promote, reap
+from threadmill_core.worker.outage import RECONNECT_BACKOFF, Outage
+from threadmill_core.worker.presence import Presence
 
 log = logging.getLogger("threadmill.worker")
 
@@ -202,7 +202,7 @@ class Worker:
         self._tasks = dict(tasks) if tasks is not None else None
         #: Every task held: prefetched, running, or being acknowledged or given back.
         self._held = HeldTasks()
-        #: This worker's live entry (`threadmill_core.presence`), for `threadmill workers`.
+        #: This worker's live entry (`threadmill_core.worker.presence`), for `threadmill workers`.
         self._presence = Presence(
             self.backend, self._held, worker_id=self.worker_id, queues=self.queues,
             threads=threads, ttl=self.lease_ttl,

@@ -13,8 +13,14 @@ from typing import Any
 
 import attrs
 
-from threadmill_core.inspector.actions import Outcome, Report
-from threadmill_core.inspector.queries import STATUSES, Listed, Overview, QueueStats, Undecodable
+from threadmill_core.cli.inspector.actions import Outcome, Report
+from threadmill_core.cli.inspector.queries import (
+    STATUSES,
+    Listed,
+    Overview,
+    QueueStats,
+    Undecodable,
+)
 from threadmill_core.models import TaskResult
 
 

@@ -34,8 +34,8 @@ from typing import NamedTuple
 
 import attrs
 
-from threadmill_core.held import HeldTask, Outcome
-from threadmill_core.scheduler import (
+from threadmill_core.worker.held import HeldTask, Outcome
+from threadmill_core.worker.scheduler import (
     Acknowledge,
     Release,
     Running,

@@ -14,10 +14,9 @@ from collections.abc import Callable, Iterable
 import attrs
 
 from threadmill_core.broker import Broker
-from threadmill_core.errors import PayloadError
-from threadmill_core.exit_codes import ExitCode
-from threadmill_core.inspector.lookup import search
-from threadmill_core.inspector.queries import (
+from threadmill_core.cli.exit_codes import ExitCode
+from threadmill_core.cli.inspector.lookup import search
+from threadmill_core.cli.inspector.queries import (
     DEFERRED,
     FAILED,
     READY,
@@ -27,6 +26,7 @@ from threadmill_core.inspector.queries import (
     Undecodable,
     list_tasks,
 )
+from threadmill_core.errors import PayloadError
 from threadmill_core.models import TaskResult, TaskResultStatus
 
 #: How many FAILED records `requeue_failed` reads at a time.
@@ -105,7 +105,7 @@ def _act(
     abbreviated: bool = False,
 ) -> Outcome:
     """`action` on `task_id`, or on the one task it abbreviates when `abbreviated` and no
-    task has that id (see `threadmill_core.inspector.lookup`); why not, if refused."""
+    task has that id (see `threadmill_core.cli.inspector.lookup`); why not, if refused."""
     try:
         record = action(task_id)
     except PayloadError as exc:
@@ -133,7 +133,7 @@ def _act(
 def requeue(broker: Broker, task_ids: Iterable[str]) -> Report:
     """Requeue each task (FAILED or CANCELLED back to READY); refusals say why.
 
-    An id no task has may be an abbreviation of one (see `threadmill_core.inspector.lookup`):
+    An id no task has may be an abbreviation of one (see `threadmill_core.cli.inspector.lookup`):
     the task it names is requeued; one that names several is refused, listing them.
     """
     outcomes = tuple(

@@ -31,7 +31,7 @@ The steps of a task thread, in the order they are considered:
 
 The heartbeat thread's upkeep (start marks, outcomes left waiting while
 every task thread runs a task, a stopping worker's prefetch) and forced
-stops are decided in `threadmill_core.upkeep`, from the same schedule. A
+stops are decided in `threadmill_core.worker.upkeep`, from the same schedule. A
 `Run` wakes that thread if it would look too late for what the start
 leaves due (`Run.wake_upkeep`, `Calls.upkeep_at`).
 
@@ -56,7 +56,7 @@ from typing import NamedTuple
 
 import attrs
 
-from threadmill_core.held import HeldTask, Outcome
+from threadmill_core.worker.held import HeldTask, Outcome
 
 #: Outcomes are acknowledged in batches of up to this many (or the worker's
 #: whole room, threads plus prefetch, if that is more: a claim sends what has

@@ -5,7 +5,7 @@
 `Presence.refresh` after renewing the leases, one `Backend.register_worker`
 per beat whatever the worker holds. The entry lives the worker's
 `lease_ttl` after each refresh: beats come at least three times in that
-time (see `threadmill_core.heartbeat.beat_interval`). See
+time (see `threadmill_core.worker.heartbeat.beat_interval`). See
 `threadmill_core.live_workers`.
 
 Being listed is for operators, never for the work: a registration or a
@@ -26,9 +26,9 @@ from importlib import metadata
 
 from threadmill_core.backend import Backend
 from threadmill_core.errors import BackendUnavailable
-from threadmill_core.held import HeldTasks
 from threadmill_core.live_workers import RunningTask, WorkerInfo
-from threadmill_core.outage import Outage
+from threadmill_core.worker.held import HeldTasks
+from threadmill_core.worker.outage import Outage
 
 log = logging.getLogger("threadmill.worker")
 

@@ -2,7 +2,7 @@
 
 Imported only by ``threadmill worker --metrics-port`` (`install`, in the
 supervisor and in each worker process), after the supervisor has set
-``PROMETHEUS_MULTIPROC_DIR`` (see `threadmill_core.monitor`): every process
+``PROMETHEUS_MULTIPROC_DIR`` (see `threadmill_core.worker.monitor`): every process
 writes its values to files there, and the supervisor's ``/metrics`` adds
 them up. A worker without ``--metrics-port`` never imports this module nor
 ``prometheus_client``, and registers no hook.
@@ -47,11 +47,11 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import Counter, Gauge, Histogram, values
 
-from threadmill_core.execution import QUARANTINE_PATH
 from threadmill_core.hookspecs import hookimpl
 from threadmill_core.models import TaskResult
 from threadmill_core.plugins import register_plugin
 from threadmill_core.task import registered_task
+from threadmill_core.worker.execution import QUARANTINE_PATH
 
 if TYPE_CHECKING:
     from threadmill_core.models import Lease
@@ -61,7 +61,7 @@ if TYPE_CHECKING:
 PLUGIN_NAME = "threadmill-metrics"
 #: The ``task`` label of a task this process has not registered.
 UNREGISTERED = "unregistered"
-#: The name of the loop-turn gauge (`threadmill_core.monitor` reads it).
+#: The name of the loop-turn gauge (`threadmill_core.worker.monitor` reads it).
 LOOP_TURNED = "threadmill_worker_loop_turned_timestamp_seconds"
 #: Most start times kept for attempts whose outcome never came (lease lost): a bound.
 _MAX_STARTS = 100_000

@@ -4,9 +4,9 @@
 the backend answers (exit 0 or 2); ``workers`` lists the live worker
 processes; ``stats``, ``ls``,
 ``show``, ``requeue``, ``cancel``, ``purge`` and ``inspect`` look at queues
-and steer them (their logic is `threadmill_core.inspector`, shared with the
-TUI in `threadmill_core.tui`). The commands' arguments are parsed by
-`threadmill_core.cli_arguments`. `main` takes an optional `Broker` so tests and
+and steer them (their logic is `threadmill_core.cli.inspector`, shared with the
+TUI in `threadmill_core.cli.tui`). The commands' arguments are parsed by
+`threadmill_core.cli.arguments`. `main` takes an optional `Broker` so tests and
 embedding programs can run the inspecting commands on a backend they hold,
 such as a memory backend on a fake clock, which no URL could reach from
 another process.
@@ -24,17 +24,17 @@ from collections.abc import Callable, Iterator, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from threadmill_core.cli_arguments import build_parser, worker_settings
+from threadmill_core.cli.arguments import build_parser, worker_settings
 from threadmill_core.errors import ThreadmillError
 from threadmill_core.models import TaskResultStatus
 
 if TYPE_CHECKING:
     from threadmill_core.broker import Broker
-    from threadmill_core.inspector import Report
+    from threadmill_core.cli.inspector import Report
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from threadmill_core.demo import run_demo
+    from threadmill_core.cli.demo import run_demo
 
     logging.basicConfig(level=logging.ERROR if not args.verbose else logging.INFO)
     final = run_demo()
@@ -58,8 +58,8 @@ def _backends(args: argparse.Namespace) -> int:
 
 
 def _worker(args: argparse.Namespace) -> int:
-    from threadmill_core.supervisor import Supervisor
-    from threadmill_core.worker_logging import configure_worker_logging
+    from threadmill_core.worker.logs import configure_worker_logging
+    from threadmill_core.worker.supervisor import Supervisor
 
     configure_worker_logging(args.log_level, args.log_format)
     url = args.broker or os.environ.get("THREADMILL_URL")
@@ -73,7 +73,7 @@ def _worker(args: argparse.Namespace) -> int:
 
 
 def _health(args: argparse.Namespace) -> int:
-    from threadmill_core.health import check
+    from threadmill_core.worker.health import check
 
     url = args.broker or os.environ.get("THREADMILL_URL")
     if not url:
@@ -90,15 +90,15 @@ def _health(args: argparse.Namespace) -> int:
 
 
 def _schedules(args: argparse.Namespace) -> int:
-    from threadmill_core import schedules_cli
+    from threadmill_core.cli import schedules
 
-    return schedules_cli.run(args, lambda: _opened(args))
+    return schedules.run(args, lambda: _opened(args))
 
 
 def _workers(args: argparse.Namespace) -> int:
-    from threadmill_core import workers_cli
+    from threadmill_core.cli import workers
 
-    return workers_cli.run(args, lambda: _opened(args))
+    return workers.run(args, lambda: _opened(args))
 
 
 @contextlib.contextmanager
@@ -129,7 +129,7 @@ class _UsageError(Exception):
 
 def _out(data: object, args: argparse.Namespace) -> None:
     """Print `data`: JSON with ``--json``, else the text it already is."""
-    from threadmill_core.inspector import dumps
+    from threadmill_core.cli.inspector import dumps
 
     print(dumps(data) if args.json else data, flush=True)
 
@@ -139,7 +139,7 @@ _sleep: Callable[[float], None] = time.sleep
 
 
 def _stats(args: argparse.Namespace) -> int:
-    from threadmill_core import inspector
+    from threadmill_core.cli import inspector
 
     window = timedelta(seconds=args.window)
     with _opened(args) as broker:
@@ -164,7 +164,7 @@ def _stats(args: argparse.Namespace) -> int:
 
 
 def _ls(args: argparse.Namespace) -> int:
-    from threadmill_core import inspector
+    from threadmill_core.cli import inspector
 
     queue, offset = args.queue, args.offset
     status = args.status or TaskResultStatus.READY  # the tasks waiting to run
@@ -203,9 +203,9 @@ def _ls(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from threadmill_core import inspector
+    from threadmill_core.cli import inspector
+    from threadmill_core.cli.inspector.lookup import find_task
     from threadmill_core.errors import PayloadError
-    from threadmill_core.inspector.lookup import find_task
 
     with _opened(args) as broker:
         try:
@@ -237,7 +237,7 @@ def _report(
     args: argparse.Namespace, report: Report, *, each_done: bool = True, of: str = ""
 ) -> int:
     """Print each task done (unless not `each_done`), each refusal, and a summary ending `of`."""
-    from threadmill_core import inspector
+    from threadmill_core.cli import inspector
 
     if args.json:
         _out(inspector.report_json(report), args)
@@ -255,7 +255,7 @@ def _report(
 
 
 def _requeue(args: argparse.Namespace) -> int:
-    from threadmill_core import inspector
+    from threadmill_core.cli import inspector
 
     if bool(args.task_ids) == bool(args.failed):
         raise _UsageError("threadmill requeue: give task IDs, or --failed QUEUE (not both)")
@@ -270,7 +270,7 @@ def _requeue(args: argparse.Namespace) -> int:
 
 
 def _cancel(args: argparse.Namespace) -> int:
-    from threadmill_core import inspector
+    from threadmill_core.cli import inspector
 
     with _opened(args) as broker:
         return _report(args, inspector.cancel(broker, args.task_ids))
@@ -289,7 +289,7 @@ def _confirm(question: str) -> bool:
 
 
 def _purge(args: argparse.Namespace) -> int:
-    from threadmill_core.inspector import ExitCode
+    from threadmill_core.cli.inspector import ExitCode
 
     queue, status = args.queue, args.status
     if args.json and not args.yes:
@@ -321,7 +321,7 @@ def _purge(args: argparse.Namespace) -> int:
 
 def _inspect(args: argparse.Namespace) -> int:
     try:
-        from threadmill_core.tui import InspectorApp
+        from threadmill_core.cli.tui import InspectorApp
     except ModuleNotFoundError as exc:
         # Textual, or Rich, which comes with it; any other missing module is a bug to show.
         if exc.name is None or exc.name.split(".")[0] not in {"textual", "rich"}:
@@ -333,7 +333,7 @@ def _inspect(args: argparse.Namespace) -> int:
         )
         return 2
     if args.modules:  # for the schedules screen
-        from threadmill_core.startup import import_task_modules, put_on_import_path
+        from threadmill_core.worker.startup import import_task_modules, put_on_import_path
 
         put_on_import_path([os.getcwd()])
         import_task_modules(args.modules)
@@ -401,7 +401,3 @@ def _discard_stdout() -> None:
         os.dup2(devnull, sys.stdout.fileno())
     finally:
         os.close(devnull)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

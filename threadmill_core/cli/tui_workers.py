@@ -1,7 +1,7 @@
 """The workers screen of ``threadmill inspect`` (key ``w``): the live worker processes.
 
 A table of the workers registered in the backend, as ``threadmill workers``
-lists them (`threadmill_core.workers_cli`), one row per worker and one per
+lists them (`threadmill_core.cli.workers`), one row per worker and one per
 task it runs now under it; it refreshes every `refresh_interval` seconds
 (and on ``Ctrl+R``). A backend error is shown and the next refresh tries
 again.
@@ -18,8 +18,8 @@ from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
-from threadmill_core.inspector.schedules import live_workers
-from threadmill_core.workers_cli import HEADERS, row
+from threadmill_core.cli.inspector.schedules import live_workers
+from threadmill_core.cli.workers import HEADERS, row
 
 if TYPE_CHECKING:
     from threadmill_core.broker import Broker

@@ -26,7 +26,7 @@ from __future__ import annotations
 import attrs
 
 from threadmill_core.broker import Broker
-from threadmill_core.inspector.queries import STATUSES, list_tasks
+from threadmill_core.cli.inspector.queries import STATUSES, list_tasks
 from threadmill_core.models import TaskResult
 
 #: The fewest characters an abbreviation may have; a shorter one matches only a whole id.
