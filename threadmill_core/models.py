@@ -353,3 +353,22 @@ def validate_run_after(run_after: object) -> datetime | timedelta | None:
     if isinstance(run_after, timedelta):
         return validate_timedelta("run_after", run_after, positive=False)
     raise InvalidOption(f"run_after must be an aware datetime or a timedelta, got {run_after!r}")
+
+
+def call_record(template: TaskResult, call: TaskCall) -> TaskResult:
+    """The record of one call (see `threadmill_core.backend.Backend.enqueue_calls`):
+    `template`'s task with its id and arguments; every other field at its default, as
+    `enqueue` reads none of them. Importable from `threadmill_core.backend` too.
+    """
+    task_id, args, kwargs = call
+    return TaskResult(
+        id=task_id,
+        task_path=template.task_path,
+        args=args,
+        kwargs=kwargs,
+        queue=template.queue,
+        priority=template.priority,
+        run_after=template.run_after,
+        retry=template.retry,
+        headers=template.headers,
+    )

@@ -51,7 +51,8 @@ The parts: `threadmill_core.worker.scheduler` chooses each task thread's next
 step, `threadmill_core.worker.upkeep` the heartbeat thread's (marks, outcomes left
 waiting, a stopping worker's prefetch), `threadmill_core.worker.execution` runs one task,
 `threadmill_core.worker.acknowledgement` sends outcomes, `threadmill_core.worker.heartbeat`
-renews leases; this module starts the threads and applies their steps.
+renews leases; `threadmill_core.worker.steps` applies the threads' steps; this module
+starts the threads.
 """
 
 from __future__ import annotations
@@ -63,33 +64,25 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, assert_never
+from typing import Any
 
-import attrs
-
-from threadmill_core.backend import NOTHING_DEFERRED
 from threadmill_core.broker import Broker, worker_made
 from threadmill_core.errors import BackendUnavailable, PayloadError
-from threadmill_core.models import Lease, TaskResultStatus, validate_timedelta
+from threadmill_core.models import TaskResultStatus, validate_timedelta
 from threadmill_core.plugins import notify
 from threadmill_core.retry import ExponentialBackoff
 from threadmill_core.task import Task, registered_tasks, validate_queue
 from threadmill_core.worker import heartbeat, scheduler, upkeep
 from threadmill_core.worker.acknowledgement import give_back_leases, send_outcomes
-from threadmill_core.worker.execution import execute
-from threadmill_core.worker.held import HeldTask, HeldTasks, Outcome
+from threadmill_core.worker.held import HeldTasks
 from threadmill_core.worker.maintenance import promote, reap
 from threadmill_core.worker.outage import RECONNECT_BACKOFF, Outage
 from threadmill_core.worker.presence import Presence
+from threadmill_core.worker.steps import TaskThreads, WorkerRun
 
 log = logging.getLogger("threadmill.worker")
-
-#: A worker without its own maintenance claims after this many idle waits in
-#: a row that ended quietly (no wake-up), however quiet: a wake-up is a hint
-#: and may be lost. With the default 1 s poll interval, once every 30 s.
-QUIET_WAITS_PER_CLAIM = 30
 
 
 def default_worker_id() -> str:
@@ -114,27 +107,7 @@ def _log_abandoned(entry: scheduler.Running, now: float) -> None:
         )  # fmt: skip
 
 
-@attrs.define(eq=False)
-class _Run:
-    """One call of `Worker.run`: its threads' schedule, and how they ended.
-
-    `schedule` is replaced (never changed in place) under the worker's lock.
-    """
-
-    settings: scheduler.Settings
-    schedule: scheduler.Schedule = attrs.Factory(scheduler.Schedule)
-    #: Task threads that have exited; `finished` is set once all have.
-    exited: int = 0
-    finished: threading.Event = attrs.Factory(threading.Event)
-    #: Wakes the heartbeat thread for its upkeep (a start to mark, outcomes, a stop).
-    wake_upkeep: threading.Event = attrs.Factory(threading.Event)
-    #: Ends the heartbeat thread (set `wake_upkeep` too).
-    done_beating: threading.Event = attrs.Factory(threading.Event)
-    #: What broke a task thread (our own bug, not a task's error), raised by `run`.
-    error: BaseException | None = None
-
-
-class Worker:
+class Worker(TaskThreads):
     """Claims tasks from `queues` (in that order of preference) and runs them on `threads` threads.
 
     `prefetch` is how many tasks the worker may hold beyond its threads,
@@ -212,7 +185,7 @@ class Worker:
         #: reentrant so that `stop()` is safe from a signal handler in any thread.
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
-        self._current = _Run(self._settings(burst=False, max_tasks=None))
+        self._current = WorkerRun(self._settings(burst=False, max_tasks=None))
         self._stop = threading.Event()
         self.processed = 0
         #: Shared by every loop of this worker, so an outage is logged once.
@@ -346,7 +319,7 @@ class Worker:
 
     def _run_threads(self, *, burst: bool, max_tasks: int | None) -> int:
         """One run of the task threads, to their exit; how many tasks they claimed."""
-        run = self._current = _Run(self._settings(burst=burst, max_tasks=max_tasks))
+        run = self._current = WorkerRun(self._settings(burst=burst, max_tasks=max_tasks))
         heartbeats = threading.Thread(
             target=heartbeat.upkeep_until,
             args=(
@@ -456,253 +429,6 @@ class Worker:
         """One reaper pass and one mover pass; `BackendUnavailable` goes to the caller."""
         reap(self.backend, claim_ttl=self.lease_ttl)
         promote(self.backend)
-
-    # --- a task thread: ask the scheduler, take the step, tell the scheduler -------------
-
-    def _task_thread(self) -> None:
-        run = self._current
-        try:
-            while True:
-                step = self._next_step(run)
-                match step:
-                    case scheduler.Run(task=held, wake_upkeep=wake):
-                        if wake:  # the heartbeat thread would look too late
-                            run.wake_upkeep.set()
-                        self._run_task(run, held)
-                    case scheduler.Acknowledge(outcomes=outcomes):
-                        self._acknowledge(run, outcomes)
-                    case scheduler.Claim(limit=limit):
-                        self._claim(run, limit)
-                    case scheduler.Release(tasks=tasks):
-                        self._release(run, tasks)
-                    case scheduler.IdleWait():
-                        self._idle(run)
-                    case scheduler.Exit():
-                        return
-                    case _:  # mypy checks that every kind of step is handled above
-                        assert_never(step)
-        except BaseException as exc:
-            # Our own bug (a task's exceptions, SystemExit included, are its
-            # failures): the others stop gracefully (the prefetch given back,
-            # outcomes acknowledged), and `run` raises it.
-            log.exception("a worker thread failed; stopping the worker")
-            self._failed(run, exc)
-        finally:
-            with self._lock:
-                run.exited += 1
-                if run.exited == self.threads:
-                    run.finished.set()
-                self._cond.notify_all()
-
-    def _next_step(self, run: _Run) -> scheduler.Action:
-        """The scheduler's next step for this thread, after the waits it asks for."""
-        with self._lock:
-            while True:
-                step, run.schedule = scheduler.next_step(
-                    run.schedule,
-                    run.settings,
-                    now=time.monotonic(),
-                    stopping=self._stop.is_set(),
-                    held=len(self._held),
-                )
-                if not isinstance(step, scheduler.Wait):
-                    if isinstance(step, scheduler.Exit):
-                        self._cond.notify_all()  # the run is over for every thread
-                    return step
-                self._cond.wait(step.seconds)
-
-    def _failed(self, run: _Run, exc: BaseException) -> None:
-        with self._lock:
-            if run.error is None:
-                run.error = exc
-        self.stop()
-
-    def _call_backend(self, run: _Run, call: Callable[[], Any]) -> bool:
-        """Make one backend call of a step; False if it did not get through.
-
-        An unavailable backend means a backoff before the next call. Any other
-        error is our own bug: logged, the worker stops, and `run` raises it.
-        """
-        started = time.monotonic()
-        try:
-            call()
-        except BackendUnavailable as exc:
-            with self._lock:
-                attempt = run.schedule.calls.failures + 1
-                retry_at = time.monotonic() + self.outage.failed(exc, attempt, started)
-                run.schedule = scheduler.backend_unavailable(run.schedule, retry_at=retry_at)
-            return False
-        except Exception as exc:
-            log.exception("a call to the backend failed unexpectedly; stopping the worker")
-            self._failed(run, exc)
-            return False
-        self.outage.reached(started)
-        with self._lock:
-            run.schedule = scheduler.backend_reached(run.schedule)
-        return True
-
-    def _claim(self, run: _Run, limit: int) -> None:
-        leases: list[Lease] = []
-
-        def claim() -> None:
-            leases.extend(
-                self.backend.claim(
-                    self.queues, worker=self.worker_id, lease_ttl=self.lease_ttl, limit=limit
-                )
-            )
-
-        reached = self._call_backend(run, claim)
-        tasks = tuple(HeldTask(lease, self.lease_ttl) for lease in leases)
-        self._held.add(tasks)
-        with self._lock:
-            run.schedule, dropped = scheduler.claimed(
-                run.schedule, run.settings, tasks, reached=reached, now=time.monotonic()
-            )
-            self._held.forget_all(dropped)
-            self._cond.notify_all()
-
-    def _acknowledge(self, run: _Run, outcomes: tuple[Outcome, ...]) -> None:
-        def send() -> None:
-            self.processed += send_outcomes(self.backend, outcomes, self._held)
-
-        reached = self._call_backend(run, send)
-        with self._lock:
-            run.schedule, dropped = scheduler.acknowledged(
-                run.schedule,
-                outcomes,
-                reached=reached,
-                broken=run.error is not None,
-                now=time.monotonic(),
-            )
-            self._held.forget_all([outcome.held for outcome in dropped])
-            self._cond.notify_all()
-
-    def _upkeep(self, run: _Run) -> float | None:
-        """The heartbeat thread's upkeep step, if one is due (see `upkeep.next_upkeep`);
-        seconds until the next may be, None if none will before it is woken."""
-        with self._lock:
-            step, run.schedule = upkeep.next_upkeep(
-                run.schedule, run.settings, now=time.monotonic(), stopping=self._stop.is_set()
-            )
-        match step:
-            case upkeep.Mark(tasks=tasks):
-                self._mark(run, tasks)
-                return 0.0
-            case scheduler.Release(tasks=tasks):
-                self._release(run, tasks)
-                return 0.0
-            case scheduler.Acknowledge(outcomes=outcomes):
-                self._acknowledge(run, outcomes)
-                return 0.0
-            case scheduler.Wait(seconds=seconds):
-                return seconds
-            case None:
-                return None
-            case _:  # mypy checks that every kind of step is handled above
-                assert_never(step)
-
-    def _mark(self, run: _Run, tasks: tuple[HeldTask, ...]) -> None:
-        def send() -> None:
-            answers = self.backend.mark_started([held.lease for held in tasks])
-            refused = [held for held, ok in zip(tasks, answers, strict=True) if not ok]
-            if refused:
-                heartbeat.refused_marks(refused, self._held)
-
-        reached = self._call_backend(run, send)
-        with self._lock:
-            run.schedule = upkeep.marked(
-                run.schedule, tasks, reached=reached, broken=run.error is not None
-            )
-
-    def _release(self, run: _Run, tasks: tuple[HeldTask, ...]) -> None:
-        def give_back() -> None:
-            live = [held for held in tasks if not held.lost]
-            if live:
-                released = give_back_leases(self.backend, [held.lease for held in live])
-                given = sum(record is not None for record in released)
-                log.info("gave back %d prefetched task(s) not started", given)
-            self._held.forget_all(tasks)
-
-        reached = self._call_backend(run, give_back)
-        with self._lock:
-            run.schedule, dropped = scheduler.released(
-                run.schedule, tasks, reached=reached, broken=run.error is not None
-            )
-            self._held.forget_all(dropped)
-            self._cond.notify_all()
-
-    def _idle(self, run: _Run) -> None:
-        try:
-            self._idle_wait()
-        finally:
-            with self._lock:
-                run.schedule = scheduler.idle_wait_ended(run.schedule)
-                self._cond.notify_all()
-
-    def _run_task(self, run: _Run, held: HeldTask) -> None:
-        decision = None
-        try:
-            decision = execute(
-                held,
-                tasks=self._tasks,
-                backend=self.backend,
-                outage=self.outage,
-                lease_ttl=self.lease_ttl,
-            )
-        except Exception:
-            # Our own bug, not the task's (whatever the task raises, SystemExit
-            # included, becomes its decision): the lease lapses and the reaper
-            # decides; the thread goes on.
-            log.exception("task %s: the worker failed running it", held.lease.task_id)
-        except BaseException:  # our own code interrupted: the thread ends, the lease lapses
-            self._held.forget(held)
-            raise
-        with self._lock:
-            run.schedule, news = scheduler.finished(
-                run.schedule, run.settings, Outcome(held, decision), now=time.monotonic()
-            )
-            if news:
-                self._cond.notify_all()
-
-    def _idle_wait(self) -> None:
-        """Nothing held, nothing ready: block until a task may be ready (or `stop()`).
-
-        With its own maintenance the worker returns after one wait, to
-        maintain and claim again. Without (``maintenance=False``: a
-        supervisor's mover promotes deferred tasks, and wakes it when it
-        does), it first asks `Backend.next_due`, then waits again each time a
-        wait ends quietly (`Backend.wait_for_tasks` answers False: no task
-        became READY), and returns to claim only when woken, when that due
-        time comes (its claim promotes the task, so a retry this worker just
-        deferred is not left to the mover's next pass), or after
-        `QUIET_WAITS_PER_CLAIM` quiet waits. Each wait lasts at most
-        `poll_interval`, so `stop()` is noticed as promptly as before.
-        """
-        poll = self.poll_interval.total_seconds()
-        started = time.monotonic()
-        try:
-            due_at = None  # time.monotonic() when the earliest deferred task falls due
-            if not self.maintenance:
-                due = self.backend.next_due()
-                if due is not None and due != NOTHING_DEFERRED:
-                    due_at = started + due.total_seconds()
-            quiet = 0
-            while True:
-                now = time.monotonic()
-                # Until the due time, not past it; one already past waits a full
-                # interval, so a task due in a queue nobody here claims cannot spin us.
-                timeout = min(poll, due_at - now) if due_at is not None and due_at > now else poll
-                woken = self.backend.wait_for_tasks(self.queues, timedelta(seconds=timeout))
-                if self.maintenance or woken is not False or self._stop.is_set():
-                    break
-                quiet += 1
-                if quiet >= QUIET_WAITS_PER_CLAIM or (
-                    due_at is not None and time.monotonic() >= due_at
-                ):
-                    break
-            self.outage.reached(started)
-        except BackendUnavailable as exc:
-            self._stop.wait(self.outage.failed(exc, 1, started))
 
     # --- heartbeats ----------------------------------------------------------------------
 
