@@ -3,8 +3,9 @@
 The package is laid out by audience, in three layers:
 
 - the top level is what applications and backend authors use: the protocol
-  every backend implements (`backend`, with the types it stores: `models`,
-  `live_workers`, `pauses`; its argument `checks`), the producer's API
+  every backend implements (`backend` and its `operator_spec`, with the
+  types it stores: `models`, `live_workers`, `pauses`; its argument
+  `checks`), the producer's API
   (`task`, `broker`, `calls`, `options`, `retry`, `periodic`, `headers`,
   `payload_limit`, `tracing`), the stored form of values (`codec`,
   `values`, `display`, `ids`, `clock`), `errors`, `urls`, and the plugin
