@@ -195,24 +195,13 @@ class Release:
     tasks: tuple[HeldTask, ...]
 
 
-class Run(NamedTuple):
+@attrs.frozen
+class Run:
     """Run `task`, then `finished` with its outcome; first wake the heartbeat thread, if
-    `wake_upkeep` (it would look too late to mark this task or send the outcomes left).
-
-    A named tuple, the one step made for every task; equal only to a `Run`.
-    """
+    `wake_upkeep` (it would look too late to mark this task or send the outcomes left)."""
 
     task: HeldTask
     wake_upkeep: bool = False
-
-    def __eq__(self, other: object) -> bool:
-        return type(other) is Run and tuple.__eq__(self, other)
-
-    def __ne__(self, other: object) -> bool:
-        return not self == other
-
-    def __hash__(self) -> int:
-        return tuple.__hash__(self)
 
 
 @attrs.frozen
@@ -239,8 +228,6 @@ Step = Action | Wait
 IDLE_WAIT = IdleWait()
 EXIT = Exit()
 
-_tuple = tuple.__new__  # builds a named tuple from its fields, without keyword parsing
-
 
 def next_step(
     schedule: Schedule, settings: Settings, *, now: float, stopping: bool, held: int
@@ -257,11 +244,15 @@ def next_step(
     if stopping and ready:  # a stopping worker starts nothing more: give it all back
         c = c._replace(give_back=c.give_back + ready)
         ready = ()
-        schedule = _tuple(Schedule, (ready, running, unsent, since, c))
+        schedule = Schedule(
+            ready=ready, running=running, unsent=unsent, unsent_since=since, calls=c
+        )
     reachable = now >= c.retry_at
     if c.give_back and reachable and not c.releasing:
         calls = c._replace(give_back=(), releasing=True)
-        return Release(c.give_back), _tuple(Schedule, (ready, running, unsent, since, calls))
+        return Release(c.give_back), Schedule(
+            ready=ready, running=running, unsent=unsent, unsent_since=since, calls=calls
+        )
     # Room for a claim: none while stopping, nor past max_tasks.
     room = 0 if stopping else settings.capacity - held
     if settings.max_tasks is not None:
@@ -291,22 +282,30 @@ def next_step(
         )
     ):
         calls = c._replace(acknowledging=True)
-        return Acknowledge(unsent), _tuple(Schedule, (ready, running, (), since, calls))
+        return Acknowledge(unsent), Schedule(
+            ready=ready, running=running, unsent=(), unsent_since=since, calls=calls
+        )
     if claim and reachable:
         calls = c._replace(claiming=True)
-        return Claim(room), _tuple(Schedule, (ready, running, unsent, since, calls))
+        return Claim(room), Schedule(
+            ready=ready, running=running, unsent=unsent, unsent_since=since, calls=calls
+        )
     if ready and clear:
         task = ready[0]
-        running = (*running, _tuple(Running, (now, task, False)))
+        running = (*running, Running(since=now, task=task, marked=False))
         # The heartbeat thread marks this task, and sends the outcomes left behind, when due.
         due = now + settings.mark_delay
         if unsent and not c.acknowledging:
             due = min(due, since + settings.ack_delay)
         if c.upkeep_at > max(due, c.retry_at):
             c = c._replace(upkeep_at=now)  # woken, it looks at once
-            after = _tuple(Schedule, (ready[1:], running, unsent, since, c))
-            return _tuple(Run, (task, True)), after
-        return _tuple(Run, (task, False)), _tuple(Schedule, (ready[1:], running, unsent, since, c))
+            after = Schedule(
+                ready=ready[1:], running=running, unsent=unsent, unsent_since=since, calls=c
+            )
+            return Run(task=task, wake_upkeep=True), after
+        return Run(task=task, wake_upkeep=False), Schedule(
+            ready=ready[1:], running=running, unsent=unsent, unsent_since=since, calls=c
+        )
     idle = not held and not unsent and not c.give_back
     # Stopped, or claimed all it may; not while a claim may still bring tasks.
     if idle and (stopping or room <= 0) and not c.claiming:
@@ -425,7 +424,7 @@ def finished(
     if not unsent:
         since = now
     unsent = (*unsent, outcome)
-    after = _tuple(Schedule, (ready, running, unsent, since, calls))
+    after = Schedule(ready=ready, running=running, unsent=unsent, unsent_since=since, calls=calls)
     return after, len(unsent) in (1, settings.ack_batch) or not ready
 
 
