@@ -44,8 +44,6 @@ from threadmill_core.worker.scheduler import (
     Wait,
 )
 
-_tuple = tuple.__new__  # builds a named tuple from its fields, without keyword parsing
-
 
 @attrs.frozen
 class Mark:
@@ -93,17 +91,23 @@ def next_upkeep(
         at, step = c.retry_at, Wait(c.retry_at - now)
     elif stopping and (ready or c.give_back) and not c.releasing:
         calls = c._replace(give_back=(), releasing=True, upkeep_at=now)
-        return Release(c.give_back + ready), _tuple(Schedule, ((), running, unsent, since, calls))
+        return Release(c.give_back + ready), Schedule(
+            ready=(), running=running, unsent=unsent, unsent_since=since, calls=calls
+        )
     elif unsent and not c.acknowledging and now - since >= settings.ack_delay:
         calls = c._replace(acknowledging=True, upkeep_at=now)
-        return Acknowledge(unsent), _tuple(Schedule, (ready, running, (), since, calls))
+        return Acknowledge(unsent), Schedule(
+            ready=ready, running=running, unsent=(), unsent_since=since, calls=calls
+        )
     else:
         due, ack_delay = now - settings.mark_delay, settings.ack_delay
         waiting = [entry for entry in running if not entry.marked]
         tasks = tuple(entry.task for entry in waiting if entry.since <= due)
         if tasks:
             flagged, calls = _flag(running, tasks), c._replace(upkeep_at=now)
-            return Mark(tasks), _tuple(Schedule, (ready, flagged, unsent, since, calls))
+            return Mark(tasks), Schedule(
+                ready=ready, running=flagged, unsent=unsent, unsent_since=since, calls=calls
+            )
         # While a task runs unmarked, a look every ack_delay at least: the outcomes its
         # start may leave behind then need no wake (a drain: a look each 10 ms, not a wake
         # per batch); a long task costs ten looks, then its mark, then none.
