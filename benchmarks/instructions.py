@@ -159,7 +159,8 @@ def counted_drain_worker(broker: Broker) -> Worker:
     `scheduler.MARK_DELAY`) to never in this process, which only measures:
     see the module docstring.
     """
-    from threadmill_core import Worker, scheduler
+    from threadmill_core import Worker
+    from threadmill_core.worker import scheduler
 
     scheduler.ACK_DELAY = scheduler.MARK_DELAY = float("inf")
     return Worker(broker, threads=1, prefetch=BATCH, maintenance=False)

@@ -26,7 +26,7 @@ from datetime import timedelta
 from threadmill_core import connect
 from threadmill_core.models import TaskResult
 from threadmill_core.periodic import Schedule
-from threadmill_core.scheduling import Scheduler
+from threadmill_core.worker.scheduling import Scheduler
 
 IDLE_SECONDS = 20.0
 SCHEDULES = 1000

@@ -157,7 +157,7 @@ def _populate(url: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
 
 async def _shoot(url: str) -> None:
     from threadmill_core import connect
-    from threadmill_core.tui import InspectorApp
+    from threadmill_core.cli.tui import InspectorApp
 
     with connect(url) as broker:
         app = InspectorApp(broker, refresh_interval=3600)

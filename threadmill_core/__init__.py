@@ -1,4 +1,25 @@
-"""threadmill: a durable task queue with a pluggable broker."""
+"""threadmill: a durable task queue with a pluggable broker.
+
+The package is laid out by audience, in three layers:
+
+- the top level is what applications and backend authors use: the protocol
+  every backend implements (`backend` and its `operator_spec`, with the
+  types it stores: `models`, `live_workers`, `pauses`; its argument
+  `checks`), the producer's API
+  (`task`, `broker`, `calls`, `options`, `retry`, `periodic`, `headers`,
+  `payload_limit`, `tracing`), the stored form of values (`codec`,
+  `values`, `display`, `ids`, `clock`), `errors`, `urls`, and the plugin
+  machinery (`hookspecs`, `plugins`);
+- `threadmill_core.worker` is the worker runtime: the `Worker`, its
+  threads, maintenance, and the supervisor of ``threadmill worker`` with its
+  health and metrics endpoints;
+- `threadmill_core.cli` is the ``threadmill`` command line, the inspector
+  and the TUI.
+
+Each layer imports only the ones above it in this list (the top level
+imports `Worker` only to re-export it below); tests/core/test_layers.py
+checks it. `threadmill_core.testing` is the conformance kit for backends.
+"""
 
 from threadmill_core.backend import Backend
 from threadmill_core.broker import Broker, connect, default_broker

@@ -4,7 +4,7 @@
 `default_broker()` is the one ``Task.enqueue`` uses when a task names none:
 ``THREADMILL_URL`` from the environment, else ``memory://``. Inside the
 worker processes of ``threadmill worker`` that is the worker's own URL (see
-`threadmill_core.worker_process`), so a task that enqueues a follow-up task
+`threadmill_core.worker.process`), so a task that enqueues a follow-up task
 sends it where the worker claims. A producer whose default is ``memory://``
 because ``THREADMILL_URL`` is unset, with no `Worker` made in its process,
 gets a `MemoryBrokerWarning` at its first enqueue (`producer_broker`).

@@ -46,27 +46,6 @@ class CallCheck:
         shape = (len(args), *kwargs)
         if shape in self._fits:
             return
-        self._bind(shape, task_path, args, kwargs, index)
-
-    def check_all(
-        self, task_path: str, calls: Sequence[tuple[Sequence[Any], Mapping[str, Any]]]
-    ) -> None:
-        """`check` each of `calls`, ``(args, kwargs)``, with its index: the first misfit raises."""
-        fits = self._fits
-        for index, (args, kwargs) in enumerate(calls):
-            shape = (len(args), *kwargs)
-            if shape not in fits:
-                self._bind(shape, task_path, args, kwargs, index)
-
-    def _bind(
-        self,
-        shape: tuple[object, ...],
-        task_path: str,
-        args: Sequence[Any],
-        kwargs: Mapping[str, Any],
-        index: int | None,
-    ) -> None:
-        """Bind a call of a `shape` not known to fit; remember it if it does."""
         try:
             self.signature.bind(*args, **kwargs)
         except TypeError as exc:
@@ -75,3 +54,10 @@ class CallCheck:
             raise InvalidCall(task_path, str(parameters), str(exc), index) from None
         if len(self._fits) < MAX_SHAPES:
             self._fits.add(shape)
+
+    def check_all(
+        self, task_path: str, calls: Sequence[tuple[Sequence[Any], Mapping[str, Any]]]
+    ) -> None:
+        """`check` each of `calls`, ``(args, kwargs)``, with its index: the first misfit raises."""
+        for index, (args, kwargs) in enumerate(calls):
+            self.check(task_path, args, kwargs, index)

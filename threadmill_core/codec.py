@@ -268,7 +268,7 @@ def encode_calls(template: TaskResult, calls: Sequence[TaskCall]) -> list[bytes]
     """The `encode_enqueued` payload of each call's record, in order, byte for byte.
 
     A call's record is `template` with the call's id and arguments (see
-    `threadmill_core.backend.call_record`). What the calls share (task path,
+    `threadmill_core.models.call_record`). What the calls share (task path,
     queue, priority, retry policy) is unstructured and encoded once per
     call of this function, as one JSON object; each call's own fields (its
     id, args and kwargs) are encoded as another, or one by one where that

@@ -176,6 +176,6 @@ class TaskQuarantined(ThreadmillError):
 
     Used when the stored record does not decode, its retry policy is not
     registered with the worker, or its function was not registered with any
-    worker that claimed it within `threadmill_core.execution.UNKNOWN_TASK_GRACE`
+    worker that claimed it within `threadmill_core.worker.execution.UNKNOWN_TASK_GRACE`
     of its enqueue; the task is finalized FAILED instead of cycling.
     """

@@ -154,9 +154,13 @@ def evolved(record: TaskResult, **changes: Any) -> TaskResult:
     arguments, six validators), which a record made for every task claimed,
     decided and enqueued in a batch pays otherwise: the copy's instance
     ``__dict__`` is `record`'s with `changes` merged in (`TaskResult` is not
-    slotted), and `TaskResult` has no ``__attrs_post_init__``. A validator
-    that read another field would break this; tests/core/test_fast_paths.py
-    pins that the copy equals `attrs.evolve`'s, invalid changes included.
+    slotted), and `TaskResult` has no ``__attrs_post_init__``: an import-time
+    check raises if `TaskResult` ever has what the copy would skip. A
+    validator that read another field would break this too;
+    tests/core/test_fast_paths.py pins that the copy equals `attrs.evolve`'s,
+    invalid changes included.
+
+    Fast path: one record copied per task claimed, decided and enqueued in a batch.
     """
     fields = record.__dict__ | changes
     if len(fields) != len(_FIELD_NAMES):
@@ -181,6 +185,36 @@ _VALIDATED = {
     for field in attrs.fields(TaskResult)
     if (validator := field.validator) is not None
 }
+
+
+def _check_evolved_skips_nothing() -> None:
+    """Raise `AssertionError` (at import) if `TaskResult` has anything `evolved` would skip.
+
+    `evolved` copies the instance dict and runs the changed fields'
+    validators: a converter, an ``on_setattr`` hook, an ``__attrs_post_init__``,
+    slots, or a field outside ``__init__`` would make its copy differ from
+    `attrs.evolve`'s. Not an ``assert`` statement, so ``python -O`` checks it too.
+    """
+    problems = [
+        f"{field.name}: {what}"
+        for field in attrs.fields(TaskResult)
+        for what, present in (
+            ("a converter", field.converter is not None),
+            ("on_setattr", field.on_setattr is not None),
+            ("init=False", not field.init),
+            ("an alias", field.alias != field.name),
+        )
+        if present
+    ]
+    if hasattr(TaskResult, "__attrs_post_init__"):
+        problems.append("__attrs_post_init__")
+    if "__slots__" in TaskResult.__dict__:
+        problems.append("slots")
+    if problems:
+        raise AssertionError(f"models.evolved would skip TaskResult's {', '.join(problems)}")
+
+
+_check_evolved_skips_nothing()
 
 
 #: One call of a task, as `Backend.enqueue_calls` takes it: the new task's id, its
@@ -353,3 +387,22 @@ def validate_run_after(run_after: object) -> datetime | timedelta | None:
     if isinstance(run_after, timedelta):
         return validate_timedelta("run_after", run_after, positive=False)
     raise InvalidOption(f"run_after must be an aware datetime or a timedelta, got {run_after!r}")
+
+
+def call_record(template: TaskResult, call: TaskCall) -> TaskResult:
+    """The record of one call (see `threadmill_core.backend.Backend.enqueue_calls`):
+    `template`'s task with its id and arguments; every other field at its default, as
+    `enqueue` reads none of them. Importable from `threadmill_core.backend` too.
+    """
+    task_id, args, kwargs = call
+    return TaskResult(
+        id=task_id,
+        task_path=template.task_path,
+        args=args,
+        kwargs=kwargs,
+        queue=template.queue,
+        priority=template.priority,
+        run_after=template.run_after,
+        retry=template.retry,
+        headers=template.headers,
+    )

@@ -1,7 +1,7 @@
 """What a backend keeps of a schedule: whether it is paused, and since when.
 
 See `threadmill_core.backend.Backend.set_schedule_paused`; the scheduler is
-`threadmill_core.scheduling`.
+`threadmill_core.worker.scheduling`.
 """
 
 from __future__ import annotations

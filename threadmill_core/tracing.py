@@ -58,6 +58,8 @@ import os
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+import attrs
+
 from threadmill_core.errors import InvalidOption
 from threadmill_core.headers import headers_problem
 from threadmill_core.models import (
@@ -67,7 +69,6 @@ from threadmill_core.models import (
     TaskContext,
     TaskResult,
     TaskResultStatus,
-    evolved,
 )
 
 if TYPE_CHECKING:
@@ -163,7 +164,7 @@ def enqueue_traced(
                 # characters): the trace goes on without the vendors' state.
                 carrier.pop("tracestate", None)
                 headers = {**template.headers, **carrier}
-            template = evolved(template, headers=headers)
+            template = attrs.evolve(template, headers=headers)
         return backend.enqueue_calls(template, calls)
 
 

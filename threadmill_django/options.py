@@ -49,7 +49,7 @@ from threadmill_core.errors import InvalidOption
 from threadmill_core.plugins import KNOWN_EXTRAS, installed_backends
 from threadmill_core.task import DEFAULT_QUEUE, validate_queue
 from threadmill_core.urls import redact
-from threadmill_core.worker_logging import LOG_FORMATS
+from threadmill_core.worker.logs import LOG_FORMATS
 
 DEFAULT_URL = "memory://"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")

@@ -11,7 +11,7 @@ name; nothing is imported on a record's say-so.
 The first worker processes are forked from the supervisor once Django is
 set up and the tasks imported (so they inherit both); a restarted one is
 spawned and configures Django anew: `prepare_process` is the supervisor's
-process setup (see `threadmill_core.supervisor.WorkerSettings.setup`), run
+process setup (see `threadmill_core.worker.supervisor.WorkerSettings.setup`), run
 in the supervisor and in every spawned worker process before the task
 modules are imported. It needs ``DJANGO_SETTINGS_MODULE`` (manage.py sets
 it).
@@ -29,9 +29,9 @@ from django.apps import apps
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import module_has_submodule
 
-from threadmill_core import cli_arguments
-from threadmill_core.cli_arguments import build_parser
-from threadmill_core.supervisor import WorkerSettings
+from threadmill_core.cli import arguments
+from threadmill_core.cli.arguments import build_parser
+from threadmill_core.worker.supervisor import WorkerSettings
 from threadmill_django import runner
 from threadmill_django.options import BackendOptions
 
@@ -118,6 +118,6 @@ def worker_settings(options: BackendOptions, args: argparse.Namespace) -> Worker
     What ``threadmill worker`` makes of them, plus the process setup that
     brings Django up in every process; the broker URL is the alias's.
     """
-    return cli_arguments.worker_settings(
+    return arguments.worker_settings(
         args, options.broker_url, setup=functools.partial(prepare_process, options.alias)
     )

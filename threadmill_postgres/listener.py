@@ -199,7 +199,7 @@ class Listener:
                 if self._closed:
                     return
                 # An outage is reported by the calls that fail (one warning, one line when
-                # it ends: threadmill_core.outage); this connection's own life is a detail.
+                # it ends: threadmill_core.worker.outage); this connection's own life is a detail.
                 if was:
                     log.debug("the LISTEN connection was lost (%s); connecting again", exc)
                 else:

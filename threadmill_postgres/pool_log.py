@@ -3,7 +3,7 @@
 psycopg_pool logs a warning, several lines long, for each failed attempt to
 make one of its connections, each connection it discards and each thread it
 could not stop: 30 to 80 of them in an outage of a minute. threadmill
-reports an outage itself, once each way (`threadmill_core.outage.Outage`: a
+reports an outage itself, once each way (`threadmill_core.worker.outage.Outage`: a
 warning when it starts, a line when it ends). So `PoolLog`, a filter on the
 ``psycopg.pool`` logger, takes out the records about threadmill's own pools
 (named ``threadmill:<namespace>``): each is logged again, at DEBUG, on

@@ -13,7 +13,7 @@ from tests.conftest import PostgresDatabase, free_port, with_database
 from tests.faults.servers import Server
 from threadmill_core import InvalidOption, connect
 from threadmill_core.errors import BackendUnavailable, UnknownBackend
-from threadmill_core.worker_settings import WorkerSettings
+from threadmill_core.worker.settings import WorkerSettings
 
 #: The console script pip installed beside this interpreter: what a user types.
 THREADMILL = str(Path(sys.executable).with_name("threadmill"))

@@ -18,8 +18,8 @@ from tests.core import tasks
 from tests.faults.flaky import FlakyBackend
 from tests.faults.runs import wait_until
 from threadmill_core import Broker, FakeClock, TaskResultStatus, Worker
-from threadmill_core.supervisor import Supervisor, WorkerSettings
-from threadmill_core.worker import QUIET_WAITS_PER_CLAIM
+from threadmill_core.worker.steps import QUIET_WAITS_PER_CLAIM
+from threadmill_core.worker.supervisor import Supervisor, WorkerSettings
 from threadmill_memory import MemoryBackend
 
 LEASE_TTL = timedelta(seconds=30)

@@ -12,15 +12,15 @@ from prometheus_client import CollectorRegistry
 from tests.core import tasks
 from threadmill_core import Broker, FakeClock, TaskResult, Worker
 from threadmill_core.ids import new_task_id
-from threadmill_core.maintenance import reap
 from threadmill_core.plugins import unregister_plugin
+from threadmill_core.worker.maintenance import reap
 from threadmill_memory import MemoryBackend
 
 
 @pytest.fixture
 def registry() -> Iterator[CollectorRegistry]:
     """The plugin installed in this process, its metrics readable through a registry."""
-    from threadmill_core import metrics
+    from threadmill_core.worker import metrics
 
     made = CollectorRegistry()
     for metric in (metrics.FINISHED, metrics.RETRIED, metrics.EXPIRED, metrics.QUARANTINED,
@@ -38,7 +38,7 @@ def queue() -> str:
 
 
 def count(registry: CollectorRegistry, name: str, **labels: str) -> float:
-    from threadmill_core.metrics import flush
+    from threadmill_core.worker.metrics import flush
 
     flush()  # a worker's loop turn does it; a reaper's pass in a test has none
     return registry.get_sample_value(name, labels) or 0.0

@@ -217,7 +217,7 @@ def test_tick_ids_are_uuid7s_of_the_tick_and_the_name_and_read_back() -> None:
     assert uuid.UUID(made).version == 7
     assert int(made[:13].replace("-", ""), 16) == int(tick.timestamp() * 1000)
     assert tick_id("poll-eu", tick) < tick_id("poll-eu", tick + timedelta(milliseconds=1))
-    from threadmill_core.scheduling import tick_record
+    from threadmill_core.worker.scheduling import tick_record
 
     record = tick_record(schedule, tick)
     assert tick_of(record) == periodic_tasks_tick("poll-eu", tick, manual=False)

@@ -23,9 +23,9 @@ from threadmill_core import (
     hookimpl,
 )
 from threadmill_core.cli import main
-from threadmill_core.execution import UNKNOWN_TASK_GRACE
-from threadmill_core.maintenance import reap
 from threadmill_core.plugins import installed_backends, plugin_manager
+from threadmill_core.worker.execution import UNKNOWN_TASK_GRACE
+from threadmill_core.worker.maintenance import reap
 
 
 class Recorder:
@@ -186,7 +186,7 @@ def test_backends_command_lists_schemes(capsys: pytest.CaptureFixture[str]) -> N
 
 def test_demo_shows_every_path_of_the_protocol() -> None:
     """The demo ends with successes, a retried success, a final failure and a reaped lease."""
-    from threadmill_core.demo import run_demo
+    from threadmill_core.cli.demo import run_demo
 
     out = StringIO()
     final = {r.task_path.split(":")[1]: r for r in run_demo(out)}

@@ -17,7 +17,7 @@ from threadmill_core.periodic import (
     tick_of,
     unregister_schedule,
 )
-from threadmill_core.scheduling import Scheduler
+from threadmill_core.worker.scheduling import Scheduler
 from threadmill_memory import MemoryBackend
 
 START = datetime(2026, 6, 1, 12, 0, 30, tzinfo=UTC)

@@ -20,8 +20,8 @@ from threadmill_core.periodic import (
     tick_id,
     unregister_schedule,
 )
-from threadmill_core.scheduling import Scheduler, due
 from threadmill_core.testing.scenarios import succeeded
+from threadmill_core.worker.scheduling import Scheduler, due
 from threadmill_memory import MemoryBackend
 
 START = datetime(2026, 6, 1, 12, 0, 0, 250_000, tzinfo=UTC)

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from threadmill_core.inspector import redact
+from threadmill_core.cli.inspector import redact
 
 
 @pytest.mark.parametrize(

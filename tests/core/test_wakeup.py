@@ -13,7 +13,7 @@ from types import FrameType
 
 import pytest
 
-from threadmill_core.wakeup import Wakeup
+from threadmill_core.worker.wakeup import Wakeup
 
 
 @pytest.fixture
@@ -83,7 +83,7 @@ def test_a_signal_that_sets_nothing_does_not_end_the_wait(timer: None) -> None:
 #: lock the interrupted wait holds, and the process hangs.
 STORM = """
 import signal, sys, time
-from threadmill_core.wakeup import Wakeup
+from threadmill_core.worker.wakeup import Wakeup
 
 wakeup = Wakeup()
 signal.signal(signal.SIGALRM, lambda _signum, _frame: wakeup.set())

@@ -21,13 +21,13 @@ from threadmill_core import (
     TaskResult,
     TaskResultStatus,
     Worker,
-    scheduler,
     task,
 )
-from threadmill_core.execution import UNKNOWN_TASK_DELAY, UNKNOWN_TASK_GRACE
 from threadmill_core.ids import new_task_id
-from threadmill_core.maintenance import reap
 from threadmill_core.retry import INTERRUPTION_RETRIES
+from threadmill_core.worker import scheduler
+from threadmill_core.worker.execution import UNKNOWN_TASK_DELAY, UNKNOWN_TASK_GRACE
+from threadmill_core.worker.maintenance import reap
 
 READY, DEFERRED, SUCCESSFUL, FAILED = (
     TaskResultStatus.READY,

@@ -19,7 +19,7 @@ from tests.django.djapp import tasks
 from threadmill_core import TaskResultStatus
 from threadmill_core.live_workers import RunningTask, WorkerInfo
 from threadmill_core.periodic import registered_schedules, unregister_schedule
-from threadmill_core.scheduling import Scheduler
+from threadmill_core.worker.scheduling import Scheduler
 from threadmill_django import periodic
 
 NAME = "nightly-add"

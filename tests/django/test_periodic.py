@@ -13,7 +13,7 @@ from tests.django.bench import Bench
 from tests.django.djapp import tasks
 from threadmill_core import InvalidSchedule, TaskResultStatus, Tick
 from threadmill_core.periodic import registered_schedules, unregister_schedule
-from threadmill_core.scheduling import Scheduler
+from threadmill_core.worker.scheduling import Scheduler
 from threadmill_django import periodic
 
 

@@ -22,9 +22,9 @@ from django.utils import timezone
 from tests.django.bench import Bench, Signals
 from tests.django.djapp import tasks
 from threadmill_core.errors import AcknowledgementTimeout
-from threadmill_core.execution import UNKNOWN_TASK_GRACE
-from threadmill_core.maintenance import reap
 from threadmill_core.models import TaskError
+from threadmill_core.worker.execution import UNKNOWN_TASK_GRACE
+from threadmill_core.worker.maintenance import reap
 from threadmill_django import Task, TaskBackend, TaskCancelled, TaskContext, runner
 from threadmill_django.results import django_error
 

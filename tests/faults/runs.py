@@ -13,7 +13,7 @@ import attrs
 import pytest
 
 from threadmill_core import Broker, ExponentialBackoff
-from threadmill_core.supervisor import Supervisor, WorkerSettings
+from threadmill_core.worker.supervisor import Supervisor, WorkerSettings
 from threadmill_postgres import PostgresBackend
 from threadmill_postgres import testing as postgres_testing
 from threadmill_redis import RedisBackend

@@ -20,10 +20,10 @@ from tests.faults.flaky import FlakyBackend
 from tests.faults.runs import wait_until
 from threadmill_core import Broker, ExponentialBackoff, FakeClock, TaskResultStatus, Worker, task
 from threadmill_core.errors import BackendUnavailable
-from threadmill_core.maintenance import reap
-from threadmill_core.supervisor import Supervisor, WorkerSettings, connect_when_reachable
-from threadmill_core.worker import RECONNECT_BACKOFF, Outage
-from threadmill_core.worker_settings import BackendNeverReached, reach_at_start
+from threadmill_core.worker.maintenance import reap
+from threadmill_core.worker.outage import RECONNECT_BACKOFF, Outage
+from threadmill_core.worker.settings import BackendNeverReached, reach_at_start
+from threadmill_core.worker.supervisor import Supervisor, WorkerSettings, connect_when_reachable
 from threadmill_memory import MemoryBackend
 
 NO_WAIT = ExponentialBackoff(base_delay=0, max_delay=0, max_retries=None, jitter=0)
@@ -147,7 +147,7 @@ def test_a_burst_worker_rides_out_an_outage(
     assert worker(broker, threads=2, maintenance=maintenance).run(burst=True) == 5
     assert [broker.get_result(i).status for i in ids] == [TaskResultStatus.SUCCESSFUL] * 5
     assert sum(flaky.failures.values()) == 6
-    # The worker's first call registers it (see threadmill_core.presence); then its loop's.
+    # The worker's first call registers it (see threadmill_core.worker.presence); then its loop's.
     first_loop_call = "claim_expired" if maintenance else "claim"
     assert set(flaky.failures) == {"register_worker", first_loop_call}
     assert len(lines(caplog, WARNING)) == 1
@@ -335,7 +335,7 @@ def test_connecting_waits_for_an_unavailable_backend(monkeypatch: pytest.MonkeyP
             raise DOWN
         return broker
 
-    monkeypatch.setattr("threadmill_core.worker_settings.connect", connect)
+    monkeypatch.setattr("threadmill_core.worker.settings.connect", connect)
     pauses: list[float] = []
     outage = Outage(logging.getLogger("threadmill.test"), NO_WAIT)
     assert connect_when_reachable("x://", outage, pauses.append) is broker
@@ -352,7 +352,7 @@ def test_a_backend_that_never_answers_at_start_is_given_up_after_the_connect_tim
     BackendNeverReached (after one outage warning); one that answers in time is used."""
     flaky = FlakyBackend(MemoryBackend())
     monkeypatch.setattr(
-        "threadmill_core.worker_settings.connect", lambda url: Broker(flaky, url=url)
+        "threadmill_core.worker.settings.connect", lambda url: Broker(flaky, url=url)
     )
     caplog.set_level(logging.INFO, logger="threadmill")
     outage = Outage(logging.getLogger("threadmill.test"), NO_WAIT)

@@ -18,9 +18,9 @@ import pytest
 from tests.faults import fault_tasks
 from threadmill_core import Broker, PayloadError, TaskResult, TaskResultStatus, Worker, codec
 from threadmill_core.ids import new_task_id
-from threadmill_core.maintenance import reap
 from threadmill_core.models import RetryPolicySpec
 from threadmill_core.testing import Harness
+from threadmill_core.worker.maintenance import reap
 from threadmill_memory import MemoryBackend
 from threadmill_postgres import PostgresBackend
 from threadmill_postgres.testing import plant_raw

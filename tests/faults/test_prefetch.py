@@ -30,7 +30,7 @@ import pytest
 from tests.faults import fault_tasks
 from tests.faults.runs import start_recorded, wait_until
 from threadmill_core import Broker, TaskResult, TaskResultStatus
-from threadmill_core.supervisor import EXIT_ABANDONED
+from threadmill_core.worker.supervisor import EXIT_ABANDONED
 
 SUCCESSFUL = TaskResultStatus.SUCCESSFUL
 READY = TaskResultStatus.READY

@@ -22,8 +22,8 @@ from threadmill_core import (
     TaskError,
     TaskResult,
     TaskResultStatus,
-    inspector,
 )
+from threadmill_core.cli import inspector
 from threadmill_memory import MemoryBackend
 
 READY = TaskResultStatus.READY

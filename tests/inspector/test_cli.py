@@ -11,6 +11,7 @@ import pytest
 
 from tests.inspector.conftest import Fleet, Threadmill, shared_start, stored
 from threadmill_core import Backend, Broker, FakeClock, TaskResultStatus, cli
+from threadmill_core.cli import commands
 from threadmill_core.models import QueueRates
 from threadmill_memory import MemoryBackend
 
@@ -116,7 +117,7 @@ def test_stats_watch_refreshes_until_ctrl_c(
         if len(waits) == 2:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli, "_sleep", sleep)
+    monkeypatch.setattr(commands, "_sleep", sleep)
     ran = threadmill("stats", "--watch", "--interval", "0.5")
     assert ran.code == 0
     assert waits == [0.5, 0.5]
@@ -492,7 +493,7 @@ def test_inspect_without_textual_names_the_extra(
 ) -> None:
     """threadmill inspect without Textual installed says which extra to install, exit 2."""
     monkeypatch.setitem(sys.modules, "textual", None)  # import textual raises ImportError
-    monkeypatch.delitem(sys.modules, "threadmill_core.tui", raising=False)
+    monkeypatch.delitem(sys.modules, "threadmill_core.cli.tui", raising=False)
     assert cli.main(["inspect"], broker=broker) == 2
     assert "pip install 'threadmill[tui]'" in capsys.readouterr().err
 

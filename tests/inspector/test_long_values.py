@@ -7,8 +7,8 @@ import json
 from tests.inspector import tasks
 from tests.inspector.conftest import Threadmill
 from threadmill_core import Broker, TaskError, TaskResult, Worker, task
+from threadmill_core.cli.inspector import format_record
 from threadmill_core.display import REPR_CHARS, SHOWN_CHARS
-from threadmill_core.inspector import format_record
 
 LONG = 200_000  # characters: far past what a screen shows, well under max_payload_bytes
 

@@ -15,7 +15,7 @@ from textual.widgets import DataTable, Static
 
 from tests.inspector.conftest import Fleet, stored
 from threadmill_core import Broker, FakeClock, TaskResultStatus
-from threadmill_core.tui import ConfirmScreen, InspectorApp, TaskScreen
+from threadmill_core.cli.tui import ConfirmScreen, InspectorApp, TaskScreen
 
 #: Long enough that no timer refresh lands inside a test: the tests refresh by key.
 NEVER = 3600.0

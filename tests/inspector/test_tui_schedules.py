@@ -16,9 +16,9 @@ from textual.widgets import DataTable
 
 from tests.core import periodic_tasks
 from threadmill_core import Broker
+from threadmill_core.cli.tui import InspectorApp
+from threadmill_core.cli.tui_schedules import SchedulesScreen
 from threadmill_core.periodic import add_schedule, registered_schedules, unregister_schedule
-from threadmill_core.tui import InspectorApp
-from threadmill_core.tui_schedules import SchedulesScreen
 
 NEVER = 3600.0
 

@@ -83,8 +83,8 @@ def test_the_workers_screen_lists_workers_and_their_tasks(broker: Broker, clock:
     from rich.text import Text
     from textual.widgets import DataTable
 
-    from threadmill_core.tui import InspectorApp
-    from threadmill_core.tui_workers import WorkersScreen
+    from threadmill_core.cli.tui import InspectorApp
+    from threadmill_core.cli.tui_workers import WorkersScreen
 
     broker.backend.register_worker(info("box-1:11:aaaaaa", "t-1"), TTL)
     broker.backend.register_worker(info("box-1:12:bbbbbb"), TTL)

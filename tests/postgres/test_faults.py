@@ -27,7 +27,7 @@ from tests.postgres import pg_tasks
 from tests.postgres.conftest import admin
 from tests.postgres.servers import PostgresServer
 from threadmill_core import Broker, TaskResultStatus, Worker, connect, task
-from threadmill_core.supervisor import Supervisor, WorkerSettings
+from threadmill_core.worker.supervisor import Supervisor, WorkerSettings
 from threadmill_postgres import PostgresBackend
 from threadmill_postgres.testing import drop_namespace, new_namespace
 

@@ -12,8 +12,8 @@ import redis
 from tests.redis.conftest import tasks
 from threadmill_core.errors import PayloadError
 from threadmill_core.models import Decision, TaskResultStatus
-from threadmill_core.startup import unregistered_waiting
 from threadmill_core.testing import Harness
+from threadmill_core.worker.startup import unregistered_waiting
 
 pytestmark = pytest.mark.redis
 

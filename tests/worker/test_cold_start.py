@@ -34,9 +34,9 @@ def loaded():
 #: What a worker on a Redis URL never uses: the inspecting commands and their
 #: terminal UI, the demo, and the backends its URL does not name.
 NOT_FOR_A_REDIS_WORKER = (
-    "threadmill_core.inspector",
-    "threadmill_core.tui",
-    "threadmill_core.demo",
+    "threadmill_core.cli.inspector",
+    "threadmill_core.cli.tui",
+    "threadmill_core.cli.demo",
     "threadmill_memory.backend",
     "threadmill_postgres.backend",
     "textual",
@@ -63,7 +63,7 @@ def test_a_worker_runs_its_first_task_without_what_it_does_not_use(
     final = broker.get_result(planted.id)
     assert final.status is TaskResultStatus.SUCCESSFUL, final.errors
     loaded = set(final.return_value)
-    assert {"threadmill_core.supervisor", "threadmill_redis.backend"} <= loaded
+    assert {"threadmill_core.worker.supervisor", "threadmill_redis.backend"} <= loaded
     unused = sorted(
         name
         for name in loaded

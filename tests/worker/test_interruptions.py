@@ -14,7 +14,7 @@ import pytest
 from tests.faults.runs import wait_until
 from tests.worker import recording_tasks
 from threadmill_core import Broker, TaskResultStatus
-from threadmill_core.supervisor import EXIT_ABANDONED
+from threadmill_core.worker.supervisor import EXIT_ABANDONED
 from threadmill_redis import RedisBackend
 from threadmill_redis.testing import start_recorded
 

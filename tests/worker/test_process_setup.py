@@ -11,7 +11,7 @@ import pytest
 
 from tests.worker import prepared_tasks, process_setup
 from threadmill_core import Broker, InvalidOption, TaskResultStatus
-from threadmill_core.supervisor import EXIT_CONFIG_ERROR, Supervisor, WorkerSettings
+from threadmill_core.worker.supervisor import EXIT_CONFIG_ERROR, Supervisor, WorkerSettings
 
 pytestmark = pytest.mark.redis
 

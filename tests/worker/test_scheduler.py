@@ -30,10 +30,10 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from threadmill_core import scheduler, upkeep
-from threadmill_core.held import HeldTask, Outcome
 from threadmill_core.models import Lease, TaskResult, TaskResultStatus
-from threadmill_core.scheduler import (
+from threadmill_core.worker import scheduler, upkeep
+from threadmill_core.worker.held import HeldTask, Outcome
+from threadmill_core.worker.scheduler import (
     EXIT,
     IDLE_WAIT,
     Acknowledge,

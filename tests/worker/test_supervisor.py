@@ -17,7 +17,7 @@ import pytest
 from tests.faults.flaky import FlakyBackend
 from tests.worker import recording_tasks
 from threadmill_core import Broker, TaskResultStatus, connect
-from threadmill_core.supervisor import EXIT_ABANDONED, Supervisor, WorkerSettings
+from threadmill_core.worker.supervisor import EXIT_ABANDONED, Supervisor, WorkerSettings
 from threadmill_redis import RedisBackend
 from threadmill_redis.testing import start_recorded
 
@@ -268,7 +268,7 @@ def test_the_maintenance_loop_sleeps_until_a_deferred_task_is_due(
         parents.append(backend)
         return Broker(backend, url=url)
 
-    monkeypatch.setattr("threadmill_core.worker_settings.connect", counted)
+    monkeypatch.setattr("threadmill_core.worker.settings.connect", counted)
     url = broker_url.split("?")[0]
     later = recording_tasks.sleepy.using(broker=broker, run_after=timedelta(seconds=2))
     record = later.enqueue(url, namespace, 0, 0)

@@ -15,9 +15,9 @@ from __future__ import annotations
 import pytest
 
 from tests.worker.test_scheduler import POLL, held_task, outcomes, settings, tasks
-from threadmill_core import scheduler
-from threadmill_core.held import Outcome
-from threadmill_core.scheduler import (
+from threadmill_core.worker import scheduler
+from threadmill_core.worker.held import Outcome
+from threadmill_core.worker.scheduler import (
     ACK_DELAY,
     EXIT,
     MARK_DELAY,
@@ -29,7 +29,7 @@ from threadmill_core.scheduler import (
     Schedule,
     Wait,
 )
-from threadmill_core.upkeep import ForcedStop, Mark, forced_stop, marked, next_upkeep
+from threadmill_core.worker.upkeep import ForcedStop, Mark, forced_stop, marked, next_upkeep
 
 
 def upkeep(

@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from threadmill_core.cli.inspector import SUCCESSFUL, Listed, Undecodable, format_time, last_error
 from threadmill_core.display import SHOWN_CHARS, cut
-from threadmill_core.inspector import SUCCESSFUL, Listed, Undecodable, format_time, last_error
 from threadmill_core.models import TaskError, TaskResult
 
 #: Where a cut value can be read whole.

@@ -12,7 +12,7 @@ Under ``<admin>/threadmill_django/taskqueue/<alias>/``:
 - ``workers/``: the live worker processes, as ``threadmill workers`` lists
   them, each running task linking to its page.
 
-Both read through `threadmill_core.inspector` (`schedule_rows`,
+Both read through `threadmill_core.cli.inspector` (`schedule_rows`,
 `live_workers`), as the commands do; the actions are `set_paused` and
 `run_now`, logged and reported as the other actions are.
 """
@@ -29,10 +29,10 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path
 from django.views.decorators.http import require_POST
 
+from threadmill_core.cli.inspector import live_workers, run_now, schedule_rows, set_paused
 from threadmill_core.errors import ThreadmillError
-from threadmill_core.inspector import live_workers, run_now, schedule_rows, set_paused
 from threadmill_core.periodic import Schedule, registered_schedules
-from threadmill_core.startup import import_task_modules
+from threadmill_core.worker.startup import import_task_modules
 from threadmill_django.backend import TaskBackend
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ Every action is a POST under the admin's CSRF protection, is logged as a
 `LogEntry` of `TaskQueue` (object id ``alias:task:ID``, ``alias:queue:NAME``
 for a purge, ``alias:schedule:NAME`` for a pause or resume), and says what
 it did, or what was refused and why, as a Django message. Reads go through
-`threadmill_core.inspector` only.
+`threadmill_core.cli.inspector` only.
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from threadmill_core.checks import check_purgeable
+from threadmill_core.cli.inspector import STATUSES, Report, cancel, find_task, requeue
 from threadmill_core.errors import PayloadError, ThreadmillError
-from threadmill_core.inspector import STATUSES, Report, cancel, find_task, requeue
 from threadmill_core.models import TaskResult, TaskResultStatus
 from threadmill_django.admin import reading
 from threadmill_django.admin.display import error_text, listed_row, task_fields

@@ -23,8 +23,8 @@ from django.tasks import task_backends
 from django.tasks.exceptions import InvalidTaskBackend
 
 from threadmill_core.broker import Broker
+from threadmill_core.cli.inspector import Listed, Overview, QueueStats, list_tasks, overview
 from threadmill_core.errors import ThreadmillError
-from threadmill_core.inspector import Listed, Overview, QueueStats, list_tasks, overview
 from threadmill_core.models import QueueCounts, QueueRates, TaskResult, TaskResultStatus
 from threadmill_core.urls import redact
 from threadmill_django.backend import TaskBackend

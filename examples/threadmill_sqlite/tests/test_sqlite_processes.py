@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 from threadmill_core import AcknowledgementTimeout, connect
-from threadmill_core.maintenance import reap
 from threadmill_core.models import TaskResult, TaskResultStatus
+from threadmill_core.worker.maintenance import reap
 
 import sqlite_tasks
 from threadmill_sqlite.testing import ShiftedClockBackend, start_recorded

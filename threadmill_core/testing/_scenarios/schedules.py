@@ -1,6 +1,6 @@
 """Schedules: N schedulers store each tick once; pause states hold, for every scheduler.
 
-The first is what `@periodic` rests on (see `threadmill_core.scheduling`):
+The first is what `@periodic` rests on (see `threadmill_core.worker.scheduling`):
 each tick is stored under an id made from its schedule and time, and
 `enqueue` is idempotent on id, also within one call, so any number of
 schedulers store it once and never revive a tick whose task already ran. A
@@ -14,7 +14,6 @@ from datetime import timedelta
 
 from threadmill_core.models import TaskResult
 from threadmill_core.periodic import Schedule, tick_id
-from threadmill_core.scheduling import Scheduler
 from threadmill_core.testing._scenarios.kit import (
     READY,
     RUNNING,
@@ -27,6 +26,7 @@ from threadmill_core.testing._scenarios.kit import (
     succeeded,
 )
 from threadmill_core.testing.harness import Harness
+from threadmill_core.worker.scheduling import Scheduler
 
 #: This module's scenarios, by name (`threadmill_core.testing.scenarios.SCENARIOS` holds all).
 SCENARIOS: dict[str, Scenario] = {}

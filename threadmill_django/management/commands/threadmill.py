@@ -23,9 +23,9 @@ from django.tasks.exceptions import InvalidTaskBackend
 
 from threadmill_core import cli
 from threadmill_core.errors import ThreadmillError
-from threadmill_core.startup import import_task_modules
-from threadmill_core.supervisor import Supervisor
-from threadmill_core.worker_logging import configure_worker_logging
+from threadmill_core.worker.logs import configure_worker_logging
+from threadmill_core.worker.startup import import_task_modules
+from threadmill_core.worker.supervisor import Supervisor
 from threadmill_django.backend import TaskBackend
 from threadmill_django.worker import (
     WorkerUsageError,
