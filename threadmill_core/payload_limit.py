@@ -60,7 +60,7 @@ def check_call(task_path: str, args: Sequence[Any], kwargs: Mapping[str, Any], l
 def check_batch(task_path: str, calls: Sequence[TaskCall], limit: int) -> None:
     """`PayloadTooLarge` naming the first call of `calls` over `limit` bytes, by its index.
 
-    Micro-optimization: the calls are measured a thousand at a time, ids
+    Fast path: the calls are measured a thousand at a time, ids
     included, and only a thousand that is over the limit together is
     measured call by call: one encoding per thousand calls instead of one
     per call (see docs/hot-paths.md).

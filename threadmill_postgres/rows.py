@@ -129,7 +129,7 @@ def encode_result(record: TaskResult) -> bytes | None:
 def enqueued(record: TaskResult, status: str, now_ms: int) -> TaskResult:
     """The record `enqueue` answers for `record`, stored now (at `now_ms`) with `status`.
 
-    It follows from what was sent, so nothing is read back: every field the
+    Fast path: it follows from what was sent, so nothing is read back: every field the
     backend keeps is as a new task has it, `run_after` at millisecond
     resolution, whatever the caller had set.
     """

@@ -277,7 +277,7 @@ def answer(reply: Sequence[Any], base: TaskResult | None = None) -> TaskResult |
 def decided(reply: Sequence[Any], decision: Decision) -> TaskResult | None:
     """The core result of a complete, retry or decide_many row.
 
-    An OK row (applied now) carries only the new state: the errors and return
+    Fast path: an OK row (applied now) carries only the new state: the errors and return
     value are the decision's own, and the worker ids are the lease's, so
     nothing is read back or decoded again. Of an OK completion only the
     finished time is read (see `completed`). A REPEAT row carries what the

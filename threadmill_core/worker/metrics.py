@@ -126,7 +126,7 @@ def _turned() -> Gauge:
 class MetricsPlugin:
     """Counts the lifecycle hooks into the metrics above; one per process.
 
-    Micro-optimization: a hook only adds to this process's tallies (a dict,
+    Fast path: a hook only adds to this process's tallies (a dict,
     under a lock); `flush` writes them to the metrics, and so to the shared
     files, at each turn of a worker's loop (`threadmill_worker_ticked`, the
     last turn included, after the last outcome was sent) and before the

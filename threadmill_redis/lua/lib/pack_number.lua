@@ -1,5 +1,6 @@
 -- Number fields as packed: '%d', never tostring, which prints large numbers
--- in exponent form. Memoized, as formatting is most of the cost of packing
+-- in exponent form.
+-- Fast path: memoized, as formatting is most of the cost of packing
 -- and the tasks of a batch share most values (its time, lease deadline,
 -- priority). The table lasts one script call: each call runs the script's
 -- body, where this is inlined, afresh.

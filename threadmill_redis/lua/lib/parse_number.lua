@@ -1,4 +1,5 @@
--- Number fields as parsed, memoized for the script call as lib/pack_number's
+-- Number fields as parsed.
+-- Fast path: memoized for the script call as lib/pack_number's
 -- are: the tasks of a batch share most values, and tonumber is the cost.
 local parsed_numbers = {}
 
