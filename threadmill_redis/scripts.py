@@ -8,7 +8,8 @@ same list. A script pulls shared functions in with a line
 the functions that read or write a packed state or a segment member
 include) becomes the layouts `threadmill_redis.keys` declares, as Lua
 locals (see `layout`), so the scripts and `threadmill_redis.replies` read
-one declaration.
+one declaration; a line ``--@pack_task`` (in ``lib/pack_task``) becomes the
+packer of that layout (see `pack_task`).
 Each library file is inlined where it is first included (library files
 include what they use, so definitions come before use) and skipped after
 that; a cycle is an error naming the chain. Scripts run with EVALSHA
@@ -43,6 +44,7 @@ INCLUDE = re.compile(r'^--@include\s+"([^"]+)"\s*$')
 HEADER_KEY = re.compile(r"^--\s+KEYS\[(\d+)\]\s+(\w+)")
 KEYS_DIRECTIVE = re.compile(r"^--@keys$", re.MULTILINE)
 LAYOUT_DIRECTIVE = re.compile(r"^--@layout$", re.MULTILINE)
+PACK_DIRECTIVE = re.compile(r"^--@pack_task$", re.MULTILINE)
 
 #: Arguments of one script call: its keys, then its ARGV.
 Call = tuple["Script", Sequence[str], Sequence[str | bytes | int]]
@@ -77,6 +79,31 @@ def layout() -> str:
     )
 
 
+def pack_task() -> str:
+    """The Lua that ``--@pack_task`` (in ``lib/pack_task``) becomes: ``pack_task(t)``.
+
+    One concatenation of task `t`'s fields in `STATE_LAYOUT` order, joined by
+    ``|``: a numeric field (its shape has ``%d``) through ``pack_number``, nil
+    as ``''``; a text field as it is, nil as ``''``. Written out from the
+    layout, so the layout is still spelled once, without the loop and the
+    table a generic packer would make for every task stored.
+    """
+    parts = [
+        f"pack_number(t.{name})" if "%d" in shape else f"(t.{name} or '')"
+        for name, shape in keys.STATE_LAYOUT
+    ]
+    body = " .. '|'\n    .. ".join(parts)
+    return "\n".join(
+        [
+            "-- Written by threadmill_redis.scripts from threadmill_redis.keys.",
+            "local function pack_task(t)",
+            f"  t.saved = {body}",
+            "  return t.saved",
+            "end",
+        ]
+    )
+
+
 def resolve(name: str, read: Callable[[str], str]) -> str:
     """The source of script `name` with every include inlined once, and the layouts written in.
 
@@ -106,7 +133,8 @@ def resolve(name: str, read: Callable[[str], str]) -> str:
         return "\n".join(lines)
 
     source = expand(name, (name,)) + "\n"
-    return LAYOUT_DIRECTIVE.sub(lambda _: layout(), source, count=1)
+    source = LAYOUT_DIRECTIVE.sub(lambda _: layout(), source, count=1)
+    return PACK_DIRECTIVE.sub(lambda _: pack_task(), source, count=1)
 
 
 def read_packaged(name: str) -> str:
