@@ -21,7 +21,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from threadmill_core.prefetch_window import (
+from threadmill_core.worker.prefetch_window import (
     CEILING,
     Window,
     capacity,
