@@ -132,7 +132,11 @@ def target(window: Window) -> int:
     starting size until a run and a claim have been observed. Tasks that
     ran in no measurable time give the ceiling.
     """
-    run, claim = window.run_ewma, window.claim_ewma
+    return _target(window, window.run_ewma, window.claim_ewma)
+
+
+def _target(window: Window, run: float | None, claim: float | None) -> int:
+    """`target` of `window` with these averages instead of its own."""
     if run is None or claim is None:
         return _starting(window)
     work = window.threads * claim * HORIZON  # task-seconds the prefetch may hold
@@ -151,11 +155,20 @@ def observe_run(window: Window, seconds: float) -> Window:
     """A task ran `seconds`; the window shrinks at once if that lowers its target.
 
     Raises ValueError for a negative, infinite or NaN duration.
+
+    Fast path: one new window built directly, not two `attrs.evolve` (a
+    worker observes every task it runs).
     """
     seconds = _seconds("seconds", seconds)
     run = seconds if window.run_ewma is None else _blend(window.run_ewma, seconds, RUN_WEIGHT)
-    after = attrs.evolve(window, run_ewma=run)
-    return attrs.evolve(after, size=min(after.size, target(after)))
+    return Window(
+        threads=window.threads,
+        floor=window.floor,
+        ceiling=window.ceiling,
+        size=min(window.size, _target(window, run, window.claim_ewma)),
+        run_ewma=run,
+        claim_ewma=window.claim_ewma,
+    )
 
 
 def observe_claim(window: Window, *, asked: int, got: int, round_trip: float) -> Window:
