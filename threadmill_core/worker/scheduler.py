@@ -14,7 +14,9 @@ without threads.
 
 The steps of a task thread, in the order they are considered:
 
-1. `Release`: give back the prefetched tasks of a stopping worker, in one call.
+1. `Release`: give back the prefetched tasks of a stopping worker, in one call;
+   or, while it runs, those beyond a room that shrank to half of them or
+   less (an adaptive prefetch, `Settings.resized`), newest first.
 2. `Acknowledge`: send the outcomes that have gathered, in one call, once
    `Settings.ack_batch` have gathered, the oldest has waited
    `Settings.ack_delay`, a claim is due (it goes in the same breath), the
@@ -75,7 +77,7 @@ MARK_DELAY = 0.1
 
 @attrs.frozen(kw_only=True)
 class Settings:
-    """What stays fixed for one `Worker.run`."""
+    """What stays fixed for one `Worker.run`, but for the room with an adaptive prefetch."""
 
     #: Tasks the worker may hold at once: its threads plus its prefetch.
     capacity: int
@@ -107,17 +109,34 @@ class Settings:
         brings a batch twice the size. Outcomes go in batches of
         `ACK_BATCH`, or of the whole room if that is more.
         """
-        refill_at = 1 + prefetch if threads == 1 else max(1, (prefetch + 1) // 2)
+        capacity, refill_at, ack_batch = _room(threads, prefetch)
         return cls(
-            capacity=threads + prefetch,
+            capacity=capacity,
             refill_at=refill_at,
-            ack_batch=max(ACK_BATCH, threads + prefetch),
+            ack_batch=ack_batch,
             ack_delay=ACK_DELAY,
             mark_delay=MARK_DELAY,
             poll=poll,
             burst=burst,
             max_tasks=max_tasks,
         )
+
+    def resized(self, *, threads: int, prefetch: int) -> Settings:
+        """These settings with the room of `threads` and `prefetch`, as `for_worker` sizes it.
+
+        A worker with an adaptive prefetch (`threadmill_core.worker.prefetch_window`)
+        swaps them in as its window changes; the next step follows the new room. If
+        the room shrank to half the tasks waiting in it or less, `next_step` gives
+        the excess back.
+        """
+        capacity, refill_at, ack_batch = _room(threads, prefetch)
+        return attrs.evolve(self, capacity=capacity, refill_at=refill_at, ack_batch=ack_batch)
+
+
+def _room(threads: int, prefetch: int) -> tuple[int, int, int]:
+    """`Settings.capacity`, `refill_at` and `ack_batch` for `threads` and `prefetch`."""
+    refill_at = 1 + prefetch if threads == 1 else max(1, (prefetch + 1) // 2)
+    return threads + prefetch, refill_at, max(ACK_BATCH, threads + prefetch)
 
 
 class Calls(NamedTuple):
@@ -244,6 +263,14 @@ def next_step(
     if stopping and ready:  # a stopping worker starts nothing more: give it all back
         c = c._replace(give_back=c.give_back + ready)
         ready = ()
+        schedule = Schedule(
+            ready=ready, running=running, unsent=unsent, unsent_since=since, calls=c
+        )
+    elif len(ready) > 2 * (keep := max(0, settings.capacity - len(running))):
+        # The room shrank to half of what waits or less (`Settings.resized`): the
+        # newest go back, for idle workers elsewhere. Never with a fixed room.
+        c = c._replace(give_back=c.give_back + ready[keep:])
+        ready = ready[:keep]
         schedule = Schedule(
             ready=ready, running=running, unsent=unsent, unsent_since=since, calls=c
         )
