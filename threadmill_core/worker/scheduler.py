@@ -14,9 +14,7 @@ without threads.
 
 The steps of a task thread, in the order they are considered:
 
-1. `Release`: give back the prefetched tasks of a stopping worker, in one call;
-   or, while it runs, those beyond a room that shrank to half of them or
-   less (an adaptive prefetch, `Settings.resized`), newest first.
+1. `Release`: give back the prefetched tasks of a stopping worker, in one call.
 2. `Acknowledge`: send the outcomes that have gathered, in one call, once
    `Settings.ack_batch` have gathered, the oldest has waited
    `Settings.ack_delay`, a claim is due (it goes in the same breath), the
@@ -125,9 +123,10 @@ class Settings:
         """These settings with the room of `threads` and `prefetch`, as `for_worker` sizes it.
 
         A worker with an adaptive prefetch (`threadmill_core.worker.prefetch_window`)
-        swaps them in as its window changes; the next step follows the new room. If
-        the room shrank to half the tasks waiting in it or less, `next_step` gives
-        the excess back.
+        swaps them in as its window changes; the next claim follows the new room.
+        Tasks already held beyond a room that shrank are kept and run: giving them
+        back would cost a call each time and send them to the tail of READY, and
+        a room shrinks on one slow run (see `prefetch_window`).
         """
         capacity, refill_at, ack_batch = _room(threads, prefetch)
         return attrs.evolve(self, capacity=capacity, refill_at=refill_at, ack_batch=ack_batch)
@@ -263,14 +262,6 @@ def next_step(
     if stopping and ready:  # a stopping worker starts nothing more: give it all back
         c = c._replace(give_back=c.give_back + ready)
         ready = ()
-        schedule = Schedule(
-            ready=ready, running=running, unsent=unsent, unsent_since=since, calls=c
-        )
-    elif len(ready) > 2 * (keep := max(0, settings.capacity - len(running))):
-        # The room shrank to half of what waits or less (`Settings.resized`): the
-        # newest go back, for idle workers elsewhere. Never with a fixed room.
-        c = c._replace(give_back=c.give_back + ready[keep:])
-        ready = ready[:keep]
         schedule = Schedule(
             ready=ready, running=running, unsent=unsent, unsent_since=since, calls=c
         )

@@ -272,9 +272,7 @@ class TaskThreads:
             if live:
                 released = give_back_leases(self.backend, [held.lease for held in live])
                 given = sum(record is not None for record in released)
-                # A running worker gives back only what its adaptive prefetch no longer holds.
-                level = logging.INFO if self._stop.is_set() else logging.DEBUG
-                log.log(level, "gave back %d prefetched task(s) not started", given)
+                log.info("gave back %d prefetched task(s) not started", given)
             self._held.forget_all(tasks)
 
         reached = self._call_backend(run, give_back)
