@@ -330,3 +330,30 @@ def depth_rate(
         with bench.worker(peer, 1, label) as worker:
             rates.append(bench.drain_rate(min(window, depth), worker))
     return {"depth_rate": statistics.median(rates)}
+
+
+#: The hoarding measurement (issue 38): this many tasks of `threadmill_peer.NAP` seconds ...
+HOARD_TASKS = 40
+#: ... on this many worker processes of one thread each.
+HOARD_PROCESSES = 2
+
+
+def hoarding(bench: Bench, peer: Peer, label: str) -> Figures:
+    """40 tasks of 100 ms, then two one-thread worker processes: the makespan and its ratio to
+    the ideal (40 x 0.1 s / 2 = 2 s). A worker that prefetches long tasks holds what the
+    other could run. The makespan runs from the first look that sees a task done, less one
+    task's run, to the look that sees the last (threadmill only: its `nap` task)."""
+    from benchmarks.peers.threadmill_peer import NAP, enqueue_naps
+
+    bench.flush()
+    enqueue_naps(bench.redis_url, HOARD_TASKS)
+    command = list(peer.worker_command(1))
+    command[command.index("--processes") + 1] = str(HOARD_PROCESSES)
+    env = {URL_VARIABLE: bench.redis_url, **peer.worker_env()}
+    log_path = bench.log_dir / f"{label}-{peer.name}-{HOARD_PROCESSES}p.log"
+    with running(command, env, log_path, peer.worker_cwd()) as worker:
+        samples = bench.wait_count(HOARD_TASKS, worker, timeout=60)
+    done = [t for t, count in samples if count > 0]
+    makespan = done[-1] - done[0] + NAP
+    ideal = HOARD_TASKS * NAP / HOARD_PROCESSES
+    return {"hoard_makespan_s": makespan, "hoard_ratio": makespan / ideal}

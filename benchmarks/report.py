@@ -34,6 +34,7 @@ METRICS: list[tuple[str, str, str]] = [
     ("idle_requests_per_s", "idle requests/s", "lower"),
     ("memory_bytes_per_task", "Redis B/task", "lower"),
     ("cold_start_ms", "cold start ms", "lower"),
+    ("hoard_makespan_s", "40x100 ms on 2p s", "lower"),
 ]
 
 
@@ -192,6 +193,35 @@ def floors(medians: dict[str, dict[str, Any]], settings: dict[str, Any]) -> list
     else:
         out.append(_floor("drain at a 100k backlog within 20% of the rate at 1k",
                           "not measured", "≥ 0.80", None))  # fmt: skip
+    out += issue_38_floors(tm, medians.get("threadmill@prefetch64", {}), best)
+    return out
+
+
+def issue_38_floors(tm: dict[str, Any], tuned: dict[str, Any], best: Any) -> list[dict[str, Any]]:
+    """Issue 38's floors: threadmill's defaults against ``--prefetch 64`` and the peers, and
+    no hoarding of long tasks. (Django's is its own run: benchmarks/django_bench.)"""
+    out = []
+    drain, p64, top = tm.get("drain_1x1"), tuned.get("drain_1x1"), best("drain_1x1", max)
+    name = "drain 1p x 1t, defaults: ≥ 0.9x the same worker with --prefetch 64"
+    if drain is not None and p64:
+        out.append(_floor(name, f"{drain:,.0f}/s vs {p64:,.0f}/s = {drain / p64:.2f}x",
+                          "≥ 0.90x", drain >= 0.9 * p64))  # fmt: skip
+    else:
+        out.append(_floor(name, "not measured", "≥ 0.90x", None))
+    name = "drain 1p x 1t, defaults: ≥ 1.8x the best peer"
+    if drain is not None and top is not None:
+        out.append(_floor(name, f"{drain / top[1]:.2f}x {top[0]} ({top[1]:,.0f}/s)",
+                          "≥ 1.80x", drain >= 1.8 * top[1]))  # fmt: skip
+    else:
+        out.append(_floor(name, "not measured", "≥ 1.80x", None))
+    ratio, makespan = tm.get("hoard_ratio"), tm.get("hoard_makespan_s")
+    tuned_ratio = tuned.get("hoard_ratio")
+    also = "" if tuned_ratio is None else f"; --prefetch 64: {tuned_ratio:.2f}x"
+    out.append(_floor(
+        "40 tasks of 100 ms on 2 processes x 1 thread, defaults: ≤ 1.15x the ideal 2 s",
+        "not measured" if ratio is None or makespan is None
+        else f"{makespan:.2f} s = {ratio:.2f}x{also}",
+        "≤ 1.15x", None if ratio is None else ratio <= 1.15))  # fmt: skip
     return out
 
 

@@ -36,6 +36,10 @@ from benchmarks.server import REPO_ROOT, RedisServer, WorkerDied
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 
+#: threadmill's own configurations, measured in every run: its defaults, and `--prefetch 64`.
+THREADMILL = ("threadmill", "threadmill@prefetch64")
+
+
 def _int_list(text: str) -> list[int]:
     return [int(part.replace("_", "").replace("k", "000")) for part in text.split(",") if part]
 
@@ -54,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--peers",
-        default=",".join(name for name in REGISTRY if name != "threadmill"),
+        default=",".join(name for name in REGISTRY if name not in THREADMILL),
         help="peers to measure besides threadmill, comma-separated (default: %(default)s)",
     )
     parser.add_argument(
@@ -124,7 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--skip",
         default="",
-        help="measurements to leave out: drain,threads,latency,memory,depth,cold",
+        help="measurements to leave out: drain,threads,latency,memory,hoard,depth,cold",
     )
     parser.add_argument("--redis-server", default="redis-server", help="the server executable")
     parser.add_argument(
@@ -315,8 +319,16 @@ def schedule(run: Run, settings: dict[str, Any], depth_names: Sequence[str]) -> 
                           lambda name, label: lambda: measure.memory_per_task(
                               bench, run.peers[name], settings["memory_tasks"]),
                           {"memory_bytes_per_task": "memory_bytes_per_task"}))  # fmt: skip
+        if "hoard" not in skip:  # threadmill's configurations only: a long task of its own
+            steps.append(("hoard", f"hoarding {measure.HOARD_TASKS} x 100 ms, 2p x 1t",
+                          lambda name, label: lambda: measure.hoarding(
+                              bench, run.peers[name], label),
+                          {"hoard_makespan_s": "hoard_makespan_s",
+                           "hoard_ratio": "hoard_ratio"}))  # fmt: skip
         for step, what, make, keys in steps:
             for name in order:
+                if step == "hoard" and name not in THREADMILL:
+                    continue
                 label = f"r{repeat + 1}-{step}"
                 run.attempt(name, what, repeat, make(name, label), keys)
         if "depth" in skip:
@@ -433,9 +445,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.render is not None:
         return render(args.render, chart=not args.no_chart)
     settings = settings_from(args)
-    wanted = ["threadmill"]
+    wanted = list(THREADMILL)
     for name in (p.strip() for p in args.peers.split(",")):
-        if not name or name == "threadmill":
+        if not name or name in THREADMILL:
             continue
         if name not in REGISTRY:
             print(f"unknown peer {name!r}; known: {', '.join(REGISTRY)}", file=sys.stderr)
@@ -459,7 +471,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.depth_peers.strip() == "all":
             depth_names = list(peers)
         else:
-            baselines = [name for name in peers if name.startswith("threadmill@")]
+            baselines = [n for n in peers if n.startswith("threadmill@") and n not in THREADMILL]
             depth_names = [
                 "threadmill",
                 *baselines,

@@ -31,6 +31,7 @@ from benchmarks.server import REPO_ROOT
 #: Every system the harness knows, in table order: name -> module:class.
 REGISTRY: dict[str, str] = {
     "threadmill": "benchmarks.peers.threadmill_peer:ThreadmillPeer",
+    "threadmill@prefetch64": "benchmarks.peers.threadmill_peer:ThreadmillPrefetch64Peer",
     "dramatiq": "benchmarks.peers.dramatiq_peer:DramatiqPeer",
     "huey": "benchmarks.peers.huey_peer:HueyPeer",
     "saq": "benchmarks.peers.saq_peer:SaqPeer",

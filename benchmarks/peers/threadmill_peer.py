@@ -1,4 +1,10 @@
-"""threadmill: ``@task`` functions, `Broker.enqueue` / `enqueue_many`, ``threadmill worker``."""
+"""threadmill: ``@task`` functions, `Broker.enqueue` / `enqueue_many`, ``threadmill worker``.
+
+Two configurations of the same worker: ``threadmill`` with its defaults
+(the adaptive prefetch, issue 38), and ``threadmill@prefetch64`` with
+``--prefetch 64`` (Dramatiq's prefetch in this run), which the report
+compares it with as it compares a baseline.
+"""
 
 from __future__ import annotations
 
@@ -10,8 +16,10 @@ from benchmarks.peers import _common as common
 from threadmill_core import Broker, connect, task
 
 NAMESPACE = "bench"
-#: Tasks claimed ahead of the free threads: Dramatiq's prefetch in this run is 64 too.
+#: The tuned configuration's prefetch: Dramatiq's prefetch in this run is 64 too.
 PREFETCH = 64
+#: How long a `nap` runs (seconds): the hoarding measurement's long task.
+NAP = 0.1
 
 
 @task
@@ -24,6 +32,13 @@ def started(sent: float) -> None:
     common.started(sent)
 
 
+@task
+def nap() -> None:
+    """Sleep `NAP`, then count."""
+    time.sleep(NAP)
+    common.incr()
+
+
 def broker_url(redis_url: str) -> str:
     return f"{redis_url}?namespace={NAMESPACE}"
 
@@ -32,6 +47,8 @@ class ThreadmillPeer(Peer):
     name: ClassVar[str] = "threadmill"
     distribution: ClassVar[str] = "threadmill"
     has_batch: ClassVar[bool] = True
+    #: ``--prefetch``; None: the worker's default.
+    prefetch: ClassVar[int | None] = None
 
     broker: Broker
 
@@ -68,9 +85,26 @@ class ThreadmillPeer(Peer):
             "1",
             "--threads",
             str(threads),
-            "--prefetch",
-            str(PREFETCH),
+            *self._prefetch_option(),
         )
 
     def describe(self, threads: int) -> str:
-        return f"threadmill worker --processes 1 --threads {threads} --prefetch {PREFETCH}"
+        return " ".join(
+            ["threadmill worker --processes 1 --threads", str(threads), *self._prefetch_option()]
+        )
+
+    def _prefetch_option(self) -> list[str]:
+        return [] if self.prefetch is None else ["--prefetch", str(self.prefetch)]
+
+
+class ThreadmillPrefetch64Peer(ThreadmillPeer):
+    """The same worker with ``--prefetch 64``."""
+
+    name: ClassVar[str] = "threadmill@prefetch64"
+    prefetch: ClassVar[int | None] = PREFETCH
+
+
+def enqueue_naps(redis_url: str, n: int) -> None:
+    """A backlog of `n` `nap` tasks (the hoarding measurement's; not timed)."""
+    with connect(broker_url(redis_url)) as broker:
+        broker.enqueue_many(nap, [((), {})] * n)

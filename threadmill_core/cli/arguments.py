@@ -160,7 +160,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="tasks each process claims ahead of its free threads, so a thread that finishes "
         "starts the next without a round trip; a stop gives back those not started, and a "
-        "killed process's go back uncharged (default: as many as --threads)",
+        "killed process's go back uncharged (default: adaptive, from as many as --threads up "
+        "to 64 while tasks are short, none when they are long)",
     )
     worker.add_argument(
         "--lease-ttl",

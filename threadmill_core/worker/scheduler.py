@@ -75,7 +75,7 @@ MARK_DELAY = 0.1
 
 @attrs.frozen(kw_only=True)
 class Settings:
-    """What stays fixed for one `Worker.run`."""
+    """What stays fixed for one `Worker.run`, but for the room with an adaptive prefetch."""
 
     #: Tasks the worker may hold at once: its threads plus its prefetch.
     capacity: int
@@ -107,17 +107,35 @@ class Settings:
         brings a batch twice the size. Outcomes go in batches of
         `ACK_BATCH`, or of the whole room if that is more.
         """
-        refill_at = 1 + prefetch if threads == 1 else max(1, (prefetch + 1) // 2)
+        capacity, refill_at, ack_batch = _room(threads, prefetch)
         return cls(
-            capacity=threads + prefetch,
+            capacity=capacity,
             refill_at=refill_at,
-            ack_batch=max(ACK_BATCH, threads + prefetch),
+            ack_batch=ack_batch,
             ack_delay=ACK_DELAY,
             mark_delay=MARK_DELAY,
             poll=poll,
             burst=burst,
             max_tasks=max_tasks,
         )
+
+    def resized(self, *, threads: int, prefetch: int) -> Settings:
+        """These settings with the room of `threads` and `prefetch`, as `for_worker` sizes it.
+
+        A worker with an adaptive prefetch (`threadmill_core.worker.prefetch_window`)
+        swaps them in as its window changes; the next claim follows the new room.
+        Tasks already held beyond a room that shrank are kept and run: giving them
+        back would cost a call each time and send them to the tail of READY, and
+        a room shrinks on one slow run (see `prefetch_window`).
+        """
+        capacity, refill_at, ack_batch = _room(threads, prefetch)
+        return attrs.evolve(self, capacity=capacity, refill_at=refill_at, ack_batch=ack_batch)
+
+
+def _room(threads: int, prefetch: int) -> tuple[int, int, int]:
+    """`Settings.capacity`, `refill_at` and `ack_batch` for `threads` and `prefetch`."""
+    refill_at = 1 + prefetch if threads == 1 else max(1, (prefetch + 1) // 2)
+    return threads + prefetch, refill_at, max(ACK_BATCH, threads + prefetch)
 
 
 class Calls(NamedTuple):

@@ -144,10 +144,10 @@ def log_start(
     from threadmill_core.urls import redact
 
     known = registered_tasks() if tasks is None else tasks
-    ahead = threads if prefetch is None else prefetch
+    ahead = "adaptive" if prefetch is None else str(prefetch)
     log.info("backend %s", redact(url))
     log.info(
-        "queues %s; %d process%s x %d thread%s, prefetch %d per process",
+        "queues %s; %d process%s x %d thread%s, prefetch %s per process",
         ", ".join(queues), processes, "" if processes == 1 else "es", threads,
         "" if threads == 1 else "s", ahead,
     )  # fmt: skip

@@ -7,6 +7,12 @@ acknowledgement, a start mark, a release, a task run, an idle wait. Each
 step's backend call goes through `_call_backend`, which turns an outage into
 a backoff and anything else into a stopped worker. `WorkerRun` is the state
 of one call of `Worker.run` that these steps share.
+
+With an adaptive prefetch (`WorkerRun.window`), each task's run time
+(`prefetch_window.observe_run`) and each claim's round trip, with how many
+tasks it asked for and got (`observe_claim`), are observed on
+`time.monotonic()`, and the run's settings follow the window's room
+(`scheduler.Settings.resized`).
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ import attrs
 from threadmill_core.backend import NOTHING_DEFERRED, Backend
 from threadmill_core.errors import BackendUnavailable
 from threadmill_core.models import Lease
-from threadmill_core.worker import heartbeat, scheduler, upkeep
+from threadmill_core.worker import heartbeat, prefetch_window, scheduler, upkeep
 from threadmill_core.worker.acknowledgement import give_back_leases, send_outcomes
 from threadmill_core.worker.execution import execute
 from threadmill_core.worker.held import HeldTask, HeldTasks, Outcome
@@ -58,6 +64,8 @@ class WorkerRun:
     done_beating: threading.Event = attrs.Factory(threading.Event)
     #: What broke a task thread (our own bug, not a task's error), raised by `run`.
     error: BaseException | None = None
+    #: The adaptive prefetch, which `settings` follows; None: a fixed one.
+    window: prefetch_window.Window | None = None
 
 
 class TaskThreads:
@@ -170,20 +178,35 @@ class TaskThreads:
             run.schedule = scheduler.backend_reached(run.schedule)
         return True
 
+    def _adapt(self, run: WorkerRun, window: prefetch_window.Window) -> None:
+        """Keep `window` and size the run's room by it; under the lock."""
+        run.window = window
+        if prefetch_window.capacity(window) != run.settings.capacity:
+            run.settings = run.settings.resized(threads=self.threads, prefetch=window.size)
+
     def _claim(self, run: WorkerRun, limit: int) -> None:
         leases: list[Lease] = []
+        round_trip = 0.0
 
         def claim() -> None:
+            nonlocal round_trip
+            started = time.monotonic()
             leases.extend(
                 self.backend.claim(
                     self.queues, worker=self.worker_id, lease_ttl=self.lease_ttl, limit=limit
                 )
             )
+            round_trip = time.monotonic() - started
 
         reached = self._call_backend(run, claim)
         tasks = tuple(HeldTask(lease, self.lease_ttl) for lease in leases)
         self._held.add(tasks)
         with self._lock:
+            if reached and run.window is not None:
+                window = prefetch_window.observe_claim(
+                    run.window, asked=limit, got=len(tasks), round_trip=round_trip
+                )
+                self._adapt(run, window)
             run.schedule, dropped = scheduler.claimed(
                 run.schedule, run.settings, tasks, reached=reached, now=time.monotonic()
             )
@@ -270,6 +293,7 @@ class TaskThreads:
 
     def _run_task(self, run: WorkerRun, held: HeldTask) -> None:
         decision = None
+        started = time.monotonic()
         try:
             decision = execute(
                 held,
@@ -287,8 +311,11 @@ class TaskThreads:
             self._held.forget(held)
             raise
         with self._lock:
+            now = time.monotonic()
+            if run.window is not None:
+                self._adapt(run, prefetch_window.observe_run(run.window, now - started))
             run.schedule, news = scheduler.finished(
-                run.schedule, run.settings, Outcome(held, decision), now=time.monotonic()
+                run.schedule, run.settings, Outcome(held, decision), now=now
             )
             if news:
                 self._cond.notify_all()

@@ -74,7 +74,7 @@ from threadmill_core.models import TaskResultStatus, validate_timedelta
 from threadmill_core.plugins import notify
 from threadmill_core.retry import ExponentialBackoff
 from threadmill_core.task import Task, registered_tasks, validate_queue
-from threadmill_core.worker import heartbeat, scheduler, upkeep
+from threadmill_core.worker import heartbeat, prefetch_window, scheduler, upkeep
 from threadmill_core.worker.acknowledgement import give_back_leases, send_outcomes
 from threadmill_core.worker.held import HeldTasks
 from threadmill_core.worker.maintenance import promote, reap
@@ -112,7 +112,13 @@ class Worker(TaskThreads):
 
     `prefetch` is how many tasks the worker may hold beyond its threads,
     claimed ahead so a thread that finishes starts the next task without a
-    round trip (default: as many as `threads`). Prefetched tasks are claimed
+    round trip. None (the default) sizes it as the worker goes
+    (`threadmill_core.worker.prefetch_window`): from `threads` at the start
+    of each `run`, up to `prefetch_window.CEILING` while tasks are short
+    against a claim's round trip and the queue has more, down to none
+    beyond the threads when they are long, so that they are not hoarded
+    (the prefetched tasks beyond a room shrunk by half or more are given
+    back at once). An int fixes it. Prefetched tasks are claimed
     (their leases renewed by the heartbeat); a stop gives back the ones not
     started (`Backend.release`), and a killed worker's lapse and go back to
     READY uncharged (no attempt, no error: they never started), while the
@@ -159,14 +165,13 @@ class Worker(TaskThreads):
         self.queues = [validate_queue(q) for q in queues]
         if type(threads) is not int or threads < 1:
             raise ValueError(f"threads must be an int >= 1, got {threads!r}")
-        if prefetch is None:
-            prefetch = threads
-        if type(prefetch) is not int or prefetch < 0:
+        if prefetch is not None and (type(prefetch) is not int or prefetch < 0):
             raise ValueError(f"prefetch must be an int >= 0, got {prefetch!r}")
         self.broker = broker
         worker_made()  # a memory:// default broker has a consumer here: no warning
         self.backend = broker.backend
         self.threads = threads
+        #: The fixed prefetch; None: adaptive.
         self.prefetch = prefetch
         self.lease_ttl = validate_timedelta("lease_ttl", lease_ttl)
         self.poll_interval = validate_timedelta("poll_interval", poll_interval)
@@ -185,20 +190,23 @@ class Worker(TaskThreads):
         #: reentrant so that `stop()` is safe from a signal handler in any thread.
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
-        self._current = WorkerRun(self._settings(burst=False, max_tasks=None))
+        self._current = self._new_run(burst=False, max_tasks=None)
         self._stop = threading.Event()
         self.processed = 0
         #: Shared by every loop of this worker, so an outage is logged once.
         self.outage = Outage(log, reconnect_backoff)
 
-    def _settings(self, *, burst: bool, max_tasks: int | None) -> scheduler.Settings:
-        return scheduler.Settings.for_worker(
+    def _new_run(self, *, burst: bool, max_tasks: int | None) -> WorkerRun:
+        """A run's state; with an adaptive prefetch, its window starts afresh."""
+        window = None if self.prefetch is not None else prefetch_window.Window.start(self.threads)
+        settings = scheduler.Settings.for_worker(
             threads=self.threads,
-            prefetch=self.prefetch,
+            prefetch=window.size if window is not None else self.prefetch or 0,
             poll=self.poll_interval.total_seconds(),
             burst=burst,
             max_tasks=max_tasks,
         )
+        return WorkerRun(settings, window=window)
 
     # --- the loop ------------------------------------------------------------------------
 
@@ -319,7 +327,7 @@ class Worker(TaskThreads):
 
     def _run_threads(self, *, burst: bool, max_tasks: int | None) -> int:
         """One run of the task threads, to their exit; how many tasks they claimed."""
-        run = self._current = WorkerRun(self._settings(burst=burst, max_tasks=max_tasks))
+        run = self._current = self._new_run(burst=burst, max_tasks=max_tasks)
         heartbeats = threading.Thread(
             target=heartbeat.upkeep_until,
             args=(
