@@ -36,13 +36,10 @@ CANCELLED = TaskResultStatus.CANCELLED
 
 #: The states each kind of decision leaves a task in while its token stays:
 #: a decision on a task in one of them is a repeat, answered from the store.
-#: By (completing, cancel requested): a retry of a task with a cancel request
-#: finalizes it CANCELLED.
+#: By completing or not: a retry of a task with a cancel request finalizes it CANCELLED.
 REPEAT_STATES = {
-    (True, False): frozenset({SUCCESSFUL, FAILED, CANCELLED}),
-    (True, True): frozenset({SUCCESSFUL, FAILED, CANCELLED}),
-    (False, False): frozenset({READY, DEFERRED}),
-    (False, True): frozenset({CANCELLED}),
+    True: frozenset({SUCCESSFUL, FAILED, CANCELLED}),
+    False: frozenset({READY, DEFERRED, CANCELLED}),
 }
 
 
@@ -74,13 +71,18 @@ class PostgresLeases:
             "ttl": held_ms,
         }
         got = self.db.fetch(self.sql.extend_many, params, what="extend", repeatable=True)
-        for (at, lease), (_n, deadline, requested) in zip(sent, got, strict=True):
+        for (at, lease), (_n, deadline, progress, requested) in zip(sent, got, strict=True):
             if deadline is not None:
+                record = attrs.evolve(
+                    lease.record,
+                    progress=rows.decode_progress(progress, lease.task_id),
+                    cancel_requested_at=None if requested is None else from_ms(requested),
+                )
                 answers[at] = Lease(
                     token=lease.token,
                     deadline=from_ms(deadline),
-                    record=lease.record,
-                    cancel_requested=bool(requested),
+                    record=record,
+                    cancel_requested=requested is not None,
                 )
         return answers
 
@@ -184,7 +186,7 @@ class PostgresLeases:
                     return_value=value,
                 )
                 applied[decision.lease.task_id] = answers[at] = made
-            elif state["status"] in REPEAT_STATES[completing, requested is not None]:
+            elif state["status"] in REPEAT_STATES[completing]:
                 earlier = applied.get(decision.lease.task_id)
                 answers[at] = (
                     earlier

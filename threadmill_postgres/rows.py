@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import attrs
 
 from threadmill_core import checks, codec
-from threadmill_core.clock import from_ms, to_ms
+from threadmill_core.clock import duration_ms, from_ms, to_ms
 from threadmill_core.errors import PayloadError, TaskQuarantined, UnsupportedValue
 from threadmill_core.models import (
     MAX_PRIORITY,
@@ -143,8 +143,10 @@ def enqueued(record: TaskResult, status: str, now_ms: int) -> TaskResult:
     run_after = record.run_after
     if run_after is not None:
         run_after = from_ms(to_ms(run_after))
+    limit = record.time_limit  # stored as whole milliseconds, rounded up (see `codec`)
     return attrs.evolve(
         record,
+        time_limit=None if limit is None else timedelta(milliseconds=duration_ms(limit)),
         **_NEW_STATE,
         status=TaskResultStatus(status),
         enqueued_at=from_ms(now_ms),

@@ -20,11 +20,11 @@ from __future__ import annotations
 import enum
 import logging
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 from threadmill_core import codec
-from threadmill_core.clock import from_ms, to_ms
+from threadmill_core.clock import duration_ms, from_ms, to_ms
 from threadmill_core.errors import PayloadError
 from threadmill_core.models import (
     Decision,
@@ -56,8 +56,8 @@ REPLIES: dict[str, str] = {
     "enqueue": "[server time ms, then per task: a bare OK code when stored now, else an "
     "EXISTS row] (`enqueued`)",
     "expire_leases": "how many leases expired",
-    "extend": "[code, deadline ms, 1 when a cancel was requested else 0] (`extended`)",
-    "extend_many": "[code, deadline ms, cancel requested] per lease (`extended`)",
+    "extend": "[code, deadline ms, progress, cancel request] (`extended`)",
+    "extend_many": "[code, deadline ms, progress, cancel request] per lease (`extended`)",
     "get": "row, or nil when not found (`Row.parse`)",
     "harness_advance": "how many tasks moved (test support)",
     "mark_started": "a bare code per lease (`marked`)",
@@ -389,15 +389,25 @@ def completed(
 
 
 def extended(reply: Sequence[Any], lease: Lease) -> Lease | None:
-    """The core result of an extend reply ``[code, deadline ms, cancel requested]``."""
+    """The core result of an extend reply ``[code, deadline ms, progress, cancel request]``:
+    the lease renewed, its record with the task's progress and cancel request as stored."""
     status, deadline = Status(reply[0]), reply[1]
     if not ANSWERED[status]:
         return None
+    try:
+        requested = decode_requested(reply[3])
+    except PayloadError as exc:
+        raise PayloadError(f"task {lease.task_id!r}: {exc}") from exc
+    record = evolved(
+        lease.record,
+        progress=decode_progress(reply[2], lease.task_id),
+        cancel_requested_at=requested,
+    )
     return Lease(
         token=lease.token,
         deadline=from_ms(int(deadline)),
-        record=lease.record,
-        cancel_requested=reply[2] == 1,
+        record=record,
+        cancel_requested=requested is not None,
     )
 
 
@@ -425,6 +435,9 @@ def enqueued(rows: Sequence[Any], groups: Sequence[Group], now_ms: int) -> list[
     at = 0
     for base, calls in groups:
         run_after = None if base.run_after is None else from_ms(to_ms(base.run_after))
+        # Stored as whole milliseconds, rounded up (see `codec`).
+        limit = base.time_limit
+        time_limit = None if limit is None else timedelta(milliseconds=duration_ms(limit))
         deferred = run_after is not None and to_ms(run_after) > now_ms
         status = TaskResultStatus.DEFERRED if deferred else TaskResultStatus.READY
         first: TaskResult | None = None
@@ -444,7 +457,7 @@ def enqueued(rows: Sequence[Any], groups: Sequence[Group], now_ms: int) -> list[
                     priority=base.priority,
                     retry=base.retry,
                     headers=base.headers,
-                    time_limit=base.time_limit,
+                    time_limit=time_limit,
                     status=status,
                     enqueued_at=enqueued_at,
                     run_after=run_after,

@@ -17,13 +17,14 @@
 --   KEYS[15] counters    HASH seq and token counters
 --   KEYS[16] queues      HASH queue -> number of tasks stored
 --   KEYS[17] cancel_requests HASH id -> when a cancel was requested (server ms)
+--   KEYS[18] progress        HASH id -> the last progress stored (codec bytes)
 --   ARGV[1]  id        the task
 --   ARGV[2]  token     the lease's token
 --   ARGV[3]  lease_ms  new lease length in milliseconds
 --
--- Reply: {code, deadline ms, cancel requested}: OK, or REFUSED (deadline nil)
--- when the token is not current or the task is not RUNNING; then 1 when a
--- cancel was requested for the task (K.cancel_requests), else 0.
+-- Reply: {code, deadline ms, progress, cancel request}: OK, or REFUSED (the
+-- rest nil) when the token is not current or the task is not RUNNING; the
+-- task's stored progress and cancel request (nil for none).
 
 --@include "lib/code"
 --@include "lib/extend_task"
@@ -36,8 +37,8 @@ local token = ARGV[2]
 local lease_ms = tonumber(ARGV[3])
 
 local now = now_ms()
-local status_code, requested = extend_task(K, load_task(K, id), token, now, lease_ms)
+local status_code, progress, requested = extend_task(K, load_task(K, id), token, now, lease_ms)
 if status_code == code('OK') then
-  return { status_code, now + lease_ms, requested }
+  return { status_code, now + lease_ms, progress, requested }
 end
-return { status_code, false, 0 }
+return { status_code, false }

@@ -132,8 +132,8 @@ ORDER BY n;
 -- Renew leases whose token is current and whose task is RUNNING.
 --
 -- Params: ids, tokens (arrays in step), ttl (lease ms).
--- Rows, in call order: n, the new deadline (NULL: refused), whether a cancel
--- was requested for the task.
+-- Rows, in call order: n, the new deadline (NULL: refused), the task's
+-- progress and cancel request.
 WITH now AS MATERIALIZED (SELECT {schema}.now_ms() AS ms),
 given AS (
     SELECT * FROM unnest(%(ids)s::text[], %(tokens)s::text[]) WITH ORDINALITY AS g (id, token, n)
@@ -146,9 +146,9 @@ renewed AS (
     FROM now
     WHERE t.id IN (SELECT id FROM held) AND t.status = 'RUNNING'
         AND t.token IN (SELECT g.token FROM given g WHERE g.id = t.id)
-    RETURNING t.id, t.token, t.deadline, t.cancel_requested_at IS NOT NULL AS requested
+    RETURNING t.id, t.token, t.deadline, t.progress, t.cancel_requested_at
 )
-SELECT g.n, r.deadline, coalesce(r.requested, false)
+SELECT g.n, r.deadline, r.progress, r.cancel_requested_at
 FROM given g LEFT JOIN renewed r ON r.id = g.id AND r.token = g.token
 ORDER BY g.n;
 
