@@ -3,8 +3,8 @@
 The package is laid out by audience, in three layers:
 
 - the top level is what applications and backend authors use: the protocol
-  every backend implements (`backend` and its `operator_spec`, with the
-  types it stores: `models`, `live_workers`, `pauses`; its argument
+  every backend implements (`backend` with its `maintenance_spec` and
+  `operator_spec`, with the types it stores: `models`, `live_workers`, `pauses`; its argument
   `checks`), the producer's API
   (`task`, `broker`, `calls`, `options`, `retry`, `periodic`, `headers`,
   `payload_limit`, `tracing`), the stored form of values (`codec`,
@@ -46,6 +46,7 @@ from threadmill_core.errors import (
 from threadmill_core.hookspecs import BackendScheme, hookimpl
 from threadmill_core.models import (
     Lease,
+    Progress,
     QueueCounts,
     QueueRates,
     RetryPolicySpec,
@@ -77,6 +78,7 @@ __all__ = [
     "MemoryBrokerWarning",
     "PayloadError",
     "PayloadTooLarge",
+    "Progress",
     "QueueCounts",
     "QueueRates",
     "RetryPolicySpec",
