@@ -113,7 +113,9 @@ class Attempt:
 def _set_async_exc(thread_id: int, exc: type[BaseException] | None) -> int:
     """Raise `exc` in the thread `thread_id` at its next bytecode; None withdraws one pending."""
     target = ctypes.c_ulong(thread_id)
-    return int(ctypes.pythonapi.PyThreadState_SetAsyncExc(target, ctypes.py_object(exc)))
+    # None goes as NULL (withdraw), a class as the object itself.
+    sent = None if exc is None else ctypes.py_object(exc)
+    return int(ctypes.pythonapi.PyThreadState_SetAsyncExc(target, sent))
 
 
 def _ident(thread: threading.Thread) -> int:
