@@ -45,8 +45,8 @@ from threadmill_core.models import (
 from threadmill_core.plugins import notify
 from threadmill_core.retry import decide
 from threadmill_core.task import Task, registered_task
-from threadmill_core.worker.acknowledgement import give_back_leases
 from threadmill_core.worker import heartbeat
+from threadmill_core.worker.acknowledgement import give_back_leases
 from threadmill_core.worker.held import HeldTask
 from threadmill_core.worker.interrupts import Attempt, Stop, Watch
 from threadmill_core.worker.logs import running_task, task_fields, task_tagging
