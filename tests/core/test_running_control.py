@@ -76,7 +76,7 @@ def test_progress_is_readable_while_the_task_runs_and_after(broker: Broker) -> N
         (1, 0, None, "total"),
         (float("nan"), None, None, "done"),
         (1, 2, "x" * 1_000_000, "1,000,000 characters"),
-        (1, 2, b"bytes", "message"),
+        (1, 2, ["not", "text"], "message"),
     ],
 )
 def test_bad_progress_is_refused_at_the_call(

@@ -137,7 +137,7 @@ TIME_COLUMN: Mapping[TaskResultStatus, tuple[str, Callable[[TaskResult], datetim
     CANCELLED: ("finished", lambda r: r.finished_at),
 }
 
-LIST_HEADERS = ("id", "task", "prio", "tries", "{time}", "progress", "last error")
+LIST_HEADERS = ("id", "task", "prio", "tries", "{time}", "last error", "progress")
 
 
 def list_headers(status: TaskResultStatus) -> list[str]:
@@ -154,8 +154,8 @@ def list_row(item: Listed, status: TaskResultStatus) -> list[str]:
         str(item.priority),
         str(item.attempts),
         format_time(TIME_COLUMN[status][1](item)),
-        _clip(format_progress(item.progress), 30),
         _clip(last_error(item), 60),
+        _clip(format_progress(item.progress), 30),
     ]
 
 
