@@ -415,20 +415,13 @@ class TaskContext:
     #: Set by `mark_lease_lost`. A plain flag, not a `threading.Event`: one
     #: context is made per task run, and an Event costs a lock and a condition.
     _lease_lost: _Flag = attrs.field(factory=_Flag, init=False, eq=False, repr=False)
-    #: Set by `mark_cancel_requested`.
+    #: Set by `mark_cancel_requested`; `_progress` holds what `progress` reported last.
     _cancel: _Flag = attrs.field(factory=_Flag, init=False, eq=False, repr=False)
-    #: What `progress` reported last (one attribute write: the task writes, the worker reads).
-    _progress: list[Progress | None] = attrs.field(
-        factory=lambda: [None], init=False, eq=False, repr=False
-    )
+    _progress: list[Progress | None] = attrs.field(factory=list, init=False, eq=False, repr=False)
 
     @property
     def cancel_requested(self) -> bool:
-        """True once the worker heard that a cancel of this task was requested while it ran.
-
-        `threadmill_core.TaskCancelled` is raised in the task then too; a
-        task that catches it (or polls this between steps) should stop soon.
-        """
+        """True once the worker heard of a cancel request (`TaskCancelled` is raised too)."""
         return self._cancel.up
 
     def mark_cancel_requested(self) -> None:
@@ -438,18 +431,14 @@ class TaskContext:
     def progress(
         self, done: int | float, total: int | float | None = None, message: str | None = None
     ) -> None:
-        """Report how far the task got: `done` (of `total`, if known), with a short `message`.
-
-        Checked at once (`check_progress`: `InvalidOption` naming the
-        problem); stored with the worker's next heartbeat, not at each call,
-        and the last value wins. Read back through `TaskResult.progress`.
-        """
-        self._progress[0] = Progress(done=done, total=total, message=message)
+        """Report how far the task got, checked at once (`check_progress`); the worker stores
+        the last one reported with its next heartbeat (see `TaskResult.progress`)."""
+        self._progress[:1] = [Progress(done=done, total=total, message=message)]
 
     @property
     def reported_progress(self) -> Progress | None:
         """The last progress reported (`progress`), sent or not; None if none was."""
-        return self._progress[0]
+        return self._progress[0] if self._progress else None
 
     @property
     def lease_lost(self) -> bool:
