@@ -415,6 +415,30 @@ class TaskContext:
     #: Set by `mark_lease_lost`. A plain flag, not a `threading.Event`: one
     #: context is made per task run, and an Event costs a lock and a condition.
     _lease_lost: _Flag = attrs.field(factory=_Flag, init=False, eq=False, repr=False)
+    #: Set by `mark_cancel_requested`; `_progress` holds what `progress` reported last.
+    _cancel: _Flag = attrs.field(factory=_Flag, init=False, eq=False, repr=False)
+    _progress: list[Progress | None] = attrs.field(factory=list, init=False, eq=False, repr=False)
+
+    @property
+    def cancel_requested(self) -> bool:
+        """True once the worker heard of a cancel request (`TaskCancelled` is raised too)."""
+        return self._cancel.up
+
+    def mark_cancel_requested(self) -> None:
+        """Called by the worker when a heartbeat hears of a cancel request; never by task code."""
+        self._cancel.up = True
+
+    def progress(
+        self, done: int | float, total: int | float | None = None, message: str | None = None
+    ) -> None:
+        """Report how far the task got, checked at once (`check_progress`); the worker stores
+        the last one reported with its next heartbeat (see `TaskResult.progress`)."""
+        self._progress[:1] = [Progress(done=done, total=total, message=message)]
+
+    @property
+    def reported_progress(self) -> Progress | None:
+        """The last progress reported (`progress`), sent or not; None if none was."""
+        return self._progress[0] if self._progress else None
 
     @property
     def lease_lost(self) -> bool:

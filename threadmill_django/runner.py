@@ -227,6 +227,7 @@ def register(task: AnyTask) -> None:
         path=path,
         retry=policy,
         lease_ttl=getattr(task, "lease_ttl", None),
+        time_limit=getattr(task, "time_limit", None),
         takes_context=True,
         signature=call_signature(task.func, task.takes_context),
     )
