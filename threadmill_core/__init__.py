@@ -4,8 +4,9 @@ The package is laid out by audience, in three layers:
 
 - the top level is what applications and backend authors use: the protocol
   every backend implements (`backend` with its `maintenance_spec` and
-  `operator_spec`, with the types it stores: `models`, `live_workers`, `pauses`; its argument
-  `checks`), the producer's API
+  `operator_spec`, with the types it stores: `models`, `live_workers`,
+  `pauses`; its argument `checks`), what a running task may know and do
+  (`context`), the producer's API
   (`task`, `broker`, `calls`, `options`, `retry`, `periodic`, `headers`,
   `payload_limit`, `tracing`), the stored form of values (`codec`,
   `values`, `display`, `ids`, `clock`), `errors`, `urls`, and the plugin
@@ -24,6 +25,7 @@ checks it. `threadmill_core.testing` is the conformance kit for backends.
 from threadmill_core.backend import Backend
 from threadmill_core.broker import Broker, connect, default_broker
 from threadmill_core.clock import Clock, FakeClock, SystemClock
+from threadmill_core.context import TaskContext
 from threadmill_core.errors import (
     AcknowledgementTimeout,
     BackendConflict,
@@ -50,7 +52,6 @@ from threadmill_core.models import (
     QueueCounts,
     QueueRates,
     RetryPolicySpec,
-    TaskContext,
     TaskError,
     TaskResult,
     TaskResultStatus,

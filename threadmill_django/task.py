@@ -26,7 +26,7 @@ from django.tasks import TaskContext as DjangoTaskContext
 from django.tasks.base import DEFAULT_TASK_PRIORITY
 from django.tasks.base import TaskError as DjangoTaskError
 
-from threadmill_core.models import TaskContext as CoreTaskContext
+from threadmill_core.context import TaskContext as CoreTaskContext
 from threadmill_core.retry import RetryPolicy
 
 

@@ -28,20 +28,14 @@ import attrs
 
 from threadmill_core import codec, tracing
 from threadmill_core.backend import Backend
+from threadmill_core.context import TaskContext
 from threadmill_core.errors import (
     BackendUnavailable,
     TaskCancelled,
     TaskQuarantined,
     UnsupportedValue,
 )
-from threadmill_core.models import (
-    Decision,
-    Lease,
-    TaskContext,
-    TaskError,
-    TaskResultStatus,
-    evolved,
-)
+from threadmill_core.models import Decision, Lease, TaskError, TaskResultStatus, evolved
 from threadmill_core.plugins import notify
 from threadmill_core.retry import decide
 from threadmill_core.task import Task, registered_task

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import attrs
 
-from threadmill_core.models import Decision, Lease, Progress, TaskContext
+from threadmill_core.context import TaskContext
+from threadmill_core.models import Decision, Lease, Progress
 
 if TYPE_CHECKING:
     from threadmill_core.worker.interrupts import Attempt
