@@ -3,9 +3,10 @@
 The package is laid out by audience, in three layers:
 
 - the top level is what applications and backend authors use: the protocol
-  every backend implements (`backend` and its `operator_spec`, with the
-  types it stores: `models`, `live_workers`, `pauses`; its argument
-  `checks`), the producer's API
+  every backend implements (`backend` with its `maintenance_spec` and
+  `operator_spec`, with the types it stores: `models`, `live_workers`,
+  `pauses`; its argument `checks`), what a running task may know and do
+  (`context`), the producer's API
   (`task`, `broker`, `calls`, `options`, `retry`, `periodic`, `headers`,
   `payload_limit`, `tracing`), the stored form of values (`codec`,
   `values`, `display`, `ids`, `clock`), `errors`, `urls`, and the plugin
@@ -24,6 +25,7 @@ checks it. `threadmill_core.testing` is the conformance kit for backends.
 from threadmill_core.backend import Backend
 from threadmill_core.broker import Broker, connect, default_broker
 from threadmill_core.clock import Clock, FakeClock, SystemClock
+from threadmill_core.context import TaskContext
 from threadmill_core.errors import (
     AcknowledgementTimeout,
     BackendConflict,
@@ -34,9 +36,11 @@ from threadmill_core.errors import (
     MemoryBrokerWarning,
     PayloadError,
     PayloadTooLarge,
+    TaskCancelled,
     TaskNotFound,
     TaskQuarantined,
     ThreadmillError,
+    TimeLimitExceeded,
     UnknownBackend,
     UnsupportedValue,
     WaitTimeout,
@@ -44,10 +48,10 @@ from threadmill_core.errors import (
 from threadmill_core.hookspecs import BackendScheme, hookimpl
 from threadmill_core.models import (
     Lease,
+    Progress,
     QueueCounts,
     QueueRates,
     RetryPolicySpec,
-    TaskContext,
     TaskError,
     TaskResult,
     TaskResultStatus,
@@ -75,11 +79,13 @@ __all__ = [
     "MemoryBrokerWarning",
     "PayloadError",
     "PayloadTooLarge",
+    "Progress",
     "QueueCounts",
     "QueueRates",
     "RetryPolicySpec",
     "SystemClock",
     "Task",
+    "TaskCancelled",
     "TaskContext",
     "TaskError",
     "TaskNotFound",
@@ -88,6 +94,7 @@ __all__ = [
     "TaskResultStatus",
     "ThreadmillError",
     "Tick",
+    "TimeLimitExceeded",
     "UnknownBackend",
     "UnsupportedValue",
     "WaitTimeout",

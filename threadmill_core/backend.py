@@ -52,24 +52,45 @@ kills its worker again is then charged, through its retry policy, and the
 tasks claimed beside it, never started, go back uncharged once more: a task
 that never ran is never charged, and a poison task cycles once, not forever.
 
+Cancel requests. An operator stops a RUNNING task with `request_cancel`
+(READY and DEFERRED ones are cancelled at once by `cancel`). The backend
+stores when it was asked (`TaskResult.cancel_requested_at`, the first request
+wins) and tells the lease holder at its next renewal (`Lease.cancel_requested`
+on what `extend` and `extend_many` return). The holder stops the task and
+finalizes it with `complete` and status CANCELLED; a task that finishes
+before it hears of the request keeps its outcome (SUCCESSFUL or FAILED). A
+task with a cancel request never goes back to READY or DEFERRED: a `retry`
+of it, a `release` of it, and `claim_expired` meeting it with its lease
+expired (started or unstarted, `expire_leases` included) each finalize it
+CANCELLED instead, with `finished_at` = `now()`. `requeue` clears the request.
+
+Progress. A running task reports how far it got; its worker stores the last
+report with `record_progress` (fenced like `mark_started`), and the backend
+stamps it with `now()` (`Progress.updated_at`). The record keeps the last
+progress stored (`TaskResult.progress`) through retries and after the task
+finishes, until `requeue` clears it. Progress and cancel requests are state
+the backend owns, beside the producer's payload (`codec.STATE_FIELDS`).
+
 Repeats. A `complete` or `retry` repeated with the same lease after a lost
-reply (the backend applied it, the caller never heard) is recognised: while
-the task's token is still that lease's token and the task is still in the
-state that decision left it in (terminal for `complete`; READY or DEFERRED
-for `retry`), the repeat changes nothing and returns the stored record, as
-the first call did. `requeue` and `cancel` clear the token, ending that
-window.
+reply (the backend applied it, the caller never heard) is recognised: while the
+task's token is still that lease's token and the task is still in the state
+that decision left it in (terminal for `complete`; READY or DEFERRED for
+`retry`, or CANCELLED for a `retry` of a task with a cancel request), the
+repeat changes nothing and returns the stored record, as the first call did.
+`requeue` and `cancel` clear the token, ending that window, and so does a
+backend finalizing a task itself (`claim_expired` meeting a cancel request).
 
 Atomicity. Every method is one atomic state change: another client sees the
 state before it or after it, never between. A method that takes many tasks
-(`enqueue`, `claim`, `claim_expired`, `expire_leases`, `mark_started`, `release`,
-`promote_due`, `purge`) may be atomic per task instead, as long as each task's
-change is atomic.
+(`enqueue`, `claim`, `claim_expired`, `expire_leases`, `mark_started`,
+`record_progress`, `release`, `promote_due`, `purge`) may be atomic per task
+instead, as long as each task's change is atomic.
 
 Bad arguments. A `limit` that is not an int of at least 1 (`True` and
 ``"1"`` included), a `lease_ttl` or `claim_ttl` that is not a positive
 `timedelta`, a retry delay that is not a `timedelta` of zero or more, a
-`complete` status other than SUCCESSFUL or FAILED, a decision whose
+`complete` status other than SUCCESSFUL, FAILED or CANCELLED, a progress
+update that is not a (`Lease`, `Progress`) pair, a decision whose
 `record.id` is not its lease's task, a `peek` offset that is not an int of
 zero or more, purging RUNNING: each raises `ValueError` before anything
 changes (for a batch, before any of it changes). A bare str where a
@@ -78,7 +99,7 @@ the codec cannot carry, or a SUCCESSFUL return value it cannot carry, is an
 `UnsupportedValue`. The functions of `threadmill_core.checks` make these
 checks (`check_limit`, `check_offset`, `ttl_ms`, `queue_names`,
 `check_purgeable`, `check_window`, `check_records`, `check_calls`, `check_delay`,
-`check_decision`; importable from here too); every bundled backend calls
+`check_decision`, `check_progress_updates`; importable from here too); every bundled backend calls
 them, and third-party backends should too, so that every backend refuses the
 same calls with the same words.
 
@@ -119,6 +140,7 @@ from threadmill_core.checks import (
     check_delay,
     check_limit,
     check_offset,
+    check_progress_updates,
     check_purgeable,
     check_records,
     check_window,
@@ -126,9 +148,11 @@ from threadmill_core.checks import (
     ttl_ms,
 )
 from threadmill_core.live_workers import WorkerInfo, check_worker_id
+from threadmill_core.maintenance_spec import MaintenanceSpec
 from threadmill_core.models import (
     Decision,
     Lease,
+    Progress,
     TaskCall,
     TaskResult,
     call_record,
@@ -151,6 +175,7 @@ __all__ = [
     "check_delay",
     "check_limit",
     "check_offset",
+    "check_progress_updates",
     "check_purgeable",
     "check_records",
     "check_schedule_name",
@@ -166,13 +191,15 @@ __all__ = [
 NOTHING_DEFERRED = timedelta.max
 
 
-class Backend(OperatorSpec):
+class Backend(MaintenanceSpec, OperatorSpec):
     """Durable storage for tasks, implementing the lease/claim/retry protocol.
 
-    Its operations are the methods below and, for people and tools, those
-    of `threadmill_core.operator_spec.OperatorSpec` (inspection, operator
-    actions, schedule pauses, live workers), which it inherits: one spec in
-    two files, checked together by the conformance kit.
+    Its operations are the methods below, those of the maintenance loop in
+    `threadmill_core.maintenance_spec.MaintenanceSpec` (`claim_expired`,
+    `expire_leases`, `promote_due`) and, for people and tools, those of
+    `threadmill_core.operator_spec.OperatorSpec` (inspection, operator
+    actions, cancel requests, schedule pauses, live workers), which it
+    inherits: one spec in three files, checked together by the conformance kit.
 
     Implementations must be safe to call from several threads at once, and
     (for a shared store) from several processes and machines at once.
@@ -195,14 +222,15 @@ class Backend(OperatorSpec):
         """Store new tasks; return the stored records, in the order given.
 
         Each record arrives with `id`, `task_path`, `args`, `kwargs`, `queue`,
-        `priority`, `run_after`, `retry` and `headers` set by the caller; the
-        backend ignores the other fields and stores `status` READY (or
+        `priority`, `run_after`, `retry`, `headers` and `time_limit` set by the
+        caller; the backend ignores the other fields and stores `status` READY (or
         DEFERRED when `run_after` is later than `now()`), `enqueued_at` =
         `now()`, `attempts` 0, and no errors, workers, timestamps or return
-        value. `headers` never change afterwards: every record the backend
-        returns for the task (claims, retries, releases, requeues, `get`)
-        carries them as enqueued (`codec.encode_enqueued` writes them into the
-        payload, so a backend that stores that payload keeps them for free).
+        value, progress or cancel request. `headers` and `time_limit` never
+        change afterwards: every record the backend returns for the task
+        (claims, retries, releases, requeues, `get`) carries them as enqueued
+        (`codec.encode_enqueued` writes them into the payload, so a backend
+        that stores that payload keeps them for free).
 
         Idempotent on `id`: a record whose id is already stored is not stored
         again, and the stored record is returned in its place; of an id given
@@ -216,7 +244,7 @@ class Backend(OperatorSpec):
         """`enqueue` of one record per call: `template` with the call's id and arguments.
 
         `template` gives what every call shares: `task_path`, `queue`,
-        `priority`, `run_after`, `retry` and `headers` (its own id and arguments are
+        `priority`, `run_after`, `retry`, `headers` and `time_limit` (its own id and arguments are
         ignored). Everything `enqueue` promises holds for the records
         `call_record` makes, as if they were passed to it: stored in the
         order given, idempotent on id, every call checked before any is
@@ -253,8 +281,8 @@ class Backend(OperatorSpec):
         `started_at` = `now()` if it was never set, and `worker` appended to
         `worker_ids`. The returned lease carries the record as stored and
         the task's count of give-backs (`Lease.unstarted_expiries`, see
-        `claim_expired`). The claim's start is not recorded yet (see
-        `mark_started`). Returns an empty list when nothing is ready.
+        `claim_expired`) and `cancel_requested` False. The claim's start is not
+        recorded yet (see `mark_started`). Returns an empty list when nothing is ready.
         """
 
     @abc.abstractmethod
@@ -262,7 +290,10 @@ class Backend(OperatorSpec):
         """Renew a lease: deadline becomes `now() + lease_ttl`, token unchanged.
 
         Returns the renewed lease, or None (refused) when the token is no
-        longer current or the task is no longer RUNNING.
+        longer current or the task is no longer RUNNING. The renewed lease's
+        `cancel_requested` is True when a cancel was requested for the task
+        (`request_cancel`; its record's `cancel_requested_at` is set): its
+        holder should stop the task (see "Cancel requests").
         """
 
     def extend_many(self, leases: Sequence[Lease], lease_ttl: timedelta) -> list[Lease | None]:
@@ -298,14 +329,36 @@ class Backend(OperatorSpec):
         """
 
     @abc.abstractmethod
-    def complete(self, lease: Lease, record: TaskResult) -> TaskResult | None:
-        """Finalize a RUNNING task as SUCCESSFUL or FAILED; return the stored record.
+    def record_progress(self, updates: Sequence[tuple[Lease, Progress]]) -> list[bool]:
+        """Store the progress a running task reported; answers in the order given.
 
-        From `record` the backend takes `status` (SUCCESSFUL or FAILED; any
+        A worker sends, in one call per heartbeat, the last progress of each
+        task it runs whose progress changed since it last sent one. For each
+        (lease, progress) whose lease token is the task's current token while
+        the task is RUNNING, the task's `progress` becomes `progress` with
+        `updated_at` = `now()` (what the caller gave there is ignored) and the
+        answer is True. False (refused, nothing changed) for anything else:
+        a stale token, a task no longer RUNNING or no longer stored. One
+        refusal does not stop the others; of a task given twice in one call,
+        the last accepted progress is the one kept.
+
+        Nothing else changes: not the lease deadline, not the task's place in
+        RUNNING, not its other fields. Every update is checked before any is
+        stored (`check_progress_updates`: a pair that is not a `Lease` and a
+        `Progress` is a `ValueError`). Atomic per task.
+        """
+
+    @abc.abstractmethod
+    def complete(self, lease: Lease, record: TaskResult) -> TaskResult | None:
+        """Finalize a RUNNING task as SUCCESSFUL, FAILED or CANCELLED; return the stored record.
+
+        From `record` the backend takes `status` (SUCCESSFUL, FAILED, or
+        CANCELLED when the holder stopped the task at a cancel request; any
         other status is a `ValueError`), `errors`, and `return_value` (stored
         for SUCCESSFUL only, None otherwise); it sets `finished_at` = `now()`.
-        Refused (None) when the lease's token is no longer current; a repeat
-        after a lost reply returns the stored record (see the module doc).
+        `progress` and `cancel_requested_at` are kept as stored. Refused
+        (None) when the lease's token is no longer current; a repeat after a
+        lost reply returns the stored record (see the module doc).
         """
 
     @abc.abstractmethod
@@ -315,8 +368,12 @@ class Backend(OperatorSpec):
         From `record` the backend takes `errors`. With a delay of exactly zero
         the task goes to the tail of READY (`run_after` unchanged); otherwise to
         DEFERRED with `run_after` = `now() + delay`, the delay rounded up to
-        whole milliseconds. `id`, `attempts` and the arguments are kept. A
-        negative delay is a `ValueError`. Refused (None) as for `complete`.
+        whole milliseconds. `id`, `attempts`, the arguments and `progress` are
+        kept. A negative delay is a `ValueError`. Refused (None) as for `complete`.
+
+        A task with a cancel request (`cancel_requested_at` set) does not go
+        back: it is finalized CANCELLED instead (`errors` taken from `record`,
+        `finished_at` = `now()`, `run_after` unchanged), whatever the delay.
         """
 
     def decide_many(self, decisions: Sequence[Decision]) -> list[TaskResult | None]:
@@ -364,6 +421,10 @@ class Backend(OperatorSpec):
         began to run is never given back), or the lease is a reaper's
         (`claim_expired`: decided, never released); one refusal does not stop
         the others. Atomic per task.
+
+        A task with a cancel request (`cancel_requested_at` set) is given back
+        as above (its claim undone, its token cleared) but finalized CANCELLED
+        with `finished_at` = `now()` instead of going to READY or DEFERRED.
         """
 
     def wait_for_tasks(self, queues: Sequence[str], timeout: timedelta) -> bool:
@@ -407,76 +468,6 @@ class Backend(OperatorSpec):
         once per pass.
         """
         return None
-
-    # --- maintenance -----------------------------------------------------------------
-
-    @abc.abstractmethod
-    def claim_expired(self, *, limit: int, claim_ttl: timedelta) -> list[Lease]:
-        """The reaper's pass: claim up to `limit` expired tasks, giving back unstarted ones.
-
-        The pass goes through the RUNNING tasks whose deadline is at or
-        before `now()`, over all queues, oldest deadline first (then by id),
-        and does one of two things with each:
-
-        - Gives it back, when its current token is a worker's claim (from
-          `claim`) whose start was never recorded (`mark_started`). The task
-          goes to the tail of READY
-          exactly as `release` gives a task back: the claim's attempt undone
-          (`attempts` - 1, the claim's worker dropped from `worker_ids`,
-          `started_at` and `last_attempted_at` cleared when no attempt is
-          left), `errors`, `run_after` and the arguments kept, the token
-          cleared. No error is recorded and no retry policy asked: work that
-          never ran is not charged. The task's count of these give-backs goes
-          up by one; nothing resets it (`requeue` keeps it; an id purged and
-          enqueued again is a new task and starts from zero), and no record
-          field shows it: the leases of later claims do (see "Given back,
-          then started first"). A given-back task is not returned.
-        - Claims it otherwise (its start was recorded, or its current token
-          is a reaper's claim that lapsed): a fresh
-          token and the deadline `now() + claim_ttl`, so no other pass
-          decides it while this one does; the reaper then decides with
-          `retry` or `complete`, charging the expired attempt. A claim never
-          decided lapses like any lease, and a later pass takes the task up
-          again. A reaper claim is not an attempt: `attempts`, `worker_ids`,
-          `started_at` and `last_attempted_at` are unchanged.
-
-        The pass stops when it has claimed `limit` tasks or none is left.
-        Given-back tasks do not count toward `limit`: every one the pass
-        meets before its last claim is given back in the same call, so a
-        call that returns fewer than `limit` leases has left no expired task
-        behind (poison aside, see "Poison"), and one call after a crash gives
-        back a dead worker's whole prefetch. Atomic per task.
-        """
-
-    @abc.abstractmethod
-    def expire_leases(self, worker: str) -> int:
-        """Expire at once the live leases of `worker`, known to be dead; return how many.
-
-        A supervisor that sees one of its worker processes die calls this with
-        that process's worker id, so the reaper's next pass takes its tasks up
-        instead of waiting out their leases. Every RUNNING task whose current
-        token is a worker's claim (from `claim`) by `worker` (the last entry
-        of its `worker_ids`) and whose lease deadline is later than `now()`
-        gets the deadline `now()`, as if the lease had run out: the task moves
-        within RUNNING (ordered by deadline) and `claim_expired` decides it by
-        its usual rules (an unstarted claim given back uncharged, a started
-        one charged).
-
-        Nothing else changes: not the token (the lease stays fenced as any
-        expired one: its holder may still act with it until a reaper pass
-        takes the task), not the record, not a reaper's claim (its
-        `worker_ids` still end with the worker whose claim it took over), not
-        a lease already expired, not a lease of any other worker. A repeat
-        finds nothing left to expire and answers 0, as does a worker holding
-        no lease. Atomic per task.
-        """
-
-    @abc.abstractmethod
-    def promote_due(self, *, limit: int) -> int:
-        """Move up to `limit` due DEFERRED tasks (any queue) to READY; return how many.
-
-        Tasks are promoted in DEFERRED order and enter READY in that order.
-        """
 
     # --- lifecycle -------------------------------------------------------------------
 

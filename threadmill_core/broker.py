@@ -231,8 +231,19 @@ class Broker:
         return self.backend.requeue(task_id)
 
     def cancel(self, task_id: str) -> TaskResult | None:
-        """READY or DEFERRED to CANCELLED; None (refused) otherwise."""
-        return self.backend.cancel(task_id)
+        """Cancel a task: READY or DEFERRED to CANCELLED (`Backend.cancel`); for a RUNNING task,
+        a cancel request (`Backend.request_cancel`); None (refused) otherwise.
+
+        A cancel request comes back as the RUNNING record with its
+        `cancel_requested_at` set. Its worker hears of it at its next
+        heartbeat (within a third of the lease TTL): `TaskCancelled` is
+        raised inside the task, which ends CANCELLED, never retried, unless
+        it finished first (it then keeps its outcome).
+        """
+        cancelled = self.backend.cancel(task_id)
+        if cancelled is not None:
+            return cancelled
+        return self.backend.request_cancel(task_id)
 
     def purge(self, queue: str, status: TaskResultStatus) -> int:
         """Drop one segment of a queue (not RUNNING); returns how many tasks went."""

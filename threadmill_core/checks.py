@@ -30,6 +30,8 @@ either raises or returns the argument in the form the backend goes on with:
 - `check_decision(decision)`: None, else `ValueError` (mismatched lease,
   non-terminal status, bad retry delay) or `UnsupportedValue` (a return
   value the codec cannot carry).
+- `check_progress_updates(updates)`: the `record_progress` updates as a
+  list, else `ValueError` (an item that is not a (`Lease`, `Progress`) pair).
 
 The value checks underneath (`check_record`, `check_retry`, `check_value`:
 what the codec carries) are `threadmill_core.values`', offered through
@@ -44,7 +46,15 @@ from datetime import timedelta
 
 from threadmill_core.clock import duration_ms
 from threadmill_core.headers import check_headers
-from threadmill_core.models import Decision, TaskCall, TaskResult, TaskResultStatus
+from threadmill_core.models import (
+    TERMINAL_STATUSES,
+    Decision,
+    Lease,
+    Progress,
+    TaskCall,
+    TaskResult,
+    TaskResultStatus,
+)
 from threadmill_core.values import check_call, check_record, check_retry, check_task, check_value
 
 __all__ = [
@@ -54,6 +64,7 @@ __all__ = [
     "check_delay",
     "check_limit",
     "check_offset",
+    "check_progress_updates",
     "check_purgeable",
     "check_records",
     "check_window",
@@ -173,11 +184,29 @@ def check_decision(decision: Decision) -> None:
     if record.id != lease.task_id:
         raise ValueError(f"a decision on task {record.id} made with the lease of {lease.task_id}")
     if decision.retry_delay is None:
-        if record.status not in (TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED):
+        if record.status not in TERMINAL_STATUSES:
             raise ValueError(
-                f"complete() finalizes as SUCCESSFUL or FAILED, not {record.status.value}"
+                "complete() finalizes as SUCCESSFUL, FAILED or CANCELLED,"
+                f" not {record.status.value}"
             )
         if record.status is TaskResultStatus.SUCCESSFUL:
             check_value(record.return_value, "return_value")
     elif not isinstance(decision.retry_delay, timedelta) or decision.retry_delay < timedelta(0):
         raise ValueError(f"retry() needs a timedelta of zero or more, got {decision.retry_delay!r}")
+
+
+def check_progress_updates(
+    updates: Sequence[tuple[Lease, Progress]],
+) -> list[tuple[Lease, Progress]]:
+    """`record_progress`'s updates as a list; `ValueError` for an item that is not a
+    (`Lease`, `Progress`) pair (a `Progress` is valid when made: see `check_progress`)."""
+    checked = list(updates)
+    for item in checked:
+        if (
+            type(item) is not tuple
+            or len(item) != 2
+            or not isinstance(item[0], Lease)
+            or not isinstance(item[1], Progress)
+        ):
+            raise ValueError(f"record_progress() takes (Lease, Progress) pairs, got {item!r}")
+    return checked

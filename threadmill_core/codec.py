@@ -10,7 +10,8 @@ order kept. Decoding is strict: stored bytes decode to exactly the types
 written, or raise `PayloadError` (a corrupt payload is poison, never a task
 run with changed arguments).
 
-Timestamps are encoded as integer milliseconds since the Unix epoch.
+Timestamps are encoded as integer milliseconds since the Unix epoch, and a
+record's `time_limit` as positive integer milliseconds (rounded up).
 """
 
 from __future__ import annotations
@@ -18,12 +19,12 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 
-from threadmill_core.clock import from_ms, to_ms
+from threadmill_core.clock import duration_ms, from_ms, to_ms
 from threadmill_core.display import short_repr
 from threadmill_core.errors import PayloadError
 from threadmill_core.headers import headers_problem
@@ -31,6 +32,7 @@ from threadmill_core.models import (
     JSON,
     MAX_PRIORITY,
     MIN_PRIORITY,
+    Progress,
     RetryPolicySpec,
     TaskCall,
     TaskError,
@@ -86,6 +88,9 @@ def _converter() -> cattrs.Converter:
     converter = cattrs.Converter(forbid_extra_keys=True)
     converter.register_unstructure_hook(datetime, to_ms)
     converter.register_structure_hook(datetime, lambda value, _: from_ms(_int(value)))
+    converter.register_unstructure_hook(timedelta, duration_ms)
+    converter.register_structure_hook(timedelta, lambda value, _: _limit(value))
+    converter.register_structure_hook(Progress, _progress)
     # Payload values were checked on the way in; pass them through untouched,
     # both ways. json writes lists, dicts and scalars as they are, so copying
     # them first would only cost time; with `identity` the generated code
@@ -102,14 +107,25 @@ def _converter() -> cattrs.Converter:
     # Headers: a dict taken as it is, within `threadmill_core.headers`' bounds.
     converter.register_structure_hook_func(lambda kind: kind == dict[str, str], _headers)
     # A record without headers (most) is written without the key, as before headers
-    # existed: its bytes are unchanged, and code that predates them reads it.
-    from cattrs.gen import make_dict_unstructure_fn, override
+    # existed: its bytes are unchanged, and code that predates them reads it. So is
+    # one without a time limit, progress or cancel request.
+    from cattrs.gen import make_dict_unstructure_fn
 
     converter.register_unstructure_hook(
-        TaskResult,
-        make_dict_unstructure_fn(TaskResult, converter, headers=override(omit_if_default=True)),
+        TaskResult, make_dict_unstructure_fn(TaskResult, converter, **_omitted_if_default())
     )
     return converter
+
+
+#: The fields of a record written only when they are not at their default.
+_OPTIONAL_FIELDS = ("headers", "time_limit", "progress", "cancel_requested_at")
+
+
+def _omitted_if_default() -> dict[str, Any]:
+    """cattrs overrides for `_OPTIONAL_FIELDS`: omitted when at their default."""
+    from cattrs.gen import override
+
+    return {name: override(omit_if_default=True) for name in _OPTIONAL_FIELDS}
 
 
 def _exactly(kind: type[T]) -> Callable[[object, object], T]:
@@ -132,6 +148,32 @@ def _headers(value: object, _: object) -> dict[str, str]:
     if problem is not None:
         raise ValueError(problem)
     return value
+
+
+def _limit(value: object) -> timedelta:
+    """A stored `time_limit`: positive integer milliseconds."""
+    if type(value) is not int or value <= 0:
+        raise ValueError(f"expected positive integer milliseconds, got {short_repr(value)}")
+    return timedelta(milliseconds=value)
+
+
+def _progress(value: object, _: object) -> Progress:
+    """A stored `Progress`: its four keys, each of its type, within `check_progress`."""
+    if type(value) is not dict or value.keys() != _PROGRESS_KEYS:
+        raise TypeError(f"expected a progress object, got {short_repr(value)}")
+    updated_at = value["updated_at"]
+    message = value["message"]
+    if message is not None and type(message) is not str:
+        raise TypeError(f"expected a str message, got {short_repr(message)}")
+    return Progress(
+        done=value["done"],
+        total=value["total"],
+        message=message,
+        updated_at=None if updated_at is None else from_ms(_int(updated_at)),
+    )
+
+
+_PROGRESS_KEYS = frozenset(field.name for field in attrs.fields(Progress))
 
 
 def _holds_json(kind: object) -> bool:
@@ -217,8 +259,8 @@ def encode_record(record: TaskResult) -> bytes:
 
 
 #: The fields of a record that a backend keeps beside what the producer gave:
-#: its status, `run_after`, timestamps, attempts, errors, worker ids and
-#: return value. `encode_enqueued` leaves them out.
+#: its status, `run_after`, timestamps, attempts, errors, worker ids, return
+#: value, progress and cancel request. `encode_enqueued` leaves them out.
 STATE_FIELDS = frozenset(
     {
         "status",
@@ -231,6 +273,8 @@ STATE_FIELDS = frozenset(
         "errors",
         "worker_ids",
         "return_value",
+        "progress",
+        "cancel_requested_at",
     }
 )
 
@@ -245,7 +289,7 @@ def _unstructure_shared() -> Callable[[TaskResult], dict[str, Any]]:
     from cattrs.gen import make_dict_unstructure_fn, override
 
     omitted: dict[str, Any] = {name: override(omit=True) for name in (*STATE_FIELDS, *CALL_FIELDS)}
-    omitted["headers"] = override(omit_if_default=True)  # see `_converter`
+    omitted["headers"] = omitted["time_limit"] = override(omit_if_default=True)  # see `_converter`
     return make_dict_unstructure_fn(TaskResult, _converter(), **omitted)
 
 
@@ -256,9 +300,10 @@ def encode_enqueued(record: TaskResult) -> bytes:
     then never changes after `enqueue`. `decode_record` reads it back with
     each of them at its default, or as the backend passes them. The
     payload's keys are those the calls of a task share, in the record's
-    field order, then the `CALL_FIELDS`. Its `headers` are among the shared
-    keys, and only when there are some: a record without headers is encoded
-    byte for byte as before headers existed.
+    field order, then the `CALL_FIELDS`. Its `headers` and `time_limit` are
+    among the shared keys, and only when set (the limit as integer
+    milliseconds): a record without them is encoded byte for byte as before
+    they existed.
     """
     [payload] = encode_calls(record, [(record.id, record.args, record.kwargs)])
     return payload
@@ -299,9 +344,12 @@ def encode_calls(template: TaskResult, calls: Sequence[TaskCall]) -> list[bytes]
     return payloads
 
 
-#: The keys of an `encode_enqueued` payload without headers, and with them.
-_HEADED_KEYS = frozenset(field.name for field in attrs.fields(TaskResult)) - STATE_FIELDS
-_ENQUEUED_KEYS = _HEADED_KEYS - {"headers"}
+#: The keys of an `encode_enqueued` payload without headers or a time limit, and with
+#: headers, a time limit, or both.
+_ALL_KEYS = frozenset(field.name for field in attrs.fields(TaskResult)) - STATE_FIELDS
+_ENQUEUED_KEYS = _ALL_KEYS - {"headers", "time_limit"}
+_HEADED_KEYS = _ENQUEUED_KEYS | {"headers"}
+_LIMITED_KEYS = _ENQUEUED_KEYS | {"time_limit"}
 _RETRY_KEYS = frozenset({"path", "options"})
 
 
@@ -328,19 +376,25 @@ def decode_record(data: bytes | str, **fields: Any) -> TaskResult:
 
 def _enqueued_payload(raw: Any) -> tuple[Any, ...] | None:
     """The id, task path, args, kwargs, queue, priority and retry policy of a well-formed
-    `encode_enqueued` payload, each of the type the record takes, and its headers (None:
-    the payload has none); None for any other shape.
+    `encode_enqueued` payload, each of the type the record takes, its headers (None: the
+    payload has none) and its time limit (None: none); None for any other shape.
     """
     if type(raw) is not dict:
         return None
     keys = raw.keys()
-    headers = None
+    headers = time_limit = None
     if keys != _ENQUEUED_KEYS:
-        if keys != _HEADED_KEYS:
+        if keys in (_HEADED_KEYS, _ALL_KEYS):
+            headers = raw["headers"]
+            if headers_problem(headers) is not None:
+                return None  # the converter words the error
+        elif keys != _LIMITED_KEYS:
             return None
-        headers = raw["headers"]
-        if headers_problem(headers) is not None:
-            return None  # the converter words the error
+        if keys != _HEADED_KEYS:
+            limit = raw["time_limit"]
+            if type(limit) is not int or limit <= 0:
+                return None  # the converter words the error
+            time_limit = timedelta(milliseconds=limit)
     retry = raw["retry"]
     if retry is not None:
         if type(retry) is not dict or retry.keys() != _RETRY_KEYS:
@@ -355,7 +409,7 @@ def _enqueued_payload(raw: Any) -> tuple[Any, ...] | None:
     priority = raw["priority"]
     if type(priority) is not int or not MIN_PRIORITY <= priority <= MAX_PRIORITY:
         return None  # cattrs words the error
-    return (*fields, priority, retry, headers)
+    return (*fields, priority, retry, headers, time_limit)
 
 
 def _enqueued_record(raw: Any, fields: dict[str, Any]) -> TaskResult | None:
@@ -363,9 +417,11 @@ def _enqueued_record(raw: Any, fields: dict[str, Any]) -> TaskResult | None:
     payload = _enqueued_payload(raw)
     if payload is None:
         return None
-    task_id, task_path, args, kwargs, queue, priority, retry, headers = payload
+    task_id, task_path, args, kwargs, queue, priority, retry, headers, time_limit = payload
     if headers is not None:
         fields = {**fields, "headers": headers}
+    if time_limit is not None:
+        fields = {**fields, "time_limit": time_limit}
     return TaskResult(
         id=task_id,
         task_path=task_path,

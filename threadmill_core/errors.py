@@ -179,3 +179,34 @@ class TaskQuarantined(ThreadmillError):
     worker that claimed it within `threadmill_core.worker.execution.UNKNOWN_TASK_GRACE`
     of its enqueue; the task is finalized FAILED instead of cycling.
     """
+
+
+class TimeLimitExceeded(ThreadmillError):
+    """An attempt ran past its time limit (``@task(time_limit=...)``, see `threadmill_core.task`).
+
+    Raised inside the task: in its thread as an asynchronous exception (at
+    the next bytecode the thread runs), or as the cancellation of an
+    ``async`` task on its loop. `finally` blocks and context managers run;
+    the attempt then fails with this error through the task's retry policy.
+    A task stuck where no exception can reach it (blocked in C code) is
+    recorded FAILED with it after a grace, and its worker process replaced
+    (see `threadmill_core.worker.interrupts`). It is an `Exception`, so a
+    bare ``except Exception`` in the task swallows it: re-raise it there.
+    """
+
+    def __init__(self, message: str = "the attempt ran past its time limit") -> None:
+        super().__init__(message)
+
+
+class TaskCancelled(ThreadmillError):
+    """A running task was cancelled by an operator (`threadmill_core.Broker.cancel`).
+
+    Raised inside the task as `TimeLimitExceeded` is, once its worker hears
+    of the request (at its next heartbeat); the attempt ends CANCELLED, with
+    this error recorded, and is never retried. A task may also check
+    `threadmill_core.TaskContext.cancel_requested` and stop on its own. A
+    bare ``except Exception`` in the task swallows it: re-raise it there.
+    """
+
+    def __init__(self, message: str = "the task was cancelled while it ran") -> None:
+        super().__init__(message)

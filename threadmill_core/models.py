@@ -13,6 +13,7 @@ Timestamps are aware UTC datetimes with millisecond resolution (see
 from __future__ import annotations
 
 import enum
+import math
 from datetime import datetime, timedelta
 from typing import Any, TypeAlias
 
@@ -27,6 +28,8 @@ JSON: TypeAlias = Any
 
 MIN_PRIORITY = -100
 MAX_PRIORITY = 100
+#: The longest `Progress.message`, in characters.
+MAX_PROGRESS_MESSAGE = 1_000
 
 
 class TaskResultStatus(enum.Enum):
@@ -95,6 +98,64 @@ class RetryPolicySpec:
     options: dict[str, JSON] | None = None
 
 
+def _time_limit(_instance: object, _attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None and (not isinstance(value, timedelta) or value <= timedelta(0)):
+        raise ValueError(f"time_limit must be None or a positive timedelta, got {value!r}")
+
+
+def check_progress(done: object, total: object = None, message: object = None) -> None:
+    """Raise `InvalidOption` (a `ValueError`) naming what is wrong with a progress report.
+
+    `done` must be a finite int or float of zero or more (not a bool);
+    `total` None, or a finite int or float above zero with `done` at most
+    `total`; `message` None, or a str of at most `MAX_PROGRESS_MESSAGE` characters.
+    """
+    if not _finite(done) or done < 0:  # type: ignore[operator]
+        raise InvalidOption(f"progress done must be a finite number of zero or more, got {done!r}")
+    if total is not None:
+        if not _finite(total) or total <= 0:  # type: ignore[operator]
+            raise InvalidOption(
+                f"progress total must be None or a finite number above zero, got {total!r}"
+            )
+        if done > total:  # type: ignore[operator]
+            raise InvalidOption(f"progress done ({done!r}) is more than its total ({total!r})")
+    if message is not None:
+        if type(message) is not str:
+            raise InvalidOption(
+                f"progress message must be None or a str, got {short_repr(message)}"
+            )
+        if len(message) > MAX_PROGRESS_MESSAGE:
+            raise InvalidOption(
+                f"progress message is {len(message):,} characters long;"
+                f" it may have at most {MAX_PROGRESS_MESSAGE:,}"
+            )
+
+
+def _finite(value: object) -> bool:
+    """Whether `value` is an int or a float (not a bool) and finite."""
+    return type(value) is int or (type(value) is float and math.isfinite(value))
+
+
+def _progress(instance: Progress, _attribute: attrs.Attribute[Any], _value: Any) -> None:
+    check_progress(instance.done, instance.total, instance.message)
+
+
+@attrs.frozen(kw_only=True)
+class Progress:
+    """How far a running task says it got (`TaskContext.progress`), as last stored.
+
+    Made through `check_progress`'s rules (an invalid one raises
+    `InvalidOption`). `updated_at` is set by the backend, on its clock, when
+    it stores the progress (`Backend.record_progress`); what a worker sends
+    there is ignored.
+    """
+
+    done: int | float = attrs.field(validator=_progress)
+    total: int | float | None = None
+    message: str | None = attrs.field(default=None, repr=short_repr)
+    updated_at: datetime | None = attrs.field(default=None, validator=_aware)
+
+
 # Not slotted, unlike the other models: a frozen class with slots sets each of its
 # fifteen fields through `object.__setattr__` when it is made, one without writes
 # them to its `__dict__`, which costs much less. A record is made for every task
@@ -138,6 +199,16 @@ class TaskResult:
     #: by the class: a record is made for every task claimed. Empty for a record
     #: stored without any.
     headers: dict[str, str] = attrs.field(factory=dict)
+    #: Set at enqueue and never changed: how long one attempt may run before the
+    #: worker stops it (`threadmill_core.errors.TimeLimitExceeded`); None: the
+    #: task's or the worker's default. Millisecond resolution, rounded up, once stored.
+    time_limit: timedelta | None = attrs.field(default=None, validator=_time_limit)
+    #: The last progress stored for the task (`Backend.record_progress`); kept
+    #: after it finishes and through retries, cleared by `requeue`. Backend-owned.
+    progress: Progress | None = None
+    #: When a cancel was requested for the task while it ran (`Backend.request_cancel`),
+    #: on the backend's clock; kept on the final record, cleared by `requeue`.
+    cancel_requested_at: datetime | None = attrs.field(default=None, validator=_aware)
 
     @property
     def is_finished(self) -> bool:
@@ -150,8 +221,8 @@ def evolved(record: TaskResult, **changes: Any) -> TaskResult:
     `record`'s other fields were validated when it was made, and each of
     `TaskResult`'s validators looks at its own field alone, so checking the
     changed ones checks what `attrs.evolve` checks; an invalid change raises
-    as it would. The copy skips the class's ``__init__`` (eighteen keyword
-    arguments, six validators), which a record made for every task claimed,
+    as it would. The copy skips the class's ``__init__`` (twenty-one keyword
+    arguments, eight validators), which a record made for every task claimed,
     decided and enqueued in a batch pays otherwise: the copy's instance
     ``__dict__`` is `record`'s with `changes` merged in (`TaskResult` is not
     slotted), and `TaskResult` has no ``__attrs_post_init__``: an import-time
@@ -240,6 +311,10 @@ class Lease:
     #: with any (`Backend.mark_started`) before it runs it, so only a task that ran is
     #: ever charged for a worker's death.
     unstarted_expiries: int = 0
+    #: True on a lease renewed by `Backend.extend` / `extend_many` when a cancel was
+    #: requested for the task under this token (`Backend.request_cancel`): its holder
+    #: should stop the task and `complete` it CANCELLED. Always False from `claim`.
+    cancel_requested: bool = False
 
     @property
     def task_id(self) -> str:
@@ -313,47 +388,6 @@ class QueueRates:
         return self.finished / self.window.total_seconds()
 
 
-class _Flag:
-    """A bool that one thread sets and others read (an attribute write is atomic)."""
-
-    __slots__ = ("up",)
-
-    def __init__(self) -> None:
-        self.up = False
-
-
-@attrs.frozen(kw_only=True)
-class TaskContext:
-    """What a running task, and a retry policy, may know about the attempt.
-
-    A task asks for it by declaring a first parameter named ``context``
-    (see `threadmill_core.task`). `token` lets task code fence its own writes
-    downstream: a write tagged with an older token is from a superseded attempt.
-    """
-
-    record: TaskResult
-    #: 1 for the first claim, 2 for the second, ...
-    attempt: int
-    #: The failure being decided, for a retry policy; None while the task runs.
-    last_error: TaskError | None = None
-    token: str | None = None
-    #: Set by `mark_lease_lost`. A plain flag, not a `threading.Event`: one
-    #: context is made per task run, and an Event costs a lock and a condition.
-    _lease_lost: _Flag = attrs.field(factory=_Flag, init=False, eq=False, repr=False)
-
-    @property
-    def lease_lost(self) -> bool:
-        """True once the worker learned that this attempt's lease was taken away.
-
-        The task's outcome will not be written; a long task may check this and stop early.
-        """
-        return self._lease_lost.up
-
-    def mark_lease_lost(self) -> None:
-        """Called by the worker when a heartbeat is refused; never by task code."""
-        self._lease_lost.up = True
-
-
 def validate_priority(priority: object) -> int:
     """Return `priority` if it is an int in range, else raise `InvalidOption` naming it."""
     if type(priority) is not int or not MIN_PRIORITY <= priority <= MAX_PRIORITY:
@@ -405,4 +439,5 @@ def call_record(template: TaskResult, call: TaskCall) -> TaskResult:
         run_after=template.run_after,
         retry=template.retry,
         headers=template.headers,
+        time_limit=template.time_limit,
     )

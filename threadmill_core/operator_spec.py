@@ -4,7 +4,7 @@
 (its module docstring is the vocabulary: segments, clock, tokens, poison);
 `OperatorSpec` holds the part of it that the task's life does not go
 through: inspection (`get`, `peek`, `counts`, `rates`), operator actions
-(`requeue`, `cancel`, `purge`), schedule pauses (`threadmill_core.pauses`)
+(`requeue`, `cancel`, `request_cancel`, `purge`), schedule pauses (`threadmill_core.pauses`)
 and live workers (`threadmill_core.live_workers`). Backends subclass
 `Backend`, never this class.
 """
@@ -85,8 +85,9 @@ class OperatorSpec(abc.ABC):
     def requeue(self, task_id: str) -> TaskResult | None:
         """Move a FAILED or CANCELLED task to the tail of READY; return the stored record.
 
-        `id`, `errors` and `attempts` are kept; `finished_at` and
-        `return_value` are cleared, and so is the token. Refused (None) for
+        `id`, `errors` and `attempts` are kept; `finished_at`,
+        `return_value`, `progress` and `cancel_requested_at` are cleared, and
+        so is the token. Refused (None) for
         any other status or an unknown id, so a requeue can never resurrect a
         task that is running or that finished successfully.
         """
@@ -95,7 +96,27 @@ class OperatorSpec(abc.ABC):
     def cancel(self, task_id: str) -> TaskResult | None:
         """Move a READY or DEFERRED task to CANCELLED (`finished_at` = `now()`).
 
-        Refused (None) for any other status or an unknown id.
+        Refused (None) for any other status or an unknown id. A RUNNING task
+        is stopped through its lease holder instead (`request_cancel`).
+        """
+
+    @abc.abstractmethod
+    def request_cancel(self, task_id: str) -> TaskResult | None:
+        """Ask the holder of a RUNNING task's lease to stop it; return the stored record.
+
+        Stores `cancel_requested_at` = `now()` on the RUNNING task, whatever
+        its claim (a worker's, started or not, or a reaper's), and returns the
+        record; nothing else changes (not the token, the deadline, nor the
+        task's place in RUNNING). The first request wins: a repeat returns the
+        record unchanged, its `cancel_requested_at` the first one. What the
+        request then does is the backend module's "Cancel requests": the next
+        renewal of the lease says so (`Lease.cancel_requested`), a `complete`
+        with status CANCELLED finalizes the task, and a task with a request
+        never goes back to READY or DEFERRED.
+
+        Refused (None) for a READY or DEFERRED task (`cancel` it), a finished
+        task and an unknown id. Not fenced by a token (an operator's call,
+        made without a lease); atomic.
         """
 
     @abc.abstractmethod

@@ -53,8 +53,9 @@ import attrs
 from cronsim import CronSim, CronSimError
 
 from threadmill_core.clock import from_ms, to_ms
+from threadmill_core.context import TaskContext
 from threadmill_core.errors import ThreadmillError
-from threadmill_core.models import TaskContext, TaskResult
+from threadmill_core.models import TaskResult
 from threadmill_core.values import check_call
 
 #: How far back a scheduler that has just started (or was stalled) looks for

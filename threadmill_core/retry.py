@@ -29,15 +29,9 @@ from typing import Any, Never
 
 import attrs
 
+from threadmill_core.context import TaskContext
 from threadmill_core.errors import AcknowledgementTimeout, InvalidOption, ThreadmillError
-from threadmill_core.models import (
-    Decision,
-    Lease,
-    RetryPolicySpec,
-    TaskContext,
-    TaskError,
-    TaskResultStatus,
-)
+from threadmill_core.models import Decision, Lease, RetryPolicySpec, TaskError, TaskResultStatus
 from threadmill_core.options import refuse_unknown
 
 RetryPolicy = Callable[[TaskContext], timedelta | None]

@@ -39,6 +39,7 @@ it. See docs/integrations.md.
 from __future__ import annotations
 
 import inspect
+import math
 import re
 import threading
 from collections.abc import Callable
@@ -90,6 +91,7 @@ def register_task(
     priority: int = 0,
     retry: RetryPolicy | None = None,
     lease_ttl: timedelta | float | None = None,
+    time_limit: timedelta | float | None = None,
     takes_context: bool | None = None,
     signature: inspect.Signature | None = None,
     **unknown: Never,
@@ -140,6 +142,7 @@ def register_task(
         retry=retry,
         retry_spec=retry_spec,
         lease_ttl=None if lease_ttl is None else validate_timedelta("lease_ttl", lease_ttl),
+        time_limit=validate_time_limit(time_limit),
         takes_context=wants_context,
         signature=call_signature(func, wants_context) if signature is None else signature,
     )
@@ -154,6 +157,7 @@ _REGISTER_OPTIONS = (
     "priority",
     "retry",
     "lease_ttl",
+    "time_limit",
     "takes_context",
     "signature",
 )
@@ -196,6 +200,19 @@ def unregister_task(path: str) -> Task[Any, Any] | None:
     """
     with _registry_lock:
         return _registry.pop(path, None)
+
+
+def validate_time_limit(time_limit: object) -> timedelta | None:
+    """None, or `time_limit` as a positive timedelta (a timedelta or seconds); else
+    `InvalidOption` naming it (bool, str, zero, negative, not finite)."""
+    if time_limit is None:
+        return None
+    if isinstance(time_limit, float) and not math.isfinite(time_limit):
+        raise InvalidOption(f"time_limit must be a finite number of seconds, got {time_limit!r}")
+    try:
+        return validate_timedelta("time_limit", time_limit)
+    except OverflowError:
+        raise InvalidOption(f"time_limit is too large, got {time_limit!r}") from None
 
 
 def validate_queue(queue: object) -> str:
@@ -267,6 +284,9 @@ class Task(Generic[P, R]):
     retry: RetryPolicy | None = None
     retry_spec: RetryPolicySpec | None = None
     lease_ttl: timedelta | None = None
+    #: The longest one attempt may run (see `threadmill_core.worker.interrupts`); None:
+    #: the worker's default, if any.
+    time_limit: timedelta | None = None
     run_after: datetime | timedelta | None = None
     broker: Broker | None = None
     #: The function's first parameter is named ``context`` and takes a TaskContext.
@@ -302,6 +322,7 @@ class Task(Generic[P, R]):
             queue=self.queue,
             priority=self.priority,
             retry=self.retry_spec,
+            time_limit=self.time_limit,
         )
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
@@ -314,6 +335,7 @@ class Task(Generic[P, R]):
         queue: str | None = None,
         priority: int | None = None,
         run_after: datetime | timedelta | None = None,
+        time_limit: timedelta | float | None = None,
         # Never: a type checker flags an unknown option; at run time it is an InvalidOption.
         **unknown: Never,
     ) -> Task[P, R]:
@@ -331,6 +353,8 @@ class Task(Generic[P, R]):
             changes["priority"] = validate_priority(priority)
         if run_after is not None:
             changes["run_after"] = validate_run_after(run_after)
+        if time_limit is not None:
+            changes["time_limit"] = validate_time_limit(time_limit)
         return attrs.evolve(self, **changes)
 
     def enqueue(self, /, *args: Any, **kwargs: Any) -> TaskResult:
@@ -349,8 +373,8 @@ class Task(Generic[P, R]):
         return (self.broker or producer_broker()).enqueue(self, *args, **kwargs)
 
 
-_TASK_OPTIONS = ("queue", "priority", "retry", "lease_ttl")
-_USING_OPTIONS = ("broker", "queue", "priority", "run_after")
+_TASK_OPTIONS = ("queue", "priority", "retry", "lease_ttl", "time_limit")
+_USING_OPTIONS = ("broker", "queue", "priority", "run_after", "time_limit")
 
 
 @overload
@@ -362,6 +386,7 @@ def task(
     priority: int = ...,
     retry: RetryPolicy | None = ...,
     lease_ttl: timedelta | float | None = ...,
+    time_limit: timedelta | float | None = ...,
 ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
 
@@ -372,7 +397,10 @@ def task(func: Callable[..., Any] | None = None, /, **options: Any) -> Any:
     runs first), `retry` (a retry policy, see `threadmill_core.retry`) and
     `lease_ttl` (how long a worker may go without a heartbeat before the task
     is presumed abandoned; heartbeats renew it, so it does not bound the run
-    time). Unknown options and bad values raise `InvalidOption`.
+    time) and `time_limit` (the longest one attempt may run, a timedelta or
+    seconds: past it `threadmill_core.TimeLimitExceeded` is raised in the task,
+    see `threadmill_core.worker.interrupts`; `Task.using` overrides it per call).
+    Unknown options and bad values raise `InvalidOption`.
     """
     unknown = {name: value for name, value in options.items() if name not in _TASK_OPTIONS}
     refuse_unknown("task", unknown, _TASK_OPTIONS)
@@ -384,10 +412,16 @@ def task(func: Callable[..., Any] | None = None, /, **options: Any) -> Any:
     lease_ttl = options.get("lease_ttl")
     if lease_ttl is not None:
         lease_ttl = validate_timedelta("lease_ttl", lease_ttl)
+    time_limit = validate_time_limit(options.get("time_limit"))
 
     def decorate(function: Callable[P, R]) -> Task[P, R]:
         made: Task[P, R] = register_task(
-            function, queue=queue, priority=priority, retry=retry, lease_ttl=lease_ttl
+            function,
+            queue=queue,
+            priority=priority,
+            retry=retry,
+            lease_ttl=lease_ttl,
+            time_limit=time_limit,
         )
         return made
 

@@ -60,16 +60,10 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from threadmill_core.context import TaskContext
 from threadmill_core.errors import InvalidOption
 from threadmill_core.headers import headers_problem
-from threadmill_core.models import (
-    Decision,
-    Lease,
-    TaskCall,
-    TaskContext,
-    TaskResult,
-    TaskResultStatus,
-)
+from threadmill_core.models import Decision, Lease, TaskCall, TaskResult, TaskResultStatus
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Tracer

@@ -15,6 +15,8 @@ The options (all optional):
 ``threads``         the worker's ``--threads``
 ``prefetch``        the worker's ``--prefetch``
 ``poll_interval``   the worker's ``--poll-interval`` (seconds or timedelta)
+``time_limit``      the worker's ``--time-limit``: a task's default (seconds or timedelta)
+``time_limit_grace``  the worker's ``--time-limit-grace`` (seconds or timedelta)
 ``max_tasks``       the worker's ``--max-tasks``
 ``max_tasks_jitter``  the worker's ``--max-tasks-jitter``
 ``shutdown_timeout``  the worker's ``--shutdown-timeout`` (seconds or timedelta)
@@ -130,6 +132,8 @@ WORKER_FLAGS: Mapping[str, tuple[str, Callable[[object], object]]] = {
     "threads": ("--threads", _count(1)),
     "prefetch": ("--prefetch", _count(0)),
     "poll_interval": ("--poll-interval", _seconds),
+    "time_limit": ("--time-limit", _seconds),
+    "time_limit_grace": ("--time-limit-grace", _seconds),
     "max_tasks": ("--max-tasks", _count(1)),
     "max_tasks_jitter": ("--max-tasks-jitter", _count(0)),
     "shutdown_timeout": ("--shutdown-timeout", _seconds),

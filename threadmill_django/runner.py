@@ -40,8 +40,8 @@ from django.tasks import task_backends
 from django.tasks.signals import task_started
 from django.utils.json import normalize_json
 
+from threadmill_core.context import TaskContext as CoreTaskContext
 from threadmill_core.models import RetryPolicySpec, TaskResult, TaskResultStatus
-from threadmill_core.models import TaskContext as CoreTaskContext
 from threadmill_core.retry import policy_spec, resolve_policy
 from threadmill_core.task import call_signature, register_task, registered_task
 from threadmill_django.exceptions import UnknownTask
@@ -227,6 +227,7 @@ def register(task: AnyTask) -> None:
         path=path,
         retry=policy,
         lease_ttl=getattr(task, "lease_ttl", None),
+        time_limit=getattr(task, "time_limit", None),
         takes_context=True,
         signature=call_signature(task.func, task.takes_context),
     )

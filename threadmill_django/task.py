@@ -6,7 +6,7 @@ passes extra keywords to the backend's task class, this works as is::
     from django.tasks import task
     from threadmill_core import ExponentialBackoff
 
-    @task(retry=ExponentialBackoff(base_delay=1, max_retries=5), lease_ttl=60)
+    @task(retry=ExponentialBackoff(base_delay=1, max_retries=5), lease_ttl=60, time_limit=30)
     def send_welcome(user_id): ...
 
 Django 6.0's decorator takes no extra keywords; `threadmill_django.task`
@@ -26,7 +26,7 @@ from django.tasks import TaskContext as DjangoTaskContext
 from django.tasks.base import DEFAULT_TASK_PRIORITY
 from django.tasks.base import TaskError as DjangoTaskError
 
-from threadmill_core.models import TaskContext as CoreTaskContext
+from threadmill_core.context import TaskContext as CoreTaskContext
 from threadmill_core.retry import RetryPolicy
 
 
@@ -38,11 +38,15 @@ class Task(DjangoTask):  # type: ignore[type-arg]  # generic in django-stubs onl
     function) called with Django's `TaskContext` (this module's) after a
     failed attempt or an expired lease; it returns the delay before the next
     attempt, or None to give up. `lease_ttl` overrides the worker's for
-    this task: how long its claim lives without a heartbeat.
+    this task: how long its claim lives without a heartbeat. `time_limit`
+    is the longest one attempt may run (a timedelta or seconds): past it
+    `threadmill_core.TimeLimitExceeded` is raised in the task (see
+    `threadmill_core.worker.interrupts`).
     """
 
     retry: RetryPolicy | None = None
     lease_ttl: timedelta | float | None = None
+    time_limit: timedelta | float | None = None
 
 
 # django-stubs declares TaskContext neither generic at run time nor frozen, which Django's is.
@@ -74,6 +78,20 @@ class TaskContext(DjangoTaskContext):  # type: ignore[type-arg, misc]
         """
         return self.core.lease_lost
 
+    @property
+    def cancel_requested(self) -> bool:
+        """True once the worker heard that a cancel of this running task was requested.
+
+        `threadmill_core.TaskCancelled` is raised in the task then too.
+        """
+        return self.core.cancel_requested
+
+    def progress(
+        self, done: int | float, total: int | float | None = None, message: str | None = None
+    ) -> None:
+        """Report how far the task got; see `threadmill_core.TaskContext.progress`."""
+        self.core.progress(done, total, message)
+
 
 @overload
 def task(function: Callable[..., Any], /) -> Task: ...
@@ -86,6 +104,7 @@ def task(
     takes_context: bool = ...,
     retry: RetryPolicy | None = ...,
     lease_ttl: timedelta | float | None = ...,
+    time_limit: timedelta | float | None = ...,
 ) -> Callable[[Callable[..., Any]], Task]: ...
 
 
@@ -99,8 +118,10 @@ def task(
     takes_context: bool = False,
     retry: RetryPolicy | None = None,
     lease_ttl: timedelta | float | None = None,
+    time_limit: timedelta | float | None = None,
 ) -> Any:
-    """Django's ``@task`` with threadmill's `retry` and `lease_ttl`, on Django 6.0 and 6.1.
+    """Django's ``@task`` with threadmill's `retry`, `lease_ttl` and `time_limit`, on Django
+    6.0 and 6.1.
 
     The alias `backend` must be a `threadmill_django.TaskBackend` when
     either is given (another backend's task class has no such fields).
@@ -109,14 +130,15 @@ def task(
     def wrap(func: Callable[..., Any]) -> Task:
         task_class = task_backends[backend].task_class
         options: dict[str, Any] = {}
-        if retry is not None or lease_ttl is not None:
+        if retry is not None or lease_ttl is not None or time_limit is not None:
             if not issubclass(task_class, Task):
                 raise TypeError(
-                    f"retry and lease_ttl are threadmill's task options; TASKS[{backend!r}] "
-                    f"makes {task_class.__module__}.{task_class.__qualname__} tasks, which "
-                    "have neither (use a threadmill_django.TaskBackend alias)"
+                    f"retry, lease_ttl and time_limit are threadmill's task options; "
+                    f"TASKS[{backend!r}] makes {task_class.__module__}."
+                    f"{task_class.__qualname__} tasks, which have none of them (use a "
+                    "threadmill_django.TaskBackend alias)"
                 )
-            options = {"retry": retry, "lease_ttl": lease_ttl}
+            options = {"retry": retry, "lease_ttl": lease_ttl, "time_limit": time_limit}
         made = task_class(
             func=func,
             priority=priority,

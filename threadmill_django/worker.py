@@ -41,7 +41,7 @@ MAPPED = frozenset(
         "modules", "broker", "queues", "processes", "threads", "prefetch", "lease_ttl",
         "poll_interval", "max_tasks", "max_tasks_jitter", "burst", "shutdown_timeout",
         "connect_timeout", "log_level", "log_format", "spawn", "schedules",
-        "metrics_port", "metrics_host", "tracing",
+        "metrics_port", "metrics_host", "tracing", "time_limit", "time_limit_grace",
     }
 )  # fmt: skip
 

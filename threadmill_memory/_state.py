@@ -140,20 +140,47 @@ class MemoryState:
             self._history.record(entry.queue, now_ms, finished=1)
             return None
 
-    def _give_back(
-        self, entry: Entry, current: TaskResult, expiries: int, due_ms: int | None = None
-    ) -> TaskResult:
-        """Undo the claim `entry` is under: READY tail (DEFERRED till `due_ms` if given),
-        attempt and worker undone, no token."""
+    def _rewrite(self, entry: Entry, record: TaskResult) -> TaskResult:
+        """Store `record` in `entry`'s place: same segment, key, token and claim flags."""
+        data, stored = _payload.encode(record)
+        self._store.put(attrs.evolve(entry, data=data))
+        return stored
+
+    @staticmethod
+    def _unclaimed(current: TaskResult) -> TaskResult:
+        """`current` with its last claim undone: attempt and worker dropped."""
         attempts = max(current.attempts - 1, 0)
-        unclaimed = attrs.evolve(
+        return attrs.evolve(
             current,
-            status=READY,
             attempts=attempts,
             worker_ids=current.worker_ids[:-1],
             started_at=current.started_at if attempts else None,
             last_attempted_at=current.last_attempted_at if attempts else None,
         )
+
+    def _finalize_cancelled(
+        self, current: TaskResult, now_ms: int, token: str | None, expiries: int | None = None
+    ) -> TaskResult:
+        """Finalize a task with a cancel request CANCELLED (it never goes back), under `token`."""
+        cancelled = attrs.evolve(current, status=CANCELLED, finished_at=from_ms(now_ms))
+        stored = self._put(cancelled, (now_ms,), token, expiries)
+        self._history.record(current.queue, now_ms, finished=1)
+        return stored
+
+    def _give_back(
+        self,
+        entry: Entry,
+        current: TaskResult,
+        expiries: int,
+        now_ms: int,
+        due_ms: int | None = None,
+    ) -> TaskResult:
+        """Undo the claim `entry` is under: READY tail (DEFERRED till `due_ms` if given),
+        attempt and worker undone, no token. A task with a cancel request is finalized
+        CANCELLED instead (see `threadmill_core.backend`, "Cancel requests")."""
+        if current.cancel_requested_at is not None:
+            return self._finalize_cancelled(self._unclaimed(current), now_ms, None, expiries)
+        unclaimed = attrs.evolve(self._unclaimed(current), status=READY)
         if due_ms is not None:
             later = attrs.evolve(unclaimed, status=DEFERRED, run_after=from_ms(due_ms))
             return self._put(later, (due_ms,), token=None, expiries=expiries)

@@ -125,6 +125,8 @@ class MemoryBackend(
             errors=(),
             worker_ids=(),
             return_value=None,
+            progress=None,
+            cancel_requested_at=None,
         )
         return stored, (run_after_ms,) if deferred else self._ready_key(record.priority)
 

@@ -14,12 +14,14 @@ from threadmill_memory._state import MemoryState
 
 READY = TaskResultStatus.READY
 DEFERRED = TaskResultStatus.DEFERRED
+RUNNING = TaskResultStatus.RUNNING
 FAILED = TaskResultStatus.FAILED
 CANCELLED = TaskResultStatus.CANCELLED
 
 
 class MemoryInspection(MemoryState):
-    """`get`, `peek`, `rates`, `counts`, and the operator's `requeue`, `cancel` and `purge`."""
+    """`get`, `peek`, `rates`, `counts`, and the operator's `requeue`, `cancel`,
+    `request_cancel` and `purge`."""
 
     def get(self, task_id: str) -> TaskResult | None:
         with self._lock:
@@ -74,7 +76,12 @@ class MemoryInspection(MemoryState):
             if entry is None or entry.status not in {FAILED, CANCELLED}:
                 return None
             again = attrs.evolve(
-                self._decode(entry), status=READY, finished_at=None, return_value=None
+                self._decode(entry),
+                status=READY,
+                finished_at=None,
+                return_value=None,
+                progress=None,
+                cancel_requested_at=None,
             )
             stored = self._put_ready(again, token=None)
             self._history.record(entry.queue, now_ms, entered=1)
@@ -92,6 +99,17 @@ class MemoryInspection(MemoryState):
             stored = self._put(cancelled, (now_ms,), token=None)
             self._history.record(entry.queue, now_ms, finished=1)
             return stored
+
+    def request_cancel(self, task_id: str) -> TaskResult | None:
+        with self._lock:
+            now_ms = self._begin()
+            entry = self._store.get(task_id)
+            if entry is None or entry.status is not RUNNING:
+                return None
+            current = self._decode(entry)
+            if current.cancel_requested_at is not None:
+                return current  # the first request wins
+            return self._rewrite(entry, attrs.evolve(current, cancel_requested_at=from_ms(now_ms)))
 
     def purge(self, queue: str, status: TaskResultStatus) -> int:
         status = check_purgeable(status)

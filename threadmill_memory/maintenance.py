@@ -38,9 +38,13 @@ class MemoryMaintenance(MemoryState):
                 if record is None:
                     continue
                 if self._unstarted(entry):
-                    # Never ran: back to READY uncharged, and counted toward the bound.
-                    self._give_back(entry, record, entry.unstarted_expiries + 1)
+                    # Never ran: back to READY uncharged (CANCELLED if a cancel was
+                    # requested), and counted toward the bound.
+                    self._give_back(entry, record, entry.unstarted_expiries + 1, now_ms)
                     given_back = True
+                    continue
+                if record.cancel_requested_at is not None:  # it never goes back: CANCELLED
+                    self._finalize_cancelled(record, now_ms, token=None)
                     continue
                 token = self._new_token()  # not an attempt: the record itself is unchanged
                 claimed = attrs.evolve(

@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import attrs
 
-from threadmill_core.checks import check_decision, check_delay, check_limit, queue_names, ttl_ms
+from threadmill_core.checks import (
+    check_decision,
+    check_delay,
+    check_limit,
+    check_progress_updates,
+    queue_names,
+    ttl_ms,
+)
 from threadmill_core.clock import duration_ms, from_ms
 from threadmill_core.errors import PayloadError
-from threadmill_core.models import Decision, Lease, TaskResult, TaskResultStatus
+from threadmill_core.models import Decision, Lease, Progress, TaskResult, TaskResultStatus
 from threadmill_memory._state import MemoryState
 
 READY = TaskResultStatus.READY
@@ -18,10 +25,12 @@ DEFERRED = TaskResultStatus.DEFERRED
 RUNNING = TaskResultStatus.RUNNING
 SUCCESSFUL = TaskResultStatus.SUCCESSFUL
 FAILED = TaskResultStatus.FAILED
+CANCELLED = TaskResultStatus.CANCELLED
 
 
 class MemoryWorking(MemoryState):
-    """`claim`, `extend`, the decisions, `mark_started`, `release` and `wait_for_tasks`."""
+    """`claim`, `extend`, the decisions, `mark_started`, `record_progress`, `release` and
+    `wait_for_tasks`."""
 
     def claim(
         self,
@@ -84,7 +93,12 @@ class MemoryWorking(MemoryState):
                 except PayloadError:  # poison: the holder's record; the reaper quarantines it
                     record = lease.record
                 renewed.append(
-                    Lease(token=lease.token, deadline=from_ms(deadline_ms), record=record)
+                    Lease(
+                        token=lease.token,
+                        deadline=from_ms(deadline_ms),
+                        record=record,
+                        cancel_requested=record.cancel_requested_at is not None,
+                    )
                 )
             return renewed
 
@@ -107,8 +121,11 @@ class MemoryWorking(MemoryState):
         if entry is None or entry.token != decision.lease.token:
             return None
         completing = decision.retry_delay is None
-        # The states this kind of decision leaves a task in, while its token stays.
-        repeat_states = {SUCCESSFUL, FAILED} if completing else {READY, DEFERRED}
+        # The states this kind of decision leaves a task in, while its token stays
+        # (a retry of a task with a cancel request finalizes it CANCELLED).
+        repeat_states = (
+            {SUCCESSFUL, FAILED, CANCELLED} if completing else {READY, DEFERRED, CANCELLED}
+        )
         if entry.status in repeat_states:
             return self._decode(entry)  # a repeat after a lost reply: answered as the first time
         if entry.status is not RUNNING:
@@ -118,6 +135,10 @@ class MemoryWorking(MemoryState):
         except PayloadError:  # poison: decided all the same, on the holder's record
             current = decision.lease.record
         errors = tuple(decision.record.errors)
+        if not completing and current.cancel_requested_at is not None:
+            return self._finalize_cancelled(
+                attrs.evolve(current, errors=errors), now_ms, entry.token
+            )
         if decision.retry_delay is None:
             status = decision.record.status
             value = decision.record.return_value if status is SUCCESSFUL else None
@@ -157,6 +178,23 @@ class MemoryWorking(MemoryState):
             self._store.put(attrs.evolve(entry, started=True))
         return True
 
+    def record_progress(self, updates: Sequence[tuple[Lease, Progress]]) -> list[bool]:
+        checked = check_progress_updates(updates)
+        with self._lock:
+            now = from_ms(self._begin())
+            return [self._record_progress(lease, progress, now) for lease, progress in checked]
+
+    def _record_progress(self, lease: Lease, progress: Progress, now: datetime) -> bool:
+        entry = self._store.get(lease.task_id)
+        if entry is None or entry.token != lease.token or entry.status is not RUNNING:
+            return False
+        try:
+            current = self._decode(entry)
+        except PayloadError:  # poison: nothing to write it on; the reaper quarantines it
+            return False
+        self._rewrite(entry, attrs.evolve(current, progress=attrs.evolve(progress, updated_at=now)))
+        return True
+
     def release(
         self, leases: Sequence[Lease], delay: timedelta = timedelta(0)
     ) -> list[TaskResult | None]:
@@ -164,9 +202,10 @@ class MemoryWorking(MemoryState):
         wait_ms = check_delay(delay)
         with self._lock:
             now_ms = self._begin()
-            return [self._release(lease, now_ms + wait_ms if wait_ms else None) for lease in leases]
+            due_ms = now_ms + wait_ms if wait_ms else None
+            return [self._release(lease, now_ms, due_ms) for lease in leases]
 
-    def _release(self, lease: Lease, due_ms: int | None) -> TaskResult | None:
+    def _release(self, lease: Lease, now_ms: int, due_ms: int | None) -> TaskResult | None:
         entry = self._store.get(lease.task_id)
         if (
             entry is None
@@ -176,7 +215,8 @@ class MemoryWorking(MemoryState):
             or entry.reaped
         ):
             return None
-        return self._give_back(entry, self._decode(entry), entry.unstarted_expiries, due_ms)
+        current = self._decode(entry)
+        return self._give_back(entry, current, entry.unstarted_expiries, now_ms, due_ms)
 
     def wait_for_tasks(self, queues: Sequence[str], timeout: timedelta) -> bool:
         """Block until `queues` have a READY (or due DEFERRED) task, `timeout` passed, or `close`.

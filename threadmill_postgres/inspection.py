@@ -83,9 +83,26 @@ class PostgresInspection:
                 return None
             record = rows.record(found[0])  # poison raises here, before anything changes
             conn.execute(self.sql.requeue, params)
-            return attrs.evolve(record, status=READY, finished_at=None, return_value=None)
+            return attrs.evolve(
+                record,
+                status=READY,
+                finished_at=None,
+                return_value=None,
+                progress=None,
+                cancel_requested_at=None,
+            )
 
         return self.db.transaction(block, what="requeue")
+
+    def request_cancel(self, task_id: str) -> TaskResult | None:
+        """One statement; repeated after a lost reply (the first request wins, so a repeat
+        changes nothing)."""
+        if not rows.storable(task_id):
+            return None
+        found = self.db.fetch(
+            self.sql.request_cancel, {"id": task_id}, what="request_cancel", repeatable=True
+        )
+        return rows.record(found[0]) if found else None
 
     def cancel(self, task_id: str) -> TaskResult | None:
         if not rows.storable(task_id):

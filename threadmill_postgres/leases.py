@@ -1,7 +1,7 @@
 """What a worker does with the leases it holds, a mixin of `PostgresBackend`.
 
-`extend_many`, `mark_started`, `decide_many` (`complete`, `retry`) and
-`release`: each call is one statement (sql/queries/working.sql) however many
+`extend_many`, `mark_started`, `record_progress`, `decide_many` (`complete`,
+`retry`) and `release`: each call is one statement (sql/queries/working.sql) however many
 leases it names, each lease fenced on its own by its token, answers in the
 order given. Each is sent again after a lost reply: the token is kept after
 a decision, so a repeat finds its own outcome and answers as the first time;
@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from threadmill_core import codec
-from threadmill_core.checks import check_decision, check_delay, ttl_ms
+from threadmill_core.checks import check_decision, check_delay, check_progress_updates, ttl_ms
 from threadmill_core.clock import duration_ms, from_ms
 from threadmill_core.errors import PayloadError
-from threadmill_core.models import Decision, Lease, TaskResult, TaskResultStatus
+from threadmill_core.models import Decision, Lease, Progress, TaskResult, TaskResultStatus
 from threadmill_postgres import rows
 
 if TYPE_CHECKING:
@@ -32,10 +32,15 @@ READY = TaskResultStatus.READY
 DEFERRED = TaskResultStatus.DEFERRED
 SUCCESSFUL = TaskResultStatus.SUCCESSFUL
 FAILED = TaskResultStatus.FAILED
+CANCELLED = TaskResultStatus.CANCELLED
 
 #: The states each kind of decision leaves a task in while its token stays:
 #: a decision on a task in one of them is a repeat, answered from the store.
-REPEAT_STATES = {True: frozenset({SUCCESSFUL, FAILED}), False: frozenset({READY, DEFERRED})}
+#: By completing or not: a retry of a task with a cancel request finalizes it CANCELLED.
+REPEAT_STATES = {
+    True: frozenset({SUCCESSFUL, FAILED, CANCELLED}),
+    False: frozenset({READY, DEFERRED, CANCELLED}),
+}
 
 
 class PostgresLeases:
@@ -66,10 +71,18 @@ class PostgresLeases:
             "ttl": held_ms,
         }
         got = self.db.fetch(self.sql.extend_many, params, what="extend", repeatable=True)
-        for (at, lease), (_n, deadline) in zip(sent, got, strict=True):
+        for (at, lease), (_n, deadline, progress, requested) in zip(sent, got, strict=True):
             if deadline is not None:
+                record = attrs.evolve(
+                    lease.record,
+                    progress=rows.decode_progress(progress, lease.task_id),
+                    cancel_requested_at=None if requested is None else from_ms(requested),
+                )
                 answers[at] = Lease(
-                    token=lease.token, deadline=from_ms(deadline), record=lease.record
+                    token=lease.token,
+                    deadline=from_ms(deadline),
+                    record=record,
+                    cancel_requested=requested is not None,
                 )
         return answers
 
@@ -87,6 +100,25 @@ class PostgresLeases:
         got = self.db.fetch(self.sql.mark_started, params, what="mark_started", repeatable=True)
         for (at, _lease), (_n, marked) in zip(sent, got, strict=True):
             answers[at] = bool(marked)
+        return answers
+
+    def record_progress(self, updates: Sequence[tuple[Lease, Progress]]) -> list[bool]:
+        """Every update in one statement, each fenced on its own; answers in the order given."""
+        checked = check_progress_updates(updates)
+        answers = [False] * len(checked)
+        sent = [(at, lease, p) for at, (lease, p) in enumerate(checked) if _sendable(lease)]
+        if not sent:
+            return answers
+        params = {
+            "ids": [lease.task_id for _, lease, _ in sent],
+            "tokens": [lease.token for _, lease, _ in sent],
+            "heads": [rows.progress_head(progress) for _, _, progress in sent],
+        }
+        got = self.db.fetch(
+            self.sql.record_progress, params, what="record_progress", repeatable=True
+        )
+        for (at, _lease, _progress), (_n, stored) in zip(sent, got, strict=True):
+            answers[at] = bool(stored)
         return answers
 
     def complete(self, lease: Lease, record: TaskResult) -> TaskResult | None:
@@ -133,14 +165,17 @@ class PostgresLeases:
         applied: dict[str, TaskResult] = {}
         for at, row in zip(sent, got, strict=True):
             decision = decisions[at]
-            _n, current, was_applied, status, run_after, finished_at, errors, result = row
-            if not current or not (was_applied or _sane(run_after, finished_at)):
+            (_n, current, was_applied, status, run_after, finished_at, errors, result) = row[:8]
+            progress, requested = row[8:]
+            if not current or not (was_applied or _sane(run_after, finished_at, requested)):
                 continue  # stale, or a corrupt record refused (the reaper quarantines it)
             completing = decision.retry_delay is None
             state: dict[str, Any] = {
                 "status": TaskResultStatus(status),
                 "run_after": None if run_after is None else from_ms(run_after),
                 "finished_at": None if finished_at is None else from_ms(finished_at),
+                "progress": rows.decode_progress(progress, decision.lease.task_id),
+                "cancel_requested_at": None if requested is None else from_ms(requested),
             }
             if was_applied:
                 value = decision.record.return_value if state["status"] is SUCCESSFUL else None
@@ -196,6 +231,9 @@ class PostgresLeases:
             last_attempted_at,
             status,
             due,
+            finished_at,
+            progress,
+            requested,
         ) in zip(sent, got, strict=True):
             if attempts is None:
                 continue
@@ -203,6 +241,9 @@ class PostgresLeases:
                 lease.record,
                 status=TaskResultStatus(status),
                 run_after=None if due is None else from_ms(due),
+                finished_at=None if finished_at is None else from_ms(finished_at),
+                progress=rows.decode_progress(progress, lease.task_id),
+                cancel_requested_at=None if requested is None else from_ms(requested),
                 attempts=attempts,
                 worker_ids=tuple(worker_ids),
                 started_at=None if started_at is None else from_ms(started_at),

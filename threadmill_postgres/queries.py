@@ -149,6 +149,7 @@ class Statements:
     claim_found: str
     extend_many: str
     mark_started: str
+    record_progress: str
     decide_many: str
     release: str
     quarantine: str
@@ -168,6 +169,7 @@ class Statements:
     # sql/queries/operator.sql
     requeue_lock: str
     requeue: str
+    request_cancel: str
     cancel_lock: str
     cancel: str
     #: ``purge_<status>``, by status (in capitals): every segment but RUNNING.

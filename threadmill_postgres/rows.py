@@ -14,23 +14,27 @@ datetime can hold, a priority past the protocol's bounds).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import attrs
 
 from threadmill_core import checks, codec
-from threadmill_core.clock import from_ms, to_ms
+from threadmill_core.clock import duration_ms, from_ms, to_ms
 from threadmill_core.errors import PayloadError, TaskQuarantined, UnsupportedValue
 from threadmill_core.models import (
     MAX_PRIORITY,
     MIN_PRIORITY,
     Lease,
+    Progress,
     TaskError,
     TaskResult,
     TaskResultStatus,
 )
+
+log = logging.getLogger("threadmill_postgres")
 
 #: The errors column of a task without errors, as the codec writes it.
 NO_ERRORS = codec.encode_errors(())
@@ -46,11 +50,12 @@ MAX_MS = to_ms(datetime.max.replace(tzinfo=UTC))
 TASK_COLUMNS = (
     "id", "queue", "priority", "status", "payload", "run_after", "enqueued_at", "started_at",
     "last_attempted_at", "finished_at", "attempts", "errors", "worker_ids", "return_value",
+    "progress", "cancel_requested_at",
 )  # fmt: skip
 
 #: The timestamp columns of `TASK_COLUMNS`, by their place in it.
 _TIMESTAMPS = {5: "run_after", 6: "enqueued_at", 7: "started_at", 8: "last_attempted_at",
-               9: "finished_at"}  # fmt: skip
+               9: "finished_at", 15: "cancel_requested_at"}  # fmt: skip
 
 #: The fields `enqueue` resets, whatever the caller set (it keeps the rest).
 _NEW_STATE: dict[str, Any] = {
@@ -61,6 +66,8 @@ _NEW_STATE: dict[str, Any] = {
     "errors": (),
     "worker_ids": (),
     "return_value": None,
+    "progress": None,
+    "cancel_requested_at": None,
 }
 
 
@@ -136,13 +143,47 @@ def enqueued(record: TaskResult, status: str, now_ms: int) -> TaskResult:
     run_after = record.run_after
     if run_after is not None:
         run_after = from_ms(to_ms(run_after))
+    limit = record.time_limit  # stored as whole milliseconds, rounded up (see `codec`)
     return attrs.evolve(
         record,
+        time_limit=None if limit is None else timedelta(milliseconds=duration_ms(limit)),
         **_NEW_STATE,
         status=TaskResultStatus(status),
         enqueued_at=from_ms(now_ms),
         run_after=run_after,
     )
+
+
+#: How a progress's codec bytes end when its ``updated_at`` is None: the last key's value.
+_UNSTAMPED = b"null}"
+
+
+def progress_head(progress: Progress) -> bytes:
+    """`progress`'s codec bytes up to the value of ``updated_at``, its last key.
+
+    ``record_progress`` completes them with the database's time and ``}``, so
+    the stored bytes are what `codec.dumps` writes for the progress stamped
+    then, and `decode_progress` reads them back.
+    """
+    data = codec.dumps(attrs.evolve(progress, updated_at=None))
+    if not data.endswith(b'"updated_at":' + _UNSTAMPED):  # never: the codec writes fields in order
+        raise ValueError(f"unexpected progress encoding: {data!r}")
+    return data[: -len(_UNSTAMPED)]
+
+
+def decode_progress(data: bytes | None, task_id: str) -> Progress | None:
+    """A stored progress column; None for NULL, and for bytes that do not decode (logged).
+
+    A progress is what a task said about itself, never what it runs with, so
+    a corrupt one does not make the task poison.
+    """
+    if data is None:
+        return None
+    try:
+        return codec.loads(bytes(data), Progress)
+    except PayloadError as exc:
+        log.warning("task %r: its stored progress is read as none: %s", task_id, exc)
+        return None
 
 
 def _ms(value: object) -> Any:
@@ -170,7 +211,9 @@ def record(row: Sequence[Any], at: int = 0) -> TaskResult:
         errors,
         worker_ids,
         return_value,
-    ) = row[at : at + 14]
+        progress,
+        cancel_requested_at,
+    ) = row[at : at + 16]
     try:
         made = codec.decode_record(
             payload,
@@ -184,6 +227,8 @@ def record(row: Sequence[Any], at: int = 0) -> TaskResult:
             errors=codec.decode_errors(errors),
             worker_ids=tuple(worker_ids),
             return_value=None if return_value is None else codec.decode_value(return_value),
+            progress=decode_progress(progress, task_id),
+            cancel_requested_at=_ms(cancel_requested_at),
         )
         _check_owner(made, task_id, queue, priority)
     except PayloadError as exc:
@@ -191,7 +236,7 @@ def record(row: Sequence[Any], at: int = 0) -> TaskResult:
     except (TypeError, ValueError) as exc:  # a field the payload holds, out of any valid range
         raise PayloadError(f"task {task_id!r}: the stored payload is invalid: {exc}") from exc
     except OverflowError as exc:  # a timestamp column no datetime can hold
-        raise PayloadError(f"task {task_id!r}: {out_of_range(row[at : at + 14])}") from exc
+        raise PayloadError(f"task {task_id!r}: {out_of_range(row[at : at + 16])}") from exc
     return made
 
 
@@ -218,7 +263,7 @@ def lease(row: Sequence[Any]) -> Lease:
 #: Where a claim's row holds what quarantine needs (see `lease`).
 LEASE_TOKEN, LEASE_ID, LEASE_QUEUE, LEASE_PRIORITY, LEASE_ERRORS = 1, 3, 4, 5, 14
 #: Where a claim's row holds the task's count of give-backs (after TASK_COLUMNS).
-LEASE_EXPIRIES = 17
+LEASE_EXPIRIES = 19
 
 
 def _check_owner(made: TaskResult, task_id: str, queue: str, priority: int) -> None:

@@ -55,7 +55,7 @@ def _step(version: int, oldest_compatible: int) -> Migration:
 
 
 #: Every step, oldest first; the last one's version is `VERSION`.
-MIGRATIONS: tuple[Migration, ...] = (_step(1, 1), _step(2, 1), _step(3, 1))
+MIGRATIONS: tuple[Migration, ...] = (_step(1, 1), _step(2, 1), _step(3, 1), _step(4, 1))
 
 #: The schema version this code creates and works with.
 VERSION = MIGRATIONS[-1].version

@@ -10,10 +10,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import attrs
+
 from threadmill_core import codec
 from threadmill_core.backend import TaskCall
 from threadmill_core.clock import to_ms
-from threadmill_core.models import TaskResult, TaskResultStatus
+from threadmill_core.models import Progress, TaskResult, TaskResultStatus
 from threadmill_redis.errors import (
     PartlyEnqueued,
     PartlyEnqueuedUnavailable,
@@ -85,6 +87,23 @@ def outcome(record: TaskResult) -> tuple[str, bytes, bytes]:
     if record.status is TaskResultStatus.SUCCESSFUL and record.return_value is not None:
         result = codec.encode_value(record.return_value)
     return record.status.value, codec.encode_errors(record.errors), result
+
+
+#: How a progress's codec bytes end when its ``updated_at`` is None: the last key's value.
+_UNSTAMPED = b"null}"
+
+
+def progress_head(progress: Progress) -> bytes:
+    """`progress`'s codec bytes up to the value of ``updated_at``, its last key.
+
+    ``record_progress.lua`` completes them with the server's time and ``}``,
+    so the stored bytes are what `codec.dumps` writes for the progress
+    stamped then, and `codec.loads` reads them back.
+    """
+    data = codec.dumps(attrs.evolve(progress, updated_at=None))
+    if not data.endswith(b'"updated_at":' + _UNSTAMPED):  # never: the codec writes fields in order
+        raise ValueError(f"unexpected progress encoding: {data!r}")
+    return data[: -len(_UNSTAMPED)]
 
 
 def partly_enqueued(

@@ -14,6 +14,8 @@ again when the connection drops before the reply arrives: `complete`,
 token, see ``lib/complete_task.lua``), `claim` (each call leaves a receipt,
 and a repeat is answered with the same leases, see ``claim.lua``),
 `extend`, `mark_started` (marking again is answered as the first time),
+`record_progress` (storing again moves only the stamp), `request_cancel`
+(the first request wins),
 `enqueue` (idempotent on id), `promote_due` (a repeat promotes only what is
 due) and the reads. The others (`claim_expired`, `requeue`,
 `cancel`, `purge`) raise `RedisUnavailable` instead, since a repeat would
@@ -53,6 +55,7 @@ from threadmill_core.checks import (
     check_decision,
     check_delay,
     check_limit,
+    check_progress_updates,
     queue_names,
     ttl_ms,
 )
@@ -61,7 +64,9 @@ from threadmill_core.errors import InvalidOption
 from threadmill_core.models import (
     Decision,
     Lease,
+    Progress,
     TaskResult,
+    TaskResultStatus,
 )
 from threadmill_redis import arguments, clients, connections, scripts
 from threadmill_redis.boundary import call
@@ -69,7 +74,7 @@ from threadmill_redis.claiming import RedisClaims
 from threadmill_redis.clients import Client
 from threadmill_redis.errors import RedisUnavailable
 from threadmill_redis.inspection import RedisInspection
-from threadmill_redis.keys import STARTS, STORE, TELEMETRY, Keys
+from threadmill_redis.keys import CONTROL, STARTS, STORE, TELEMETRY, Keys
 from threadmill_redis.live_workers import RedisLiveWorkers
 from threadmill_redis.options import RedisOptions, split_url
 from threadmill_redis.pauses import RedisPauses
@@ -89,7 +94,7 @@ SCHEMES = tuple(clients.SCHEMES)
 
 
 #: The names of the namespace-wide keys a script header may declare.
-SCHEMA = frozenset(STORE + TELEMETRY + STARTS)
+SCHEMA = frozenset(STORE + TELEMETRY + STARTS + CONTROL)
 
 
 class RedisBackend(
@@ -238,6 +243,18 @@ class RedisBackend(
         reply = self._run("mark_started", args, repeatable=True)
         return [marked(code) for code in reply]
 
+    def record_progress(self, updates: Sequence[tuple[Lease, Progress]]) -> list[bool]:
+        """Stores the batch with one ``record_progress.lua``; repeated after a lost reply
+        (storing the same progress again is harmless: only its ``updated_at`` moves)."""
+        checked = check_progress_updates(updates)
+        if not checked:
+            return []
+        args: list[Any] = []
+        for lease, progress in checked:
+            args += [lease.task_id, lease.token, arguments.progress_head(progress)]
+        reply = self._run("record_progress", args, repeatable=True)
+        return [marked(code) for code in reply]
+
     def complete(self, lease: Lease, record: TaskResult) -> TaskResult | None:
         check_decision(Decision(lease=lease, record=record))
         args = [lease.task_id, lease.token, *arguments.outcome(record)]
@@ -290,7 +307,7 @@ class RedisBackend(
         time, *rows = self._decide(args, [self.keys.notify(queue) for queue in queues])
         finished_at = from_ms(int(time))  # of every completion applied (a bare OK row)
         return [
-            completed(d, finished_at) if isinstance(row, int) else decided(row, d)
+            completed(d, finished_at) if isinstance(row, int) else decided(row, d, finished_at)
             for row, d in zip(rows, decisions, strict=True)
         ]
 
@@ -310,7 +327,8 @@ class RedisBackend(
         # Repeatable: the first send clears the tokens, so a repeat is refused, changing nothing.
         reply = self._run("release", args, repeatable=True)
         released = [answer(row, lease.record) for row, lease in zip(reply, leases, strict=True)]
-        self._notify(list(dict.fromkeys(r.queue for r in released if r is not None)))
+        back = (r for r in released if r is not None and r.status is TaskResultStatus.READY)
+        self._notify(list(dict.fromkeys(r.queue for r in back)))
         return released
 
     def wait_for_tasks(self, queues: Sequence[str], timeout: timedelta) -> bool:

@@ -1,5 +1,5 @@
 """Reads (`get`, `peek`, `counts`, `rates`) and operator actions (`requeue`, `cancel`,
-`purge`), a part of `RedisBackend`."""
+`request_cancel`, `purge`), a part of `RedisBackend`."""
 
 from __future__ import annotations
 
@@ -82,6 +82,11 @@ class RedisInspection(Host):
 
     def cancel(self, task_id: str) -> TaskResult | None:
         return answer(self._run("cancel", [task_id], repeatable=False))
+
+    def request_cancel(self, task_id: str) -> TaskResult | None:
+        """One ``request_cancel.lua``; repeated after a lost reply (the first request wins,
+        so a repeat changes nothing)."""
+        return answer(self._run("request_cancel", [task_id], repeatable=True))
 
     def purge(self, queue: str, status: TaskResultStatus) -> int:
         status = check_purgeable(status)

@@ -19,6 +19,22 @@ it declared::
                             of the task were given back, then the token of the claim whose
                             start was recorded, "r<token>" for a reaper's claim, or empty
                             (absent for 0 and empty; deleted with the task)
+    {ns}:progress         HASH  id -> the last progress stored (`Backend.record_progress`):
+                                codec bytes of a `Progress`, its ``updated_at`` written by the
+                                script (absent for none; kept when the task finishes, deleted
+                                by requeue and with the task)
+    {ns}:cancel_requests  HASH  id -> when a cancel was requested for the RUNNING task
+                                (`Backend.request_cancel`), server ms; the first request
+                                wins (absent for none; kept when the task finishes, deleted
+                                by requeue and with the task)
+
+Progress and cancel requests live beside the state, not in it: a claim or a
+completion never writes them, stored states of earlier versions read as they
+are (no field was added to `STATE_LAYOUT`), and a task without either costs
+nothing but the HGET or HMGET of the scripts that report or act on them
+(`extend` and `extend_many`, which tell the holder of a request; `retry`,
+`release` and `claim_expired`, which finalize a task with one CANCELLED
+instead of sending it back; the rows of `lib/task_row`).
 
 A claim's start (`mark_started`) is a token in ``starts``, not a field of
 the state: a claim or a decision never touches it, so a drain of short
@@ -148,6 +164,10 @@ TELEMETRY = ("rates", "rate_index")
 #: tasks (lib/delete_task).
 STARTS = ("starts",)
 
+#: Progress and cancel requests (see above): declared by the scripts that read or
+#: write them, and by those that delete tasks (lib/delete_task) or answer rows.
+CONTROL = ("progress", "cancel_requests")
+
 #: The schedules' pause states: declared by ``set_schedule_paused.lua`` alone.
 SCHEDULES = ("schedules",)
 
@@ -211,12 +231,12 @@ class Keys:
         self.prefix = f"{{{namespace}}}:"
         self._store = {
             name: self.prefix + name
-            for name in STORE + TELEMETRY + STARTS + SCHEDULES + LIVE_WORKERS
+            for name in STORE + TELEMETRY + STARTS + CONTROL + SCHEDULES + LIVE_WORKERS
         }
 
     def store(self, name: str) -> str:
-        """The namespace-wide key called `name` (in `STORE`, `TELEMETRY`, `STARTS`, `SCHEDULES`,
-        `LIVE_WORKERS`)."""
+        """The namespace-wide key called `name` (in `STORE`, `TELEMETRY`, `STARTS`, `CONTROL`,
+        `SCHEDULES`, `LIVE_WORKERS`)."""
         return self._store[name]
 
     def notify(self, queue: str) -> str:

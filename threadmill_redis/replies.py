@@ -2,26 +2,34 @@
 
 `REPLIES` gives each script's reply shape. A task row, as
 ``lib/task_row.lua`` builds it, is ``[code, id, state, payload, errors,
-workers, result]``: the status code, then the stored bytes (nil where
-absent; the payload only where the caller lacks it), parsed by `Row.parse`.
-Python reassembles a `TaskResult` from the payload (the record as enqueued)
-and the fields the scripts keep beside it, the packed state read as
-`threadmill_redis.keys.STATE_LAYOUT` declares it (`parse_state`).
+workers, result, progress, cancel request]``: the status code, then the
+stored bytes (nil where absent; the payload only where the caller lacks
+it), parsed by `Row.parse`. Python reassembles a `TaskResult` from the
+payload (the record as enqueued) and the fields the scripts keep beside it,
+the packed state read as `threadmill_redis.keys.STATE_LAYOUT` declares it
+(`parse_state`).
+
+A stored progress that does not decode is read as none (and logged): it is
+what a task said about itself, never what it runs with, so it does not make
+the task poison. A cancel request that is not decimal milliseconds is
+corrupt state, and the task's record does not decode (`PayloadError`).
 """
 
 from __future__ import annotations
 
 import enum
+import logging
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 from threadmill_core import codec
-from threadmill_core.clock import from_ms, to_ms
+from threadmill_core.clock import duration_ms, from_ms, to_ms
 from threadmill_core.errors import PayloadError
 from threadmill_core.models import (
     Decision,
     Lease,
+    Progress,
     TaskError,
     TaskResult,
     TaskResultStatus,
@@ -30,22 +38,26 @@ from threadmill_core.models import (
 from threadmill_redis.arguments import Group
 from threadmill_redis.keys import STATE_FIELDS
 
+log = logging.getLogger("threadmill_redis")
+
 #: Each script's reply, by script name; "row" is a task row (see `Row`), "code" a bare
 #: status code. The parser named last turns it into core results.
 REPLIES: dict[str, str] = {
     "cancel": "row (`answer`)",
-    "claim": "a row per task claimed, its result nil and then its count of expired "
-    "unstarted claims given back (`Row.parse`, `Row.lease`)",
+    "claim": "a row per task claimed, its result and cancel request nil and then its "
+    "count of expired unstarted claims given back (`Row.parse`, `Row.lease`)",
     "claim_expired": "[queues given back], then a row per task claimed (`Row.parse`)",
-    "complete": "row; an OK row carries only the new state (`decided`)",
+    "complete": "row; an OK row carries only the new state, progress and cancel request "
+    "(`decided`)",
     "counts": "flat: queue, then its six segment sizes, per queue",
     "decide_many": "[finished time ms, then per decision: a bare OK code for a completion "
-    "applied now, else a row as complete or retry answers] (`decided`, `completed`)",
+    "applied now (an OK row without state when the task has progress or a cancel request), "
+    "else a row as complete or retry answers] (`decided`, `completed`)",
     "enqueue": "[server time ms, then per task: a bare OK code when stored now, else an "
     "EXISTS row] (`enqueued`)",
     "expire_leases": "how many leases expired",
-    "extend": "[code, deadline ms] (`extended`)",
-    "extend_many": "[code, deadline ms] per lease (`extended`)",
+    "extend": "[code, deadline ms, progress, cancel request] (`extended`)",
+    "extend_many": "[code, deadline ms, progress, cancel request] per lease (`extended`)",
     "get": "row, or nil when not found (`Row.parse`)",
     "harness_advance": "how many tasks moved (test support)",
     "mark_started": "a bare code per lease (`marked`)",
@@ -54,11 +66,13 @@ REPLIES: dict[str, str] = {
     "promote_due": "[count promoted, then the queues woken]",
     "purge": "[tasks deleted, of them not expired]",
     "quarantine": "a bare code per task",
+    "record_progress": "a bare code per update (`marked`)",
     "rates": "flat: queue, entered, finished, per queue",
     "register_worker": "the server time ms",
     "release": "a row per lease (`answer`)",
+    "request_cancel": "row (`answer`)",
     "requeue": "row (`answer`)",
-    "retry": "row; an OK row carries only the new state (`decided`)",
+    "retry": "row; an OK row carries only the new state, progress and cancel request (`decided`)",
     "set_schedule_paused": '"<1|0>|<since ms>"',
     "unregister_worker": "1 when an entry was deleted, else 0",
     "workers": "the entries of the live workers",
@@ -139,6 +153,27 @@ def parse_state(raw: bytes) -> State:
         raise PayloadError(f"stored task state is not valid: {raw!r}") from exc
 
 
+def decode_progress(data: bytes | None, task_id: str) -> Progress | None:
+    """A stored progress; None for none, and for bytes that do not decode (logged)."""
+    if data is None:
+        return None
+    try:
+        return codec.loads(data, Progress)
+    except PayloadError as exc:
+        log.warning("task %r: its stored progress is read as none: %s", task_id, exc)
+        return None
+
+
+def decode_requested(data: bytes | None) -> datetime | None:
+    """A stored cancel request's time; `PayloadError` when it is not decimal milliseconds."""
+    if data is None:
+        return None
+    try:
+        return from_ms(int(data))
+    except (ValueError, OverflowError) as exc:
+        raise PayloadError(f"stored cancel request is not valid: {data!r}") from exc
+
+
 def with_state(
     base: TaskResult,
     state: State,
@@ -146,6 +181,8 @@ def with_state(
     errors: tuple[TaskError, ...],
     worker_ids: tuple[str, ...],
     return_value: Any,
+    progress: Progress | None = None,
+    cancel_requested_at: datetime | None = None,
 ) -> TaskResult:
     """`base` (what was enqueued) with the fields the scripts own: `state`, and the rest given.
 
@@ -163,6 +200,8 @@ def with_state(
         errors=errors,
         worker_ids=worker_ids,
         return_value=return_value,
+        progress=progress,
+        cancel_requested_at=cancel_requested_at,
     )
 
 
@@ -201,6 +240,8 @@ class Row(NamedTuple):
     errors: bytes | None = None
     workers: bytes | None = None
     result: bytes | None = None
+    progress: bytes | None = None
+    cancel_requested: bytes | None = None
     #: A claim row's count of the task's expired unstarted claims given back.
     unstarted_expiries: int = 0
 
@@ -226,6 +267,8 @@ class Row(NamedTuple):
             errors = codec.decode_errors(self.errors) if self.errors else ()
             workers = decode_workers(self.workers)
             result = None if self.result is None else codec.decode_value(self.result)
+            progress = decode_progress(self.progress, self.id)
+            requested = decode_requested(self.cancel_requested)
             if base is None:
                 if self.payload is None:
                     raise PayloadError("no stored payload")
@@ -242,12 +285,20 @@ class Row(NamedTuple):
                     errors=errors,
                     worker_ids=workers,
                     return_value=result,
+                    progress=progress,
+                    cancel_requested_at=requested,
                 )
                 if record.id != self.id:
                     raise PayloadError(f"the stored bytes hold task {record.id!r}")
             else:
                 record = with_state(
-                    base, state, errors=errors, worker_ids=workers, return_value=result
+                    base,
+                    state,
+                    errors=errors,
+                    worker_ids=workers,
+                    return_value=result,
+                    progress=progress,
+                    cancel_requested_at=requested,
                 )
         except PayloadError as exc:
             raise PayloadError(f"task {self.id!r}: {exc}") from exc
@@ -274,29 +325,52 @@ def answer(reply: Sequence[Any], base: TaskResult | None = None) -> TaskResult |
     return row.record(base)
 
 
-def decided(reply: Sequence[Any], decision: Decision) -> TaskResult | None:
+def decided(
+    reply: Sequence[Any], decision: Decision, finished_at: datetime | None = None
+) -> TaskResult | None:
     """The core result of a complete, retry or decide_many row.
 
-    Fast path: an OK row (applied now) carries only the new state: the errors and return
-    value are the decision's own, and the worker ids are the lease's, so
-    nothing is read back or decoded again. Of an OK completion only the
-    finished time is read (see `completed`). A REPEAT row carries what the
-    first call stored.
+    Fast path: an OK row (applied now) carries only the new state (none from
+    decide_many, whose completions finished at `finished_at`), the progress
+    and the cancel request: the errors and return value are the decision's
+    own, and the worker ids are the lease's, so nothing else is read back or
+    decoded again. Of an OK completion only the finished time is read (see
+    `completed`). A REPEAT row carries what the first call stored.
     """
     if reply[0] != Status.OK:
         return answer(reply, decision.lease.record)
+    task_id = decision.lease.task_id
+    try:
+        progress = decode_progress(reply[3], task_id)
+        requested = decode_requested(reply[4])
+    except PayloadError as exc:
+        raise PayloadError(f"task {task_id!r}: {exc}") from exc
     if decision.retry_delay is None:
-        return completed(decision, parse_state(reply[2]).finished_at)
+        if reply[2]:
+            finished_at = parse_state(reply[2]).finished_at
+        return completed(decision, finished_at, progress, requested)
     claimed = decision.lease.record
     state = parse_state(reply[2])
     errors = tuple(decision.record.errors)
     return with_state(
-        claimed, state, errors=errors, worker_ids=claimed.worker_ids, return_value=None
+        claimed,
+        state,
+        errors=errors,
+        worker_ids=claimed.worker_ids,
+        return_value=None,
+        progress=progress,
+        cancel_requested_at=requested,
     )
 
 
-def completed(decision: Decision, finished_at: datetime | None) -> TaskResult:
-    """The record a completion applied now stored, finished at `finished_at`.
+def completed(
+    decision: Decision,
+    finished_at: datetime | None,
+    progress: Progress | None = None,
+    cancel_requested_at: datetime | None = None,
+) -> TaskResult:
+    """The record a completion applied now stored, finished at `finished_at`, with the
+    task's stored `progress` and `cancel_requested_at`.
 
     A completion changes no other field of the state the lease's record
     holds (see ``lib/mark_finished``), and the status is the decision's.
@@ -309,15 +383,32 @@ def completed(decision: Decision, finished_at: datetime | None) -> TaskResult:
         finished_at=finished_at,
         errors=tuple(record.errors),
         return_value=record.return_value if status is TaskResultStatus.SUCCESSFUL else None,
+        progress=progress,
+        cancel_requested_at=cancel_requested_at,
     )
 
 
 def extended(reply: Sequence[Any], lease: Lease) -> Lease | None:
-    """The core result of an extend reply ``[code, deadline ms]``."""
+    """The core result of an extend reply ``[code, deadline ms, progress, cancel request]``:
+    the lease renewed, its record with the task's progress and cancel request as stored."""
     status, deadline = Status(reply[0]), reply[1]
     if not ANSWERED[status]:
         return None
-    return Lease(token=lease.token, deadline=from_ms(int(deadline)), record=lease.record)
+    try:
+        requested = decode_requested(reply[3])
+    except PayloadError as exc:
+        raise PayloadError(f"task {lease.task_id!r}: {exc}") from exc
+    record = evolved(
+        lease.record,
+        progress=decode_progress(reply[2], lease.task_id),
+        cancel_requested_at=requested,
+    )
+    return Lease(
+        token=lease.token,
+        deadline=from_ms(int(deadline)),
+        record=record,
+        cancel_requested=requested is not None,
+    )
 
 
 def marked(reply: Any) -> bool:
@@ -344,6 +435,9 @@ def enqueued(rows: Sequence[Any], groups: Sequence[Group], now_ms: int) -> list[
     at = 0
     for base, calls in groups:
         run_after = None if base.run_after is None else from_ms(to_ms(base.run_after))
+        # Stored as whole milliseconds, rounded up (see `codec`).
+        limit = base.time_limit
+        time_limit = None if limit is None else timedelta(milliseconds=duration_ms(limit))
         deferred = run_after is not None and to_ms(run_after) > now_ms
         status = TaskResultStatus.DEFERRED if deferred else TaskResultStatus.READY
         first: TaskResult | None = None
@@ -363,6 +457,7 @@ def enqueued(rows: Sequence[Any], groups: Sequence[Group], now_ms: int) -> list[
                     priority=base.priority,
                     retry=base.retry,
                     headers=base.headers,
+                    time_limit=time_limit,
                     status=status,
                     enqueued_at=enqueued_at,
                     run_after=run_after,

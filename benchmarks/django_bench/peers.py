@@ -72,19 +72,34 @@ def empty_tables(app_module: str) -> None:
 
 
 class ThreadmillDjangoPeer(DjangoPeer):
+    """threadmill_django's worker with its defaults (the adaptive prefetch)."""
+
     name: ClassVar[str] = "threadmill_django"
     distribution: ClassVar[str] = "threadmill"
     alias: ClassVar[str] = "default"
+    #: ``--prefetch``; None: the worker's default.
+    prefetch: ClassVar[int | None] = None
 
     def worker_command(self, threads: int) -> list[str]:
         return self.manage(
             "threadmill", "worker", "--processes", "1", "--threads", str(threads),
-            "--prefetch", str(PREFETCH), "--log-level", "WARNING",
+            *self._prefetch(), "--log-level", "WARNING",
         )  # fmt: skip
 
     def describe(self, threads: int) -> str:
-        return (f"manage.py threadmill worker --processes 1 --threads {threads} "
-                f"--prefetch {PREFETCH}")  # fmt: skip
+        return " ".join(
+            ["manage.py threadmill worker --processes 1 --threads", str(threads), *self._prefetch()]
+        )
+
+    def _prefetch(self) -> list[str]:
+        return [] if self.prefetch is None else ["--prefetch", str(self.prefetch)]
+
+
+class ThreadmillDjangoPrefetch64Peer(ThreadmillDjangoPeer):
+    """The same worker with ``--prefetch 64``, which the defaults are held to (issue 38)."""
+
+    name: ClassVar[str] = "threadmill_django@prefetch64"
+    prefetch: ClassVar[int | None] = PREFETCH
 
 
 class DjangoTasksRedisPeer(DjangoPeer):
@@ -134,6 +149,7 @@ class ThreadmillCorePeer(ThreadmillPeer):
 #: The systems in table order: name -> (class, the module a peer needs installed).
 SYSTEMS: dict[str, tuple[type[Peer], str]] = {
     "threadmill_django": (ThreadmillDjangoPeer, "threadmill_django"),
+    "threadmill_django@prefetch64": (ThreadmillDjangoPrefetch64Peer, "threadmill_django"),
     "threadmill": (ThreadmillCorePeer, "threadmill_core"),
     "django-tasks-redis": (DjangoTasksRedisPeer, "django_tasks_redis"),
     "django-tasks-db": (DjangoTasksDbPeer, "django_tasks_db"),

@@ -10,6 +10,8 @@ and the floors of issue 19, as ratios within the run:
 - drain: threadmill_django at least 3 times the best Django peer;
 - enqueue: threadmill_django no slower than the fastest Django peer;
 - adapter: threadmill_django's drain at least 85 % of threadmill's own API.
+- defaults (issue 38): threadmill_django's drain at least 0.9x the same worker with
+  ``--prefetch 64`` (``threadmill_django@prefetch64``).
 
 It is written to ``benchmarks/results/django.{md,json}`` (``quick.django.*``,
 which git ignores, with ``--quick``). Needs Python 3.12+ with Django, psycopg and the peers
@@ -120,6 +122,11 @@ def floors(medians: dict[str, dict[str, float | None]]) -> list[dict[str, Any]]:
         ratio = drain / core["drain_1x1"]
         rows.append({"floor": "adapter drain >= 85% of threadmill's own API",
                      "ratio": ratio, "pass": ratio >= 0.85})  # fmt: skip
+    tuned = medians.get("threadmill_django@prefetch64", {}).get("drain_1x1")
+    if drain and tuned:
+        ratio = drain / tuned
+        rows.append({"floor": "defaults drain >= 0.9x --prefetch 64 (issue 38)",
+                     "ratio": ratio, "pass": ratio >= 0.9})  # fmt: skip
     return rows
 
 

@@ -32,6 +32,7 @@ from benchmarks.server import REPO_ROOT
 REGISTRY: dict[str, str] = {
     "threadmill": "benchmarks.peers.threadmill_peer:ThreadmillPeer",
     "threadmill@prefetch64": "benchmarks.peers.threadmill_peer:ThreadmillPrefetch64Peer",
+    "threadmill@time-limit": "benchmarks.peers.threadmill_peer:ThreadmillTimeLimitPeer",
     "dramatiq": "benchmarks.peers.dramatiq_peer:DramatiqPeer",
     "huey": "benchmarks.peers.huey_peer:HueyPeer",
     "saq": "benchmarks.peers.saq_peer:SaqPeer",

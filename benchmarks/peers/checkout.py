@@ -32,7 +32,7 @@ from benchmarks.server import REPO_ROOT
 
 #: The packages a checkout's threadmill is imported from.
 PACKAGES = ("threadmill_core", "threadmill_memory", "threadmill_redis")
-#: What names a baseline in the report (see `benchmarks.report.floors`).
+#: What names a baseline in the report (see `benchmarks.floors`).
 PREFIX = "threadmill@"
 
 

@@ -1,9 +1,10 @@
 """threadmill: ``@task`` functions, `Broker.enqueue` / `enqueue_many`, ``threadmill worker``.
 
-Two configurations of the same worker: ``threadmill`` with its defaults
-(the adaptive prefetch, issue 38), and ``threadmill@prefetch64`` with
+Three configurations of the same worker: ``threadmill`` with its defaults
+(the adaptive prefetch, issue 38), ``threadmill@prefetch64`` with
 ``--prefetch 64`` (Dramatiq's prefetch in this run), which the report
-compares it with as it compares a baseline.
+compares it with as it compares a baseline, and ``threadmill@time-limit``,
+the defaults with a time limit on every task (``--time-limit``, issue 35).
 """
 
 from __future__ import annotations
@@ -49,6 +50,8 @@ class ThreadmillPeer(Peer):
     has_batch: ClassVar[bool] = True
     #: ``--prefetch``; None: the worker's default.
     prefetch: ClassVar[int | None] = None
+    #: ``--time-limit`` (seconds); None: none, the worker's default.
+    time_limit: ClassVar[int | None] = None
 
     broker: Broker
 
@@ -85,16 +88,19 @@ class ThreadmillPeer(Peer):
             "1",
             "--threads",
             str(threads),
-            *self._prefetch_option(),
+            *self._options(),
         )
 
     def describe(self, threads: int) -> str:
         return " ".join(
-            ["threadmill worker --processes 1 --threads", str(threads), *self._prefetch_option()]
+            ["threadmill worker --processes 1 --threads", str(threads), *self._options()]
         )
 
-    def _prefetch_option(self) -> list[str]:
-        return [] if self.prefetch is None else ["--prefetch", str(self.prefetch)]
+    def _options(self) -> list[str]:
+        options = [] if self.prefetch is None else ["--prefetch", str(self.prefetch)]
+        if self.time_limit is not None:
+            options += ["--time-limit", str(self.time_limit)]
+        return options
 
 
 class ThreadmillPrefetch64Peer(ThreadmillPeer):
@@ -102,6 +108,13 @@ class ThreadmillPrefetch64Peer(ThreadmillPeer):
 
     name: ClassVar[str] = "threadmill@prefetch64"
     prefetch: ClassVar[int | None] = PREFETCH
+
+
+class ThreadmillTimeLimitPeer(ThreadmillPeer):
+    """The defaults with ``--time-limit 60``: every task runs under a limit it never reaches."""
+
+    name: ClassVar[str] = "threadmill@time-limit"
+    time_limit: ClassVar[int | None] = 60
 
 
 def enqueue_naps(redis_url: str, n: int) -> None:

@@ -76,7 +76,7 @@ class TokenBlindBackend(MemoryBackend):
 def test_machine_names_the_rule_a_backend_breaks() -> None:
     """A backend whose complete() ignores the token fails the machine with that rule named."""
     quick = settings(
-        max_examples=200,
+        max_examples=500,
         stateful_step_count=20,
         phases=[Phase.generate],  # the first failure is enough; shrinking it takes long
         derandomize=True,
@@ -155,7 +155,7 @@ def test_machine_names_a_broken_rule_of_recorded_starts(
     """A backend that forgets recorded starts, or charges claims that never started, fails the
     machine with the rule it broke named."""
     quick = settings(
-        max_examples=200,
+        max_examples=500,
         stateful_step_count=20,
         phases=[Phase.generate],
         derandomize=True,

@@ -30,7 +30,7 @@ BROKEN_BACKEND_CONFTEST = """
 
     settings.register_profile(
         "quick",
-        max_examples=200,
+        max_examples=500,
         stateful_step_count=20,
         phases=[Phase.generate],
         derandomize=True,

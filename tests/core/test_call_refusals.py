@@ -156,10 +156,10 @@ def backoff_with_an_unknown_option() -> object:
 @pytest.mark.parametrize(
     ("make", "valid"),
     [
-        (using_with_an_unknown_option, "broker, queue, priority, run_after"),
+        (using_with_an_unknown_option, "broker, queue, priority, run_after, time_limit"),
         (
             register_with_an_unknown_option,
-            "path, queue, priority, retry, lease_ttl, takes_context, signature",
+            "path, queue, priority, retry, lease_ttl, time_limit, takes_context, signature",
         ),
         (
             backoff_with_an_unknown_option,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from enum import IntEnum
 from typing import Any
 
@@ -26,7 +26,7 @@ from threadmill_core.codec import (
     encode_value,
 )
 from threadmill_core.ids import new_task_id
-from threadmill_core.models import RetryPolicySpec, TaskCall
+from threadmill_core.models import Progress, RetryPolicySpec, TaskCall
 from threadmill_core.testing import strategies as ts
 
 json_values = st.recursive(
@@ -268,3 +268,115 @@ def test_a_payload_of_the_right_keys_but_the_wrong_types_is_refused(
         decode_record(data, **STATE)
     with pytest.raises(PayloadError):
         decode_record(b"not json", **STATE)
+
+
+# --- time limits, progress and cancel requests -----------------------------------------
+
+
+def test_a_record_without_the_new_fields_encodes_as_before() -> None:
+    """No time_limit, progress or cancel request: none of their keys, in either payload."""
+    record = TaskResult(id="t", task_path="m:f", args=[1])
+    assert encode_enqueued(record) == (
+        b'{"task_path":"m:f","queue":"default","priority":0,"retry":null,'
+        b'"id":"t","args":[1],"kwargs":{}}'
+    )
+    full = json.loads(encode_record(record))
+    assert not {"time_limit", "progress", "cancel_requested_at", "headers"} & set(full)
+
+
+@pytest.mark.parametrize(
+    ("limit", "stored_ms"),
+    [
+        (timedelta(seconds=5), 5000),
+        (timedelta(microseconds=1500), 2),
+        (timedelta(days=2), 172800000),
+    ],
+)
+@pytest.mark.parametrize("headers", [{}, {"traceparent": "x"}])
+def test_a_time_limit_is_stored_as_whole_milliseconds_rounded_up(
+    limit: timedelta, stored_ms: int, headers: dict[str, str]
+) -> None:
+    """time_limit travels in the payload as positive integer ms, with or without headers, and
+    every path (fast, converter, many calls) reads it back the same."""
+    record = TaskResult(id="t", task_path="m:f", time_limit=limit, headers=headers)
+    back = attrs.evolve(record, time_limit=timedelta(milliseconds=stored_ms))
+    data = encode_enqueued(record)
+    assert json.loads(data)["time_limit"] == stored_ms
+    assert decode_record(data) == back
+    assert decode_record(encode_record(record)) == back
+    calls: list[TaskCall] = [("a", [1], {}), ("b", [], {"k": 2})]
+    assert encode_calls(record, calls) == [
+        encode_enqueued(call_record(record, call)) for call in calls
+    ]
+    assert call_record(record, calls[0]).time_limit == limit
+
+
+@pytest.mark.parametrize("stored", [0, -5, 1.5, "5", True, [1]])
+def test_a_stored_time_limit_that_is_not_positive_whole_milliseconds_is_refused(
+    stored: object,
+) -> None:
+    raw = json.loads(encode_enqueued(TaskResult(id="t", task_path="m:f")))
+    with pytest.raises(PayloadError, match="time_limit"):
+        decode_record(json.dumps({**raw, "time_limit": stored}).encode())
+
+
+def test_a_time_limit_must_be_a_positive_timedelta() -> None:
+    for bad in (timedelta(0), timedelta(seconds=-1), 5):
+        with pytest.raises(ValueError, match="time_limit"):
+            TaskResult(id="t", task_path="m:f", time_limit=bad)  # type: ignore[arg-type]
+
+
+def test_progress_and_a_cancel_request_are_backend_state() -> None:
+    """They round trip in a full record, and encode_enqueued leaves them out (STATE_FIELDS)."""
+    moment = datetime(2030, 5, 6, 7, 8, 9, 123000, tzinfo=UTC)
+    progress = Progress(done=2.5, total=10, message="ünï 🚀", updated_at=moment)
+    record = TaskResult(id="t", task_path="m:f", progress=progress, cancel_requested_at=moment)
+    assert {"progress", "cancel_requested_at"} <= STATE_FIELDS
+    assert decode_record(encode_record(record)) == record
+    assert decode_record(encode_enqueued(record)) == TaskResult(id="t", task_path="m:f")
+    assert decode_record(encode_enqueued(record), progress=progress) == attrs.evolve(
+        record, cancel_requested_at=None
+    )
+
+
+@pytest.mark.parametrize(
+    "stored",
+    [
+        {"done": 3, "total": 2, "message": None, "updated_at": None},
+        {"done": True, "total": None, "message": None, "updated_at": None},
+        {"done": 1, "total": None, "message": 5, "updated_at": None},
+        {"done": 1, "total": None, "message": None},
+        {"done": 1, "total": None, "message": None, "updated_at": 1.5},
+    ],
+)
+def test_stored_progress_that_breaks_its_rules_is_refused(stored: dict[str, Any]) -> None:
+    raw = json.loads(encode_record(TaskResult(id="t", task_path="m:f")))
+    with pytest.raises(PayloadError, match="progress"):
+        decode_record(json.dumps({**raw, "progress": stored}).encode())
+
+
+@pytest.mark.parametrize(
+    ("done", "total", "message", "named"),
+    [
+        (-1, None, None, "done must be a finite number of zero or more"),
+        (float("nan"), None, None, "done must be a finite number"),
+        (True, None, None, "done must be a finite number"),
+        ("5", None, None, "done must be a finite number"),
+        (1, 0, None, "total must be None or a finite number above zero"),
+        (1, float("inf"), None, "total must be None or a finite number above zero"),
+        (3, 2, None, r"done \(3\) is more than its total \(2\)"),
+        (1, None, b"bytes", "message must be None or a str"),
+        (1, None, "x" * 1_000_001, "1,000,001 characters long; it may have at most 1,000"),
+    ],
+)
+def test_a_bad_progress_is_refused_naming_the_problem(
+    done: object, total: object, message: object, named: str
+) -> None:
+    from threadmill_core import InvalidOption
+    from threadmill_core.models import check_progress
+
+    with pytest.raises(InvalidOption, match=named):
+        check_progress(done, total, message)
+    with pytest.raises(InvalidOption, match=named):
+        Progress(done=done, total=total, message=message)  # type: ignore[arg-type]
+    check_progress(1, 2, "x" * 1_000)  # the limits themselves are fine

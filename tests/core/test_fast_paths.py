@@ -23,8 +23,9 @@ from hypothesis import strategies as st
 
 from threadmill_core import InvalidOption, PayloadError, TaskResult
 from threadmill_core.codec import converter, decode_record, encode_enqueued, encode_record
+from threadmill_core.context import TaskContext
 from threadmill_core.ids import new_task_id
-from threadmill_core.models import TaskContext, TaskResultStatus, evolved
+from threadmill_core.models import TaskResultStatus, evolved
 from threadmill_core.testing import strategies as ts
 
 records = st.builds(

@@ -23,7 +23,14 @@ import attrs
 from threadmill_core.backend import Backend, SchedulePause
 from threadmill_core.errors import BackendUnavailable
 from threadmill_core.live_workers import WorkerInfo
-from threadmill_core.models import Decision, Lease, QueueCounts, TaskResult, TaskResultStatus
+from threadmill_core.models import (
+    Decision,
+    Lease,
+    Progress,
+    QueueCounts,
+    TaskResult,
+    TaskResultStatus,
+)
 
 T = TypeVar("T")
 
@@ -99,6 +106,9 @@ class FlakyBackend(Backend):
     def mark_started(self, leases: Sequence[Lease]) -> list[bool]:
         return self._through("mark_started", lambda: self.inner.mark_started(leases))
 
+    def record_progress(self, updates: Sequence[tuple[Lease, Progress]]) -> list[bool]:
+        return self._through("record_progress", lambda: self.inner.record_progress(updates))
+
     def extend(self, lease: Lease, lease_ttl: timedelta) -> Lease | None:
         return self._through("extend", lambda: self.inner.extend(lease, lease_ttl))
 
@@ -146,6 +156,9 @@ class FlakyBackend(Backend):
 
     def requeue(self, task_id: str) -> TaskResult | None:
         return self._through("requeue", lambda: self.inner.requeue(task_id))
+
+    def request_cancel(self, task_id: str) -> TaskResult | None:
+        return self._through("request_cancel", lambda: self.inner.request_cancel(task_id))
 
     def cancel(self, task_id: str) -> TaskResult | None:
         return self._through("cancel", lambda: self.inner.cancel(task_id))

@@ -151,8 +151,13 @@ def test_killed_workers_of_three_namespaces_on_three_shards_lose_nothing(
 
     killed: dict[str, list[int]] = {namespace: [] for namespace in namespaces}
     settings = [
+        # A fixed prefetch of one per thread, so that what a kill may rerun is bounded below.
         burst_settings(
-            cluster.url(ns), processes=1, threads=threads, lease_ttl=timedelta(seconds=1)
+            cluster.url(ns),
+            processes=1,
+            threads=threads,
+            prefetch=threads,
+            lease_ttl=timedelta(seconds=1),
         )
         for ns in namespaces
     ]
@@ -201,5 +206,5 @@ def check_crash_runs(events: list[str], total: int, killed: list[int], threads: 
     assert {first_pid[n] for n in rerun} <= set(killed), "a rerun task first ran in a live process"
     for pid in killed:
         caught = [n for n in rerun if first_pid[n] == pid]
-        # At most threads + prefetch (2 x threads by default) unacknowledged per process.
+        # At most threads + prefetch (2 x threads here) unacknowledged per process.
         assert len(caught) <= 2 * threads, f"the kill of {pid} caused {len(caught)} reruns"

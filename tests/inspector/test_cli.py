@@ -133,7 +133,9 @@ def test_ls_lists_one_segment_with_its_last_errors(fleet: Fleet, threadmill: Thr
     ran = threadmill("ls", "reports", "--status", "failed")
     assert ran.code == 0
     lines = ran.out.splitlines()
-    assert lines[0].split() == ["id", "task", "prio", "tries", "finished", "last", "error"]
+    assert lines[0].split() == [
+        "id", "task", "prio", "tries", "finished", "last", "error", "progress",
+    ]  # fmt: skip
     assert [line.split()[0] for line in lines[1:3]] == fleet.failed
     assert "ValueError: invalid literal for int() with base 10: 'n/a'" in lines[1]
     assert lines[-1] == "1-2 of 2 FAILED in queue 'reports'"
@@ -383,25 +385,25 @@ def test_requeue_needs_ids_or_failed_but_not_both(fleet: Fleet, threadmill: Thre
 # --- cancel ----------------------------------------------------------------------------
 
 
-def test_cancel_cancels_pending_tasks_and_refuses_running_and_finished(
+def test_cancel_cancels_pending_tasks_requests_running_and_refuses_finished(
     fleet: Fleet, threadmill: Threadmill, broker: Broker
 ) -> None:
-    """cancel moves READY and DEFERRED to CANCELLED; a running or finished task is refused."""
+    """cancel moves READY and DEFERRED to CANCELLED, requests the cancel of a running task
+    (which keeps running until its worker stops it), and refuses a finished one."""
     ran = threadmill("cancel", *fleet.ready, *fleet.deferred, *fleet.running, fleet.failed[0])
     assert ran.code == 1
     lines = ran.out.splitlines()
     assert lines[0] == f"cancelled  {fleet.ready[0]}  (emails, now CANCELLED)"
     assert lines[1] == f"cancelled  {fleet.deferred[0]}  (emails, now CANCELLED)"
-    assert lines[2] == (
-        f"refused    {fleet.running[0]}  it is RUNNING: a running task cannot be cancelled; "
-        "its lease holder decides it"
-    )
+    assert lines[2] == f"requested  {fleet.running[0]}  cancel requested (emails, now RUNNING)"
     assert lines[3] == (
         f"refused    {fleet.failed[0]}  it already finished (FAILED): a finished task cannot "
         "be cancelled"
     )
     assert stored(broker, fleet.ready[0]).status is CANCELLED
-    assert stored(broker, fleet.running[0]).status is TaskResultStatus.RUNNING
+    running = stored(broker, fleet.running[0])
+    assert running.status is TaskResultStatus.RUNNING
+    assert running.cancel_requested_at is not None
     assert threadmill("cancel", *fleet.successful).code == 3
 
 

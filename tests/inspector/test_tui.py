@@ -83,8 +83,9 @@ def test_inspect_shows_counts_opens_a_failed_task_and_requeues_it(
     assert stored(broker, failed_id).status is TaskResultStatus.READY
 
 
-def test_inspect_reports_a_refused_cancel_and_changes_nothing(fleet: Fleet, broker: Broker) -> None:
-    """Cancelling a task that is RUNNING is refused, told, and the task keeps running."""
+def test_inspect_requests_the_cancel_of_a_running_task(fleet: Fleet, broker: Broker) -> None:
+    """Cancelling a task that is RUNNING requests it, says so, and the task keeps running
+    until its worker stops it."""
 
     async def drive() -> list[str]:
         app = InspectorApp(broker, refresh_interval=NEVER)
@@ -101,11 +102,10 @@ def test_inspect_reports_a_refused_cancel_and_changes_nothing(fleet: Fleet, brok
             return app.action_log
 
     messages = asyncio.run(drive())
-    assert messages == [
-        f"cancel refused for {fleet.running[0]}: it is RUNNING: a running task cannot be "
-        "cancelled; its lease holder decides it"
-    ]
-    assert stored(broker, fleet.running[0]).status is TaskResultStatus.RUNNING
+    assert messages == [f"cancel requested for {fleet.running[0]}: now RUNNING"]
+    running = stored(broker, fleet.running[0])
+    assert running.status is TaskResultStatus.RUNNING
+    assert running.cancel_requested_at is not None
 
 
 def test_inspect_answering_no_changes_nothing(fleet: Fleet, broker: Broker) -> None:

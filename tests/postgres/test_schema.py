@@ -14,8 +14,9 @@ import pytest
 
 from tests.conftest import PostgresDatabase
 from tests.postgres.conftest import LEASE, admin, tasks
+from threadmill_core import codec
 from threadmill_core.live_workers import WorkerInfo
-from threadmill_core.models import Decision, TaskResultStatus
+from threadmill_core.models import Decision, Progress, TaskResult, TaskResultStatus
 from threadmill_postgres import PostgresBackend, SchemaVersionError, schema
 from threadmill_postgres.schema import MIGRATIONS, Migration, quote_ident
 from threadmill_postgres.testing import new_namespace
@@ -164,13 +165,13 @@ def test_a_version_1_schema_gains_the_schedules_table_keeping_its_tasks(
 def test_a_version_2_schema_gains_the_live_workers_table_and_version_2_code_goes_on(
     make_backend: Callable[..., PostgresBackend], database: PostgresDatabase
 ) -> None:
-    """A namespace made by version 2 code is upgraded to 3, where workers are listed; the step
-    raises no floor, so code that knows only version 2 still accepts the schema."""
+    """A namespace made by version 2 code is upgraded (to 3, then on), where workers are listed;
+    no step raises the floor, so code that knows only version 2 still accepts the schema."""
     namespace = new_namespace()
     with psycopg.connect(database.url, autocommit=True) as conn:
         assert schema.ensure(conn, namespace, MIGRATIONS[:2]) == 2
     backend = make_backend(namespace=namespace)
-    assert meta(database, namespace) == {"version": 3, "oldest_compatible": 1}
+    assert meta(database, namespace) == {"version": schema.VERSION, "oldest_compatible": 1}
     entry = WorkerInfo(
         id="box:1:abc", host="box", pid=1, queues=("default",), threads=1, version="0",
         started_at=backend.now(),
@@ -178,7 +179,43 @@ def test_a_version_2_schema_gains_the_live_workers_table_and_version_2_code_goes
     backend.register_worker(entry, timedelta(minutes=1))
     assert [w.id for w in backend.workers()] == ["box:1:abc"]
     with psycopg.connect(database.url, autocommit=True) as conn:
-        assert schema.ensure(conn, namespace, MIGRATIONS[:2]) == 3  # no SchemaVersionError
+        assert schema.ensure(conn, namespace, MIGRATIONS[:2]) == schema.VERSION  # no error
+
+
+def test_a_version_3_schema_gains_progress_and_cancel_requests_keeping_its_tasks(
+    make_backend: Callable[..., PostgresBackend], database: PostgresDatabase
+) -> None:
+    """A namespace made by version 3 code, holding tasks, is upgraded to 4 in place: its
+    tasks read with no progress and no cancel request, a running one takes both, and
+    code that knows only version 3 still accepts the schema (the step raises no floor)."""
+    namespace = new_namespace()
+    with psycopg.connect(database.url, autocommit=True) as conn:
+        assert schema.ensure(conn, namespace, MIGRATIONS[:3]) == 3
+        quoted = quote_ident(namespace)
+        conn.execute(
+            f"INSERT INTO {quoted}.tasks (id, queue, priority, status, payload, ready_order,"
+            f" enqueued_at) VALUES (%s, 'default', 0, 'READY', %s,"
+            f" nextval('{quoted}.ready_order'), {quoted}.now_ms())",
+            ("old", codec.encode_enqueued(TaskResult(id="old", task_path="m:f"))),
+        )
+    backend = make_backend(namespace=namespace)
+    assert meta(database, namespace) == {"version": 4, "oldest_compatible": 1}
+    stored = backend.get("old")
+    assert stored is not None
+    assert stored.progress is None
+    assert stored.cancel_requested_at is None
+    [lease] = backend.claim(["default"], worker="w", lease_ttl=LEASE)
+    assert backend.record_progress([(lease, Progress(done=1, total=2))]) == [True]
+    requested = backend.request_cancel("old")
+    assert requested is not None
+    assert requested.cancel_requested_at is not None
+    assert requested.progress is not None
+    assert requested.progress.done == 1
+    renewed = backend.extend(lease, LEASE)
+    assert renewed is not None
+    assert renewed.cancel_requested
+    with psycopg.connect(database.url, autocommit=True) as conn:
+        assert schema.ensure(conn, namespace, MIGRATIONS[:3]) == 4  # no SchemaVersionError
 
 
 @pytest.mark.parametrize("made_at", [1, 2, 3])

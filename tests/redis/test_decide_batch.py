@@ -165,4 +165,5 @@ def test_completions_cost_the_same_commands_in_a_batch_of_two_or_a_hundred(
         costs.append(script_commands(real_client, decide, on_key=lambda k: k not in telemetry))
     two, hundred = costs
     assert two == hundred
-    assert sum(two.values()) <= 12, two
+    # 12, and two HMGETs a batch for the progress and cancel requests it answers with.
+    assert sum(two.values()) <= 14, two

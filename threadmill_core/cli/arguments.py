@@ -173,6 +173,24 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: %(default)s)",
     )
     worker.add_argument(
+        "--time-limit",
+        type=_positive_float,
+        default=None,
+        metavar="SECONDS",
+        help="the longest one attempt of a task may run when its task or call sets no limit "
+        "(@task(time_limit=...)): past it TimeLimitExceeded is raised in the task; one that has "
+        "not stopped --time-limit-grace later is recorded FAILED (or retried) and its worker "
+        "process replaced (default: no limit)",
+    )
+    worker.add_argument(
+        "--time-limit-grace",
+        type=_positive_float,
+        default=5.0,
+        metavar="SECONDS",
+        help="how long a task told to stop (its time limit passed, or a cancel was requested) "
+        "may take to stop before its process is replaced (default: %(default)s)",
+    )
+    worker.add_argument(
         "--poll-interval",
         type=_positive_float,
         default=1.0,
@@ -321,6 +339,8 @@ def worker_settings(args: argparse.Namespace, broker_url: str, **more: Any) -> W
         threads=args.threads,
         prefetch=args.prefetch,
         lease_ttl=timedelta(seconds=args.lease_ttl),
+        time_limit=None if args.time_limit is None else timedelta(seconds=args.time_limit),
+        time_limit_grace=timedelta(seconds=args.time_limit_grace),
         poll_interval=timedelta(seconds=args.poll_interval),
         max_tasks=args.max_tasks,
         max_tasks_jitter=args.max_tasks_jitter,
@@ -435,10 +455,11 @@ def _add_inspecting_commands(commands: argparse._SubParsersAction[argparse.Argum
 
     cancel = add(
         "cancel",
-        "cancel READY or DEFERRED tasks",
-        "Cancel tasks that are waiting to run (READY or DEFERRED). A RUNNING task cannot be "
-        "cancelled (its lease holder decides it) and a finished one is already final: both are "
-        "refused and reported with the reason.",
+        "cancel tasks, or request the cancel of running ones",
+        "Cancel tasks that are waiting to run (READY or DEFERRED). A RUNNING task gets a cancel "
+        "request (reported as 'cancel requested'): its worker hears of it at its next heartbeat, "
+        "raises TaskCancelled inside the task, and the task ends CANCELLED unless it finished "
+        "first. A finished task is already final: it is refused and reported with the reason.",
     )
     cancel.add_argument("task_ids", nargs="+", metavar="ID", help=_ID_HELP)
 

@@ -246,6 +246,9 @@ def _report(
     for outcome in report.outcomes:
         if outcome.record is not None and each_done:
             where = f"({outcome.record.queue}, now {outcome.record.status.value})"
+            if report.action == "cancel" and outcome.record.status is TaskResultStatus.RUNNING:
+                print(f"{'requested':<9}  {outcome.task_id}  cancel requested {where}")
+                continue
             print(f"{past:<9}  {outcome.task_id}  {where}")
         elif not outcome.done:
             print(f"{'refused':<9}  {outcome.task_id}  {outcome.reason}")

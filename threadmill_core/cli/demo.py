@@ -17,8 +17,9 @@ from datetime import timedelta
 from typing import TextIO
 
 from threadmill_core.broker import Broker, connect
+from threadmill_core.context import TaskContext
 from threadmill_core.hookspecs import hookimpl
-from threadmill_core.models import Lease, TaskContext, TaskResult
+from threadmill_core.models import Lease, TaskResult
 from threadmill_core.plugins import plugin_manager
 from threadmill_core.retry import ExponentialBackoff
 from threadmill_core.task import task

@@ -424,6 +424,8 @@ class InspectorApp(App[None]):
         (outcome,) = report.outcomes
         if outcome.done and outcome.record is not None:
             done = "requeued" if action == "requeue" else "cancelled"
+            if action == "cancel" and outcome.record.status is TaskResultStatus.RUNNING:
+                done = "cancel requested for"
             message = f"{done} {task_id}: now {outcome.record.status.value}"
             self.notify(message)
         else:

@@ -18,6 +18,13 @@ token-clearing actions, so a refusal can be explained ("a reaper claim
 replaced it"). The machine pairs each serial with the `Lease` the backend
 returned, and checks token freshness itself.
 
+Cancel requests and progress. `request_cancel` stamps a RUNNING task once
+(`cancel_requested_at`); `extend` then says so on the renewed lease. A task
+with a request never goes back: `retry` (token kept), `release` and
+`claim_expired` (claim undone if unstarted, token cleared) finalize it
+CANCELLED. `record_progress` is fenced like `extend` and stamps the progress
+with the model's clock. `requeue` clears both.
+
 Starts. A task remembers whether its current claim's start was recorded
 (`started`, reset by every new lease and every cleared token) and how many
 times an unstarted claim of it expired and was given back
@@ -29,7 +36,7 @@ claims the rest.
 Decisions. `complete` and `retry` act while the lease holds the current
 token and the task is RUNNING. With the current token on a task already in
 the state that kind of decision leaves (terminal for `complete`, READY or
-DEFERRED for `retry`) the call is a repeat after a lost reply: it changes
+DEFERRED, or CANCELLED, for `retry`) the call is a repeat after a lost reply: it changes
 nothing and answers the stored record. `requeue` and `cancel` clear the
 token. A reaper claim takes the token but leaves the record alone (it is
 not an attempt).
@@ -53,9 +60,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any
 
-from threadmill_core.clock import to_ms
+from threadmill_core.clock import duration_ms, to_ms
 from threadmill_core.models import QueueCounts, TaskResult, TaskResultStatus
 from threadmill_core.testing._model.records import (
     APPLIED,
@@ -168,6 +176,11 @@ class ProtocolModel(WorkingModel, UpkeepModel):
                     priority=given.priority,
                     retry=given.retry,
                     headers=dict(given.headers),
+                    time_limit=(
+                        None
+                        if given.time_limit is None
+                        else timedelta(milliseconds=duration_ms(given.time_limit))
+                    ),
                     status=DEFERRED if deferred else READY,
                     enqueued_at=self.now_ms,
                     run_after=run_after,
@@ -214,6 +227,8 @@ class ProtocolModel(WorkingModel, UpkeepModel):
         task.ready_seq = next(self._ready_seq)
         task.finished_at = None
         task.return_value = None
+        task.progress = None
+        task.cancel_requested_at = None
         self._clear_token(task, "requeue()")
         return Outcome(self.record(task), APPLIED)
 
@@ -227,6 +242,18 @@ class ProtocolModel(WorkingModel, UpkeepModel):
         task.status = CANCELLED
         task.finished_at = self.now_ms
         self._clear_token(task, "cancel()")
+        return Outcome(self.record(task), APPLIED)
+
+    def request_cancel(self, task_id: str) -> Outcome:
+        """Stamp a RUNNING task's cancel request (the first wins); anything else refused."""
+        task = self.tasks.get(task_id)
+        if task is None:
+            return Outcome(None, "an unknown id")
+        if task.status is not RUNNING:
+            return Outcome(None, f"a {task.status.value} task")
+        if task.cancel_requested_at is not None:
+            return Outcome(self.record(task), REPEAT)
+        task.cancel_requested_at = self.now_ms
         return Outcome(self.record(task), APPLIED)
 
     def purge(self, queue: str, status: TaskResultStatus) -> int:

@@ -24,14 +24,18 @@ enqueue, claim, complete and get (`check_payload_round_trip`).
 rests on: `enqueue` idempotent on id) and the schedules' pause states.
 `live_workers` holds the live workers' entries (registered, refreshed,
 removed, gone once their time is up; see `live_worker_model`).
+`cancel_requests` holds a RUNNING task's cancel request (stored once, told at
+the next renewal, finalized CANCELLED by `complete`, and never sent back by
+`retry`, `release` or the reaper); `progress` holds `record_progress` (fenced,
+stamped with the backend's clock, kept through retries and after the end).
 `BAD_INPUT_CASES` each make one call with a bad argument, which must raise
 its documented exception and change nothing.
 
 This module is the catalogue; the scenarios live in
 `threadmill_core.testing._scenarios` by kind (``fencing``, ``starts``,
 ``dead_workers``, ``live_workers``, ``ordering``, ``clock``, ``corrupt``, ``schedules``,
-``payloads``, ``bad_input``), with the helpers they share in ``kit``
-(re-exported here: `expect`, `new_task`, `claim_one`, `start_one`, ...), and
+``payloads``, ``cancel_requests``, ``progress``, ``bad_input``), with the helpers
+they share in ``kit`` (re-exported here: `expect`, `new_task`, `claim_one`, `start_one`, ...), and
 a backend's own scenarios can join `SCENARIOS` with the `scenario` decorator.
 
 A broken rule raises `ProtocolViolation`, whose first line says which.
@@ -43,6 +47,7 @@ them too; boundaries that need an exact clock are checked only on one.
 from __future__ import annotations
 
 from threadmill_core.testing._scenarios import (
+    cancel_requests,
     clock,
     corrupt,
     dead_workers,
@@ -50,6 +55,7 @@ from threadmill_core.testing._scenarios import (
     live_workers,
     ordering,
     payloads,
+    progress,
     schedules,
     starts,
 )
@@ -119,7 +125,8 @@ from threadmill_core.testing._scenarios.starts import (
     release_refuses_a_started_claim_and_a_reaper_lease,
 )
 
-#: Every named scenario, by name: the fencing races, recorded starts, the orderings and the clock.
+#: Every named scenario, by name: the fencing races, recorded starts, the orderings, the clock,
+#: cancel requests and progress.
 SCENARIOS: dict[str, Scenario] = {
     **fencing.SCENARIOS,
     **starts.SCENARIOS,
@@ -130,6 +137,8 @@ SCENARIOS: dict[str, Scenario] = {
     **schedules.SCENARIOS,
     **payloads.SCENARIOS,
     **live_workers.SCENARIOS,
+    **cancel_requests.SCENARIOS,
+    **progress.SCENARIOS,
 }
 
 #: Register a scenario of your own in `SCENARIOS` under its function's name.

@@ -14,6 +14,7 @@ values with `threadmill_core.testing.model.same_value`.
 from __future__ import annotations
 
 import math
+from datetime import timedelta
 
 from hypothesis import strategies as st
 
@@ -21,6 +22,7 @@ from threadmill_core.models import (
     JSON,
     MAX_PRIORITY,
     MIN_PRIORITY,
+    Progress,
     RetryPolicySpec,
     TaskError,
 )
@@ -179,3 +181,31 @@ def retry_specs() -> st.SearchStrategy[RetryPolicySpec | None]:
             options=st.one_of(st.none(), st.just({"base": 0.5, "max_attempts": 2**63 + 1})),
         ),
     )
+
+
+def time_limits() -> st.SearchStrategy[timedelta | None]:
+    """A record's time limit: none (most records), whole seconds, or a fraction of a
+    millisecond (stored rounded up to whole milliseconds)."""
+    return st.sampled_from(
+        (
+            None,
+            None,
+            timedelta(seconds=30),
+            timedelta(milliseconds=1500),
+            timedelta(microseconds=2500),
+        )
+    )
+
+
+@st.composite
+def progresses(draw: st.DrawFn) -> Progress:
+    """A progress report as a task makes it: ints or floats, a total or none, a message
+    or none (non-ASCII and the longest allowed included)."""
+    total = draw(st.one_of(st.none(), st.integers(1, 10**6), st.floats(0.5, 1e6)))
+    ceiling = 10**6 if total is None else total
+    if isinstance(ceiling, int):
+        done: int | float = draw(st.integers(0, ceiling))
+    else:
+        done = draw(st.floats(0.0, ceiling))
+    message = draw(st.sampled_from((None, "", "copying files", "ünïcode 🚀", "m" * 1_000)))
+    return Progress(done=done, total=total, message=message)

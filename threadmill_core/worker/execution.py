@@ -16,10 +16,11 @@ no worker loaded it in all that time.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 import traceback
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -27,20 +28,21 @@ import attrs
 
 from threadmill_core import codec, tracing
 from threadmill_core.backend import Backend
-from threadmill_core.errors import BackendUnavailable, TaskQuarantined, UnsupportedValue
-from threadmill_core.models import (
-    Decision,
-    Lease,
-    TaskContext,
-    TaskError,
-    TaskResultStatus,
-    evolved,
+from threadmill_core.context import TaskContext
+from threadmill_core.errors import (
+    BackendUnavailable,
+    TaskCancelled,
+    TaskQuarantined,
+    UnsupportedValue,
 )
+from threadmill_core.models import Decision, Lease, TaskError, TaskResultStatus, evolved
 from threadmill_core.plugins import notify
 from threadmill_core.retry import decide
 from threadmill_core.task import Task, registered_task
+from threadmill_core.worker import heartbeat
 from threadmill_core.worker.acknowledgement import give_back_leases
 from threadmill_core.worker.held import HeldTask
+from threadmill_core.worker.interrupts import Attempt, Stop, Watch
 from threadmill_core.worker.logs import running_task, task_fields, task_tagging
 from threadmill_core.worker.outage import Outage
 
@@ -63,13 +65,23 @@ def execute(
     backend: Backend,
     outage: Outage,
     lease_ttl: timedelta,
+    watch: Watch,
+    time_limit: timedelta | None = None,
+    grace: float = 0.0,
 ) -> Decision | None:
     """Run one held task; return the decision to acknowledge, or None to send nothing.
 
     `tasks` is the worker's registry (None: every task registered in this
     process). A task with a `lease_ttl` of its own other than the worker's
     `lease_ttl` has its lease renewed for it before it starts. None comes
-    back when the lease was lost, before the task started or while it ran.
+    back when the lease was lost, before the task started or while it ran,
+    and when the heartbeat thread abandoned it past its hard limit (it
+    decided the attempt itself).
+
+    The attempt runs under `watch` (see `threadmill_core.worker.interrupts`),
+    with its time limit: the record's, else the task's, else `time_limit`
+    (the worker's), and `grace` seconds from a stop to its hard limit. A
+    task whose cancel was requested before it started ends CANCELLED unrun.
     """
     if held.lost:
         log.warning(
@@ -83,6 +95,9 @@ def execute(
     task = tasks.get(record.task_path) if tasks is not None else registered_task(record.task_path)
     if task is None:
         return unknown(lease, backend=backend, outage=outage)
+    if held.cancel_requested:
+        log.info("task %s: cancelled before it started; not run", record.id)
+        return cancelled(lease, TaskError.from_exception(TaskCancelled()))
     if task.lease_ttl is not None and task.lease_ttl != lease_ttl:
         started = time.monotonic()
         try:
@@ -119,16 +134,29 @@ def execute(
     tagged = task_tagging.on  # what the task logs names it (`--log-format json`)
     if tagged:
         running_task(record)
+    limit = record.time_limit or task.time_limit or time_limit
+    held.attempt = attempt = Attempt(held, limit, grace)
+    if held.cancel_requested:  # heard between the look above and now: see renew_leases
+        attempt.pending = Stop.CANCELLED
+    run = functools.partial(call, attempt=attempt, watch=watch)
     started = time.monotonic()
     try:
         if tracing.tracer is None:
-            decision = call(task, lease, context)
+            decision = run(task, lease, context)
         else:  # the attempt in a CONSUMER span (see threadmill_core.tracing)
-            decision = tracing.call_traced(call, task, lease, context)
+            decision = tracing.call_traced(run, task, lease, context)
     finally:
         if tagged:
             running_task(None)
     held.duration = time.monotonic() - started
+    if context is not None and context.reported_progress is not held.sent_progress:
+        last_progress(held, context, backend, outage)
+    if attempt.abandoned:  # past its hard limit: the heartbeat thread decided it
+        log.warning(
+            "task %s (%s) attempt %d returned after its hard limit; its thread is freed",
+            record.id, record.task_path, record.attempts, extra=task_fields(record),
+        )  # fmt: skip
+        return None
     if held.lost:
         log.warning(
             "task %s (%s) attempt %d finished after its lease was lost; outcome not written",
@@ -139,6 +167,17 @@ def execute(
     # lease alive if the backend is unavailable.
     held.acknowledging = True
     return decision
+
+
+def last_progress(held: HeldTask, context: TaskContext, backend: Backend, outage: Outage) -> None:
+    """Send the progress the task reported after the last beat, before its outcome: what it
+    said last is kept. An outage loses it (it is only progress), and the outcome goes on."""
+    started = time.monotonic()
+    try:
+        heartbeat.send_progress(backend, [held])
+        outage.reached(started)
+    except BackendUnavailable as exc:
+        outage.failed(exc, 1, started)
 
 
 def start_first(held: HeldTask, backend: Backend, outage: Outage) -> bool:
@@ -169,10 +208,23 @@ def start_first(held: HeldTask, backend: Backend, outage: Outage) -> bool:
     return marked
 
 
-def call(task: Task[Any, Any], lease: Lease, context: TaskContext | None) -> Decision:
+def call(
+    task: Task[Any, Any],
+    lease: Lease,
+    context: TaskContext | None,
+    *,
+    attempt: Attempt | None = None,
+    watch: Watch | None = None,
+) -> Decision:
     """Call the task with the record's arguments; its success or its exception as a decision.
 
     `context` is the one the task takes (None for a task that takes none).
+    With `watch`, the task's code runs as `attempt`, which the heartbeat
+    thread may stop (see `threadmill_core.worker.interrupts`): whatever the
+    task then raises (the stop's own exception, or the `CancelledError` of
+    an async task) is recorded as the stop's exception, `TimeLimitExceeded`
+    through the retry policy, `TaskCancelled` as CANCELLED, never retried. A
+    task that catches the exception and returns keeps its outcome.
 
     An async task runs to completion in an event loop of its own. A return
     value the codec cannot carry fails the attempt like an exception would.
@@ -186,20 +238,84 @@ def call(task: Task[Any, Any], lease: Lease, context: TaskContext | None) -> Dec
     record = lease.record
     args = [context, *record.args] if task.takes_context else list(record.args)
     try:
-        if task.is_async:
-            import asyncio  # only here: a worker of plain functions never loads asyncio
-
-            value = asyncio.run(task.func(*args, **record.kwargs))
+        if watch is None or attempt is None:
+            value = _run(task, args, record.kwargs)
         else:
-            value = task.func(*args, **record.kwargs)
+            try:
+                if task.is_async:
+                    value = _run_async(task.func(*args, **record.kwargs), attempt, watch)
+                else:
+                    watch.enter(attempt, now=time.monotonic())
+                    value = task.func(*args, **record.kwargs)
+            finally:
+                watch.leave(attempt)
         if value is not None:  # what most tasks return, and always carried
             codec.check_value(value, "the return value")
     except UnsupportedValue as exc:
         return decide(lease, TaskError.from_exception(exc))
     except BaseException as exc:  # the task's, every kind of it: see above
+        if attempt is not None and attempt.sent is not None:
+            if watch is not None and attempt.in_task:  # the stop landed inside `leave`
+                watch.leave(attempt)
+            return stopped(lease, attempt, exc, traceback.format_exc())
         return decide(lease, TaskError.from_exception(exc, traceback.format_exc()))
     done = evolved(record, status=TaskResultStatus.SUCCESSFUL, return_value=value)
     return Decision(lease=lease, record=done)
+
+
+def _run(task: Task[Any, Any], args: list[Any], kwargs: dict[str, Any]) -> Any:
+    if task.is_async:
+        import asyncio  # only here: a worker of plain functions never loads asyncio
+
+        return asyncio.run(task.func(*args, **kwargs))
+    return task.func(*args, **kwargs)
+
+
+def _run_async(coro: Coroutine[Any, Any, Any], attempt: Attempt, watch: Watch) -> Any:
+    """Run an async task's coroutine to completion on a loop of its own, as `attempt`: a
+    stop cancels its main task on the loop."""
+    import asyncio  # only here: a worker of plain functions never loads asyncio
+
+    async def main() -> Any:
+        attempt.main = asyncio.current_task()
+        if attempt.sent is not None:  # sent before the main task existed
+            raise asyncio.CancelledError
+        return await coro
+
+    with asyncio.Runner() as runner:
+        attempt.loop = runner.get_loop()  # before `enter`: a stop then goes to the loop
+        try:
+            watch.enter(attempt, now=time.monotonic())
+        except BaseException:
+            coro.close()
+            raise
+        return runner.run(main())
+
+
+def stopped(lease: Lease, attempt: Attempt, exc: BaseException, trace: str) -> Decision:
+    """The decision on an attempt told to stop (`attempt.sent`) that ended raising `exc`."""
+    why = attempt.sent
+    assert why is not None
+    if isinstance(exc, why.error) or type(exc).__name__ == "CancelledError":
+        exc = why.error(stop_message(why, attempt))
+    error = TaskError.from_exception(exc, trace)
+    if why is Stop.CANCELLED:
+        return cancelled(lease, error)
+    return decide(lease, error)
+
+
+def stop_message(why: Stop, attempt: Attempt) -> str:
+    """What a stopped attempt's error says."""
+    if why is Stop.CANCELLED:
+        return "the task was cancelled while it ran (a cancel was requested)"
+    return f"the attempt ran past its time limit of {attempt.limit}"
+
+
+def cancelled(lease: Lease, error: TaskError) -> Decision:
+    """The decision that finalizes a task stopped at a cancel request CANCELLED, with `error`."""
+    record = lease.record
+    final = attrs.evolve(record, status=TaskResultStatus.CANCELLED, errors=(*record.errors, error))
+    return Decision(lease=lease, record=final)
 
 
 def unknown(lease: Lease, *, backend: Backend, outage: Outage) -> Decision | None:

@@ -28,17 +28,24 @@ from datetime import timedelta
 
 from threadmill_core.backend import Backend
 from threadmill_core.errors import BackendUnavailable
+from threadmill_core.models import Progress
 from threadmill_core.worker.held import HeldTask, HeldTasks
+from threadmill_core.worker.interrupts import Stop, Watch
 from threadmill_core.worker.outage import Outage
 
 log = logging.getLogger("threadmill.worker")
 
 
-def renew_leases(backend: Backend, held: HeldTasks, outage: Outage) -> None:
+def renew_leases(
+    backend: Backend, held: HeldTasks, outage: Outage, watch: Watch | None = None
+) -> None:
     """Renew every lease in `held`, one `extend_many` per lease TTL; `BackendUnavailable` raises.
 
     A task acknowledged while its renewal was on the way is left alone: its
-    refusal means the outcome landed.
+    refusal means the outcome landed. A renewal that says a cancel was
+    requested (`Lease.cancel_requested`) is heard once: the task's context
+    says so, and a running task is stopped (`watch`, see
+    `threadmill_core.worker.interrupts`); one not started yet ends unrun.
     """
     by_ttl: dict[timedelta, list[HeldTask]] = {}
     for task in held.all():
@@ -53,6 +60,8 @@ def renew_leases(backend: Backend, held: HeldTasks, outage: Outage) -> None:
                 continue  # finished meanwhile: a refusal then means it was acknowledged
             if lease is not None:
                 task.lease = lease
+                if lease.cancel_requested and not task.cancel_requested:
+                    cancel_requested(task, watch)
             elif not task.started:
                 task.mark_lost()  # it will not start
             elif not task.acknowledging and not task.lost:
@@ -62,6 +71,38 @@ def renew_leases(backend: Backend, held: HeldTasks, outage: Outage) -> None:
                     "its outcome will not be written",
                     task.lease.task_id,
                 )
+
+
+def send_progress(backend: Backend, tasks: list[HeldTask]) -> None:
+    """Send the progress that running `tasks` reported since it was last sent, in one
+    `record_progress` call (none if nothing changed); `BackendUnavailable` raises.
+
+    A refusal means the lease is lost: the renewals say so, not this.
+    """
+    updates: list[tuple[HeldTask, Progress]] = []
+    for task in tasks:
+        context = task.context
+        if context is None or task.lost or not task.started:
+            continue
+        progress = context.reported_progress
+        if progress is not None and progress is not task.sent_progress:
+            updates.append((task, progress))
+    if not updates:
+        return
+    backend.record_progress([(task.lease, progress) for task, progress in updates])
+    for task, progress in updates:
+        task.sent_progress = progress
+
+
+def cancel_requested(task: HeldTask, watch: Watch | None) -> None:
+    """A renewal said that `task`'s cancel was requested: tell its context, stop its attempt."""
+    task.cancel_requested = True  # before reading `attempt`: see `execution.execute`
+    log.info("task %s: cancel requested; stopping it", task.lease.task_id)
+    if task.context is not None:
+        task.context.mark_cancel_requested()
+    attempt = task.attempt
+    if attempt is not None and watch is not None:
+        watch.stop(attempt, Stop.CANCELLED)
 
 
 def refused_marks(tasks: list[HeldTask], held: HeldTasks) -> None:

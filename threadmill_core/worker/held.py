@@ -13,11 +13,15 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable
 from datetime import timedelta
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import attrs
 
-from threadmill_core.models import Decision, Lease, TaskContext
+from threadmill_core.context import TaskContext
+from threadmill_core.models import Decision, Lease, Progress
+
+if TYPE_CHECKING:
+    from threadmill_core.worker.interrupts import Attempt
 
 
 @attrs.define(eq=False)
@@ -44,6 +48,13 @@ class HeldTask:
     acknowledging: bool = False
     #: Seconds the task ran, for the acknowledgement's log line.
     duration: float = 0.0
+    #: The running attempt, which the heartbeat thread may stop (time limit, cancel).
+    attempt: Attempt | None = None
+    #: A heartbeat's renewal said a cancel was requested (`Lease.cancel_requested`).
+    cancel_requested: bool = False
+    #: The last progress sent for the task (`send_progress`): the context's
+    #: `TaskContext.reported_progress` is sent again only once it is another.
+    sent_progress: Progress | None = None
     #: The claim's `Lease.unstarted_expiries` (a renewal's lease need not carry it):
     #: more than 0, the start is recorded before the task runs.
     given_back: int = attrs.field(init=False)

@@ -18,7 +18,10 @@ sent to the whole process group (as systemd does) is one graceful stop.
 `STOP_NOW_SIGNAL` stops it at once (`Worker.stop_now`): it gives its
 prefetch back in one call, sends the outcomes waiting for their batch, logs
 each running task it abandons and what becomes of it, and exits with
-`EXIT_ABANDONED` (0 if none was running). SIGINT is ignored: the supervisor
+`EXIT_ABANDONED` (0 if none was running). A process whose `Worker`
+abandoned a task thread past its hard limit (`Worker.stuck_threads`)
+exits with `EXIT_REPLACE` once its other tasks finished, and the
+supervisor starts a fresh one. SIGINT is ignored: the supervisor
 turns a Ctrl-C into a SIGTERM for each worker process.
 
 Each adds the tasks it ran to an outcome to the supervisor's counter
@@ -53,6 +56,7 @@ from threadmill_core.worker.outage import Outage
 from threadmill_core.worker.settings import (
     EXIT_ABANDONED,
     EXIT_CONFIG_ERROR,
+    EXIT_REPLACE,
     FORK_BLOCKED,
     STOP_NOW_SIGNAL,
     WorkerSettings,
@@ -139,6 +143,8 @@ def _serve(settings: WorkerSettings, index: int, ran: TaskCount, tag: str) -> No
         threads=settings.threads,
         prefetch=settings.prefetch,
         lease_ttl=settings.lease_ttl,
+        time_limit=settings.time_limit,
+        time_limit_grace=settings.time_limit_grace,
         poll_interval=settings.poll_interval,
         maintenance=False,
         worker_id=worker_id,
@@ -152,6 +158,13 @@ def _serve(settings: WorkerSettings, index: int, ran: TaskCount, tag: str) -> No
     count = worker.run(burst=settings.burst, max_tasks=max_tasks)
     broker.close()
     _count(ran, count)
+    if worker.stuck_threads:
+        log.warning(
+            "worker %s exits to be replaced: %d task thread(s) stuck past their hard limit; "
+            "%d task(s) ran to an outcome", worker.worker_id, len(worker.stuck_threads), count,
+        )  # fmt: skip
+        logging.shutdown()
+        os._exit(EXIT_REPLACE)  # the stuck threads cannot be joined; nothing else is left
     log.info("worker %s stopped: %d task(s) ran to an outcome", worker.worker_id, count)
 
 

@@ -21,7 +21,9 @@ How the two talk: the supervisor sends a worker process SIGTERM to stop it
 (finishing its running tasks) and `STOP_NOW_SIGNAL` to stop it at once,
 and blocks `FORK_BLOCKED` across a fork; a worker process exits with
 `EXIT_CONFIG_ERROR` when it cannot start (the supervisor stops instead of
-restarting it) and with `EXIT_ABANDONED` when it abandoned running tasks.
+restarting it), with `EXIT_ABANDONED` when it abandoned running tasks, and
+with `EXIT_REPLACE` when a task it ran did not stop at its hard limit (the
+supervisor starts a fresh process).
 
 The supervisor's side is `threadmill_core.worker.supervisor`, the worker
 process's `threadmill_core.worker.process`; this module imports neither.
@@ -42,6 +44,7 @@ from threadmill_core.broker import Broker, connect
 from threadmill_core.errors import BackendUnavailable, InvalidOption, ThreadmillError
 from threadmill_core.retry import ExponentialBackoff
 from threadmill_core.urls import redact
+from threadmill_core.worker.interrupts import HARD_LIMIT_GRACE
 from threadmill_core.worker.logs import check_log_format
 from threadmill_core.worker.outage import RECONNECT_BACKOFF, Outage
 from threadmill_core.worker.startup import (
@@ -67,6 +70,11 @@ CONNECT_TIMEOUT = timedelta(seconds=20)  # ``--connect-timeout``'s default too
 #: A worker process stopped by force (a second signal, the shutdown timeout)
 #: abandoned running tasks, or had to be killed; the supervisor exits with it too.
 EXIT_ABANDONED = 4
+#: A worker process abandoned a task thread past its hard limit (see
+#: `threadmill_core.worker.interrupts`): it took no new tasks, gave its prefetch
+#: back, let its other tasks finish and exited with this, so that the supervisor
+#: starts a fresh process in its place.
+EXIT_REPLACE = 5
 
 #: What the supervisor sends a worker process to stop it at once (a second signal, or
 #: the shutdown timeout): it gives its prefetch back and abandons its running tasks
@@ -92,6 +100,11 @@ class WorkerSettings:
     #: Tasks claimed ahead of the free threads (see `Worker`); None: as many as `threads`.
     prefetch: int | None = None
     lease_ttl: timedelta = timedelta(seconds=30)
+    #: The longest one attempt may run when its task or call sets no limit (see
+    #: `Worker`); None: no limit.
+    time_limit: timedelta | None = None
+    #: How long a task told to stop may take before its process is replaced.
+    time_limit_grace: timedelta = HARD_LIMIT_GRACE
     poll_interval: timedelta = timedelta(seconds=1)
     max_tasks: int | None = None
     max_tasks_jitter: int = 0
@@ -141,6 +154,10 @@ class WorkerSettings:
             raise InvalidOption(f"prefetch must be 0 or more, got {self.prefetch}")
         if self.max_tasks is not None and self.max_tasks < 1:
             raise InvalidOption(f"max_tasks must be 1 or more, got {self.max_tasks}")
+        if self.time_limit is not None and self.time_limit <= timedelta(0):
+            raise InvalidOption(f"time_limit must be positive, got {self.time_limit}")
+        if self.time_limit_grace <= timedelta(0):
+            raise InvalidOption(f"time_limit_grace must be positive, got {self.time_limit_grace}")
         if self.connect_timeout is not None and self.connect_timeout <= timedelta(0):
             raise InvalidOption(f"connect_timeout must be positive, got {self.connect_timeout}")
         if self.max_tasks_jitter < 0:

@@ -18,8 +18,10 @@ tasks it asked for and got (`observe_claim`), are observed on
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, assert_never
@@ -28,11 +30,13 @@ import attrs
 
 from threadmill_core.backend import NOTHING_DEFERRED, Backend
 from threadmill_core.errors import BackendUnavailable
-from threadmill_core.models import Lease
+from threadmill_core.models import Decision, Lease, TaskError
+from threadmill_core.retry import decide
 from threadmill_core.worker import heartbeat, prefetch_window, scheduler, upkeep
 from threadmill_core.worker.acknowledgement import give_back_leases, send_outcomes
-from threadmill_core.worker.execution import execute
+from threadmill_core.worker.execution import cancelled, execute, stop_message
 from threadmill_core.worker.held import HeldTask, HeldTasks, Outcome
+from threadmill_core.worker.interrupts import Attempt, Stop, Watch
 from threadmill_core.worker.outage import Outage
 
 if TYPE_CHECKING:
@@ -66,6 +70,31 @@ class WorkerRun:
     error: BaseException | None = None
     #: The adaptive prefetch, which `settings` follows; None: a fixed one.
     window: prefetch_window.Window | None = None
+    #: The running attempts that a time limit or a cancel may stop.
+    watch: Watch = attrs.field(init=False)
+    #: Task threads abandoned past a hard limit, still in their task's code; the run
+    #: ends once every other thread has exited.
+    stuck: set[threading.Thread] = attrs.Factory(set)
+
+    def __attrs_post_init__(self) -> None:
+        self.watch = Watch(self.wake_upkeep)
+
+    def thread_ended(self, threads: int) -> None:
+        """One more task thread exited, or was abandoned (under the worker's lock)."""
+        if self.exited + len(self.stuck) >= threads:
+            self.finished.set()
+
+
+def _stack_of(thread: threading.Thread) -> str:
+    """Where `thread` is now, as a formatted stack (empty if it has ended)."""
+    frame = sys._current_frames().get(thread.ident or 0)
+    return "" if frame is None else "".join(traceback.format_stack(frame))
+
+
+def _fate(decision: Decision) -> str:
+    if decision.retry_delay is not None:
+        return f"retried in {decision.retry_delay}"
+    return decision.record.status.value
 
 
 class TaskThreads:
@@ -79,6 +108,8 @@ class TaskThreads:
     worker_id: str
     threads: int
     lease_ttl: timedelta
+    time_limit: timedelta | None
+    time_limit_grace: timedelta
     poll_interval: timedelta
     maintenance: bool
     processed: int
@@ -89,6 +120,8 @@ class TaskThreads:
     _cond: threading.Condition
     _stop: threading.Event
     _current: WorkerRun
+    #: Task threads abandoned past a hard limit (see `Worker.stuck_threads`).
+    stuck_threads: list[threading.Thread]
 
     def stop(self) -> None:
         """`Worker.stop`."""
@@ -105,7 +138,8 @@ class TaskThreads:
                     case scheduler.Run(task=held, wake_upkeep=wake):
                         if wake:  # the heartbeat thread would look too late
                             run.wake_upkeep.set()
-                        self._run_task(run, held)
+                        if not self._run_task(run, held):
+                            return  # abandoned past its hard limit: this thread is done
                     case scheduler.Acknowledge(outcomes=outcomes):
                         self._acknowledge(run, outcomes)
                     case scheduler.Claim(limit=limit):
@@ -126,9 +160,9 @@ class TaskThreads:
             self._failed(run, exc)
         finally:
             with self._lock:
+                run.stuck.discard(threading.current_thread())
                 run.exited += 1
-                if run.exited == self.threads:
-                    run.finished.set()
+                run.thread_ended(self.threads)
                 self._cond.notify_all()
 
     def _next_step(self, run: WorkerRun) -> scheduler.Action:
@@ -247,11 +281,64 @@ class TaskThreads:
                 self._acknowledge(run, outcomes)
                 return 0.0
             case scheduler.Wait(seconds=seconds):
-                return seconds
+                return self._limits(run, seconds)
             case None:
-                return None
+                return self._limits(run, None)
             case _:  # mypy checks that every kind of step is handled above
                 assert_never(step)
+
+    def _limits(self, run: WorkerRun, due_in: float | None) -> float | None:
+        """Send the time limits that passed, abandon the attempts past their hard limit;
+        seconds until the heartbeat thread must look again (`due_in`, or sooner)."""
+        now = time.monotonic()
+        hard, look_at = run.watch.due(now)
+        for attempt in hard:
+            self._abandon(run, attempt)
+        if due_in is not None:
+            run.watch.look_at = min(look_at, now + due_in)
+        if look_at == float("inf"):
+            return due_in
+        until = max(look_at - now, 0.0)
+        return until if due_in is None else min(due_in, until)
+
+    def _abandon(self, run: WorkerRun, attempt: Attempt) -> None:
+        """Record the outcome of an attempt past its hard limit, give up its thread, and stop
+        the worker: only a fresh process gets the thread back."""
+        held, why, thread = attempt.held, attempt.sent, attempt.thread
+        assert why is not None
+        assert thread is not None
+        record = held.lease.record
+        error = TaskError(
+            exception_class_path=f"{why.error.__module__}.{why.error.__qualname__}",
+            message=(
+                f"{stop_message(why, attempt)}; it did not stop within "
+                f"{attempt.grace:g} s, so its worker recorded this and replaces its process"
+            ),
+            traceback=_stack_of(thread),
+        )
+        decision = None
+        if not held.lost:
+            decision = cancelled(held.lease, error) if why is Stop.CANCELLED else None
+            decision = decision or decide(held.lease, error)
+        held.acknowledging = True
+        log.error(
+            "task %s (%s) attempt %d did not stop within %g s of its %s (hard limit): "
+            "recorded as %s; its thread %s is abandoned, and the worker stops claiming "
+            "and exits once its other tasks finish",
+            record.id, record.task_path, record.attempts, attempt.grace,
+            "cancel" if why is Stop.CANCELLED else "time limit",
+            "lost (its lease was)" if decision is None else _fate(decision), thread.name,
+        )  # fmt: skip
+        with self._lock:
+            if not attempt.returned:
+                run.stuck.add(thread)
+            self.stuck_threads.append(thread)
+            run.schedule, _ = scheduler.finished(
+                run.schedule, run.settings, Outcome(held, decision), now=time.monotonic()
+            )
+            run.thread_ended(self.threads)
+            self._cond.notify_all()
+        self.stop()
 
     def _mark(self, run: WorkerRun, tasks: tuple[HeldTask, ...]) -> None:
         def send() -> None:
@@ -291,7 +378,9 @@ class TaskThreads:
                 run.schedule = scheduler.idle_wait_ended(run.schedule)
                 self._cond.notify_all()
 
-    def _run_task(self, run: WorkerRun, held: HeldTask) -> None:
+    def _run_task(self, run: WorkerRun, held: HeldTask) -> bool:
+        """Run `held` and hand its outcome to the scheduler; False if it was abandoned past
+        its hard limit meanwhile (its outcome already decided: the thread then exits)."""
         decision = None
         started = time.monotonic()
         try:
@@ -301,6 +390,9 @@ class TaskThreads:
                 backend=self.backend,
                 outage=self.outage,
                 lease_ttl=self.lease_ttl,
+                watch=run.watch,
+                time_limit=self.time_limit,
+                grace=self.time_limit_grace.total_seconds(),
             )
         except Exception:
             # Our own bug, not the task's (whatever the task raises, SystemExit
@@ -310,6 +402,10 @@ class TaskThreads:
         except BaseException:  # our own code interrupted: the thread ends, the lease lapses
             self._held.forget(held)
             raise
+        if held.attempt is not None and held.attempt.abandoned:
+            with self._lock:
+                held.attempt.returned = True  # so `_abandon` does not count it as stuck
+            return False
         with self._lock:
             now = time.monotonic()
             if run.window is not None:
@@ -319,6 +415,7 @@ class TaskThreads:
             )
             if news:
                 self._cond.notify_all()
+        return True
 
     def _idle_wait(self) -> None:
         """Nothing held, nothing ready: block until a task may be ready (or `stop()`).

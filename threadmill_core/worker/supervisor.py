@@ -68,6 +68,7 @@ from threadmill_core.worker.scheduling import start_scheduler
 from threadmill_core.worker.settings import (
     EXIT_ABANDONED,
     EXIT_CONFIG_ERROR,
+    EXIT_REPLACE,
     STOP_NOW_SIGNAL,
     WorkerSettings,
     cannot_start,
@@ -81,6 +82,7 @@ from threadmill_core.worker.wakeup import Wakeup
 __all__ = [
     "EXIT_ABANDONED",
     "EXIT_CONFIG_ERROR",
+    "EXIT_REPLACE",
     "FORCED_STOP_GRACE",
     "LOG_FORMAT",
     "STOP_NOW_SIGNAL",
@@ -328,6 +330,11 @@ class Supervisor(WorkerProcesses):
                 continue  # nothing left for it; the loop decides whether all is done
             if code == 0:
                 log.info("worker %d recycled after its task budget; restarting", index)
+            elif code == EXIT_REPLACE:
+                log.warning(
+                    "worker %d exited to be replaced: a task did not stop at its hard limit "
+                    "(see its log above); starting a fresh process", index,
+                )  # fmt: skip
             else:
                 log.warning("worker %d died (exit code %s); restarting", index, code)
             self.restarts += 1

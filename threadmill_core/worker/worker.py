@@ -73,10 +73,11 @@ from threadmill_core.errors import BackendUnavailable, PayloadError
 from threadmill_core.models import TaskResultStatus, validate_timedelta
 from threadmill_core.plugins import notify
 from threadmill_core.retry import ExponentialBackoff
-from threadmill_core.task import Task, registered_tasks, validate_queue
+from threadmill_core.task import Task, registered_tasks, validate_queue, validate_time_limit
 from threadmill_core.worker import heartbeat, prefetch_window, scheduler, upkeep
 from threadmill_core.worker.acknowledgement import give_back_leases, send_outcomes
 from threadmill_core.worker.held import HeldTasks
+from threadmill_core.worker.interrupts import HARD_LIMIT_GRACE
 from threadmill_core.worker.maintenance import promote, reap
 from threadmill_core.worker.outage import RECONNECT_BACKOFF, Outage
 from threadmill_core.worker.presence import Presence
@@ -142,6 +143,20 @@ class Worker(TaskThreads):
     this process. `reconnect_backoff` spaces out the attempts to reach a
     backend that is unavailable (its `max_retries` is ignored: the worker
     never gives up on the backend).
+
+    `time_limit` is the longest one attempt of a task may run when neither
+    its record nor its task sets one (``@task(time_limit=...)``,
+    `Task.using`); None, the default: no limit. Past it,
+    `threadmill_core.TimeLimitExceeded` is raised inside the task. One that
+    has not stopped `time_limit_grace` later (blocked in C code) is beyond
+    reach: it is recorded FAILED (or retried, by its retry policy), its
+    thread is abandoned and listed in `stuck_threads`, and the worker stops
+    as `stop()` does: it claims nothing more, gives back its prefetch
+    uncharged, lets its other tasks finish, and `run` returns. A caller that
+    finds `stuck_threads` should end the process (``threadmill worker``
+    exits with `EXIT_REPLACE`, and its supervisor starts a fresh one). The
+    same goes for a running task told to stop by a cancel request
+    (`threadmill_core.Broker.cancel`): see `threadmill_core.worker.interrupts`.
     """
 
     def __init__(
@@ -157,6 +172,8 @@ class Worker(TaskThreads):
         worker_id: str | None = None,
         tasks: Mapping[str, Task[Any, Any]] | None = None,
         reconnect_backoff: ExponentialBackoff = RECONNECT_BACKOFF,
+        time_limit: timedelta | float | None = None,
+        time_limit_grace: timedelta | float = HARD_LIMIT_GRACE,
     ) -> None:
         if isinstance(queues, str):
             queues = [queues]
@@ -175,6 +192,10 @@ class Worker(TaskThreads):
         self.prefetch = prefetch
         self.lease_ttl = validate_timedelta("lease_ttl", lease_ttl)
         self.poll_interval = validate_timedelta("poll_interval", poll_interval)
+        self.time_limit = validate_time_limit(time_limit)
+        self.time_limit_grace = validate_timedelta("time_limit_grace", time_limit_grace)
+        #: Task threads abandoned past a hard limit (see the class docstring).
+        self.stuck_threads: list[threading.Thread] = []
         self.maintenance = maintenance
         self.worker_id = worker_id or default_worker_id()
         self._tasks = dict(tasks) if tasks is not None else None
@@ -368,7 +389,7 @@ class Worker(TaskThreads):
         finally:
             try:
                 for runner in runners:
-                    if runner.is_alive():
+                    if runner.is_alive() and runner not in run.stuck:
                         runner.join()
             except BaseException:
                 self.stop_now()  # a second KeyboardInterrupt while tasks finish: stop now
@@ -451,7 +472,8 @@ class Worker(TaskThreads):
         heartbeat.beat_once(self._beat, self.outage)
 
     def _beat(self) -> None:
-        heartbeat.renew_leases(self.backend, self._held, self.outage)
+        heartbeat.renew_leases(self.backend, self._held, self.outage, self._current.watch)
+        heartbeat.send_progress(self.backend, self._held.all())
         self._presence.refresh()  # one write a beat: the leases first, they matter more
 
     def _beat_interval(self) -> float:

@@ -20,6 +20,8 @@
 --   KEYS[16] queues      HASH queue -> number of tasks stored
 --   KEYS[17] rates       HASH telemetry: "<second>|<queue>|e" (or "|f") -> tasks entered (finished)
 --   KEYS[18] rate_index  ZSET telemetry: "<second>|<queue>" -> second
+--   KEYS[19] progress        HASH id -> the last progress stored (codec bytes)
+--   KEYS[20] cancel_requests HASH id -> when a cancel was requested (server ms)
 --   ARGV[1]  id  the task
 --
 -- Reply: an OK row with payload (lib/task_row); REFUSED (only code and id)

@@ -26,6 +26,8 @@
 --   KEYS[18] rates       HASH telemetry: "<second>|<queue>|e" (or "|f") -> tasks entered (finished)
 --   KEYS[19] rate_index  ZSET telemetry: "<second>|<queue>" -> second
 --   KEYS[20] starts      HASH id -> "<unstarted expiries>|<claim>" (see lib/load_start)
+--   KEYS[21] progress        HASH id -> the last progress stored (codec bytes)
+--   KEYS[22] cancel_requests HASH id -> when a cancel was requested (server ms)
 --   ARGV[1]  worker_entry  the worker's id, encoded for the workers hash
 --   ARGV[2]  lease_ms      lease length in milliseconds
 --   ARGV[3]  limit         most tasks to claim
@@ -34,14 +36,15 @@
 --
 -- Reply: one row per claimed task, best first (none when nothing is ready):
 -- lib/task_row's, payload included, its code OK (REPEAT on a repeat) and its
--- result nil (a RUNNING task has none), then the task's count of expired
--- unstarted claims given back (lib/load_start). A repeat answers the same
+-- result and cancel request nil (a RUNNING task has no result, and a task
+-- with a cancel request never goes back to READY), then the task's count of
+-- expired unstarted claims given back (lib/load_start). A repeat answers the same
 -- rows, in the same order, of the tasks still RUNNING under their tokens.
 --
 -- A queue's batch costs a fixed number of commands, whatever its size: its
 -- tokens come from one HINCRBY, its records are read with one HMGET per hash
 -- and written with one HSET or ZADD per hash or index (K.starts, read for the
--- count of give-backs, included), and the receipt is one RPUSH.
+-- count of give-backs, and K.progress included), and the receipt is one RPUSH.
 
 --@include "lib/call_in_slices"
 --@include "lib/claimed_state"
@@ -78,7 +81,7 @@ if redis.call('EXISTS', K.receipt) == 1 then
     local t = load_task(K, held[n + 1])
     if t ~= nil and t.status == 'RUNNING' and t.token == string.format('%d', base + n) .. nonce then
       local row = task_row(K, t, code('REPEAT'), true)
-      row[8] = load_start(K, t.id)
+      row[10] = load_start(K, t.id)
       rows[#rows + 1] = row
     end
   end
@@ -136,6 +139,7 @@ while i <= #ARGV and claimed < limit do
     local errors = hmget_all(K.errors, ids)
     local old_workers = hmget_all(K.workers, ids)
     local starts = hmget_all(K.starts, ids)
+    local progress = hmget_all(K.progress, ids)
     local state_args, worker_args, running, leases = {}, {}, {}, {}
     local first = last - #members -- tokens first + n
     -- A call's tokens come from the one counter, in order: so one base for
@@ -160,7 +164,9 @@ while i <= #ARGV and claimed < limit do
         -- The row of lib/task_row, from what is being written (a RUNNING task
         -- has no result), then the count of give-backs (lib/load_start's).
         local given_back = tonumber(string.match(starts[n] or '', '^%d*')) or 0
-        rows[#rows + 1] = { OK, id, state, payloads[n], errors[n], workers, false, given_back }
+        rows[#rows + 1] = {
+          OK, id, state, payloads[n], errors[n], workers, false, progress[n], false, given_back,
+        }
       else -- not claimed: a corrupt record is quarantined
         corrupt = corrupt + 1
         receipt[#receipt + 1] = ''

@@ -6,8 +6,11 @@
 -- lapsed reaper claim) gets a fresh token and the deadline now + claim_ms, so no
 -- other pass decides it, and is returned; an undecided claim lapses like any
 -- lease and is taken up again. A reaper claim is not an attempt: attempts,
--- worker ids and last_attempted_at are unchanged. The pass stops at its
--- `limit`-th claim.
+-- worker ids and last_attempted_at are unchanged. A task with a cancel
+-- request is finalized CANCELLED instead, whatever its claim (an unstarted
+-- worker's claim undone and counted as a give-back first), its token
+-- cleared; it is not returned and does not count toward `limit`. The pass
+-- stops at its `limit`-th claim.
 --
 --   KEYS[1]  payload     HASH id -> the record as enqueued (codec bytes, opaque here)
 --   KEYS[2]  state       HASH id -> packed task state (see lib/parse_task)
@@ -28,6 +31,8 @@
 --   KEYS[17] starts      HASH id -> "<unstarted expiries>|<claim>" (see lib/load_start)
 --   KEYS[18] rates       HASH telemetry: "<second>|<queue>|e" (or "|f") -> tasks entered (finished)
 --   KEYS[19] rate_index  ZSET telemetry: "<second>|<queue>" -> second
+--   KEYS[20] progress        HASH id -> the last progress stored (codec bytes)
+--   KEYS[21] cancel_requests HASH id -> when a cancel was requested (server ms)
 --   ARGV[1]  limit            most tasks to claim
 --   ARGV[2]  claim_ms         claim length in milliseconds
 --   ARGV[3]  nonce            random text unique to this call, no '|' (see lib/new_token)
@@ -41,6 +46,9 @@
 --@include "lib/index_task"
 --@include "lib/load_start"
 --@include "lib/load_task"
+--@include "lib/mark_finished"
+--@include "lib/record_rates"
+--@include "lib/tally"
 --@include "lib/new_token"
 --@include "lib/member_id"
 --@include "lib/member_queue"
@@ -60,7 +68,7 @@ local claim_ms = tonumber(ARGV[2])
 local nonce = ARGV[3]
 
 local now, now_text = now_ms()
-local given_back = {}
+local given_back, counts = {}, {}
 local reply, claimed = { given_back }, 0
 -- A lease is valid before its deadline and expired from it on. Each task met
 -- leaves the expired range (given back, or claimed until later), so asking
@@ -101,10 +109,21 @@ while claimed < limit do
       end
     else
       local count, claim = load_start(K, id)
-      if claim ~= t.token and claim ~= 'r' .. t.token then
-        give_back(K, t)
+      local unstarted = claim ~= t.token and claim ~= 'r' .. t.token
+      if unstarted and give_back(K, t, nil, now) then -- had a cancel request
+        save_start(K, id, count + 1, '')
+        tally(counts, t.queue, 'f')
+      elseif unstarted then
         save_start(K, id, count + 1, '')
         given_back[#given_back + 1] = t.queue
+      elseif redis.call('HEXISTS', K.cancel_requests, id) == 1 then
+        unindex_task(K, t)
+        mark_finished(t, 'CANCELLED', now)
+        t.token = nil
+        save_task(K, t)
+        index_task(K, t)
+        save_start(K, id, count, '')
+        tally(counts, t.queue, 'f')
       else
         unindex_task(K, t)
         t.token = new_token(K, nonce)
@@ -119,4 +138,5 @@ while claimed < limit do
     end
   end
 end
+record_rates(K, now, counts)
 return reply

@@ -1,4 +1,4 @@
--- Finalize a RUNNING task as SUCCESSFUL or FAILED under its lease's token
+-- Finalize a RUNNING task as SUCCESSFUL, FAILED or CANCELLED under its lease's token
 -- (counted as finished), then delete a bounded batch of expired results.
 --
 --   KEYS[1]  payload     HASH id -> the record as enqueued (codec bytes, opaque here)
@@ -20,15 +20,18 @@
 --   KEYS[17] rates       HASH telemetry: "<second>|<queue>|e" (or "|f") -> tasks entered (finished)
 --   KEYS[18] rate_index  ZSET telemetry: "<second>|<queue>" -> second
 --   KEYS[19] starts      HASH id -> "<unstarted expiries>|<claim>" (deleted with the task)
+--   KEYS[20] progress        HASH id -> the last progress stored (codec bytes)
+--   KEYS[21] cancel_requests HASH id -> when a cancel was requested (server ms)
 --   ARGV[1]  id            the task
 --   ARGV[2]  token         the lease's token
---   ARGV[3]  status        SUCCESSFUL or FAILED
+--   ARGV[3]  status        SUCCESSFUL, FAILED or CANCELLED
 --   ARGV[4]  errors        encoded errors (replace the stored ones)
 --   ARGV[5]  result        encoded return value, '' for none
 --   ARGV[6]  result_ttl_ms result retention in milliseconds
 --   ARGV[7]  prune_batch   most expired results to delete
 --
--- Reply: OK with code, id and the new state (the caller has the rest);
+-- Reply: OK with code, id, the new state, the progress and the cancel request
+-- (nil when none; the caller has the rest);
 -- REPEAT, a row without payload (lib/task_row), when this token already
 -- finalized the task (nothing changed); REFUSED (only code and id).
 
@@ -64,6 +67,7 @@ if status_code == code('REFUSED') then
 end
 if status_code == code('OK') then
   -- Applied now: the caller has the errors and result it sent; only the state is news.
-  return { status_code, id, t.saved }
+  return { status_code, id, t.saved, redis.call('HGET', K.progress, id),
+    redis.call('HGET', K.cancel_requests, id) }
 end
 return task_row(K, t, status_code, false)

@@ -22,7 +22,9 @@
 --   KEYS[17] rates       HASH telemetry: "<second>|<queue>|e" (or "|f") -> tasks entered (finished)
 --   KEYS[18] rate_index  ZSET telemetry: "<second>|<queue>" -> second
 --   KEYS[19] starts      HASH id -> "<unstarted expiries>|<claim>" (deleted with the task)
---   KEYS[20..] notify lists, indexed from ARGV
+--   KEYS[20] progress        HASH id -> the last progress stored (codec bytes)
+--   KEYS[21] cancel_requests HASH id -> when a cancel was requested (server ms)
+--   KEYS[22..] notify lists, indexed from ARGV
 -- Arguments:
 --   ARGV[1]  result_ttl_ms  result retention in milliseconds
 --   ARGV[2]  prune_batch    most expired results to delete
@@ -33,13 +35,15 @@
 --
 -- Reply: the server time of the call (decimal ms), at which every completion
 -- it applied finished; then one row per decision, in order, as complete.lua
--- and retry.lua reply, but for an applied completion: the bare OK code. The
+-- and retry.lua reply, but for an applied completion: the bare OK code, or
+-- {OK, id, nil, progress, cancel request} for a task that has either. The
 -- caller has the errors and result it sent, and the state such a completion
 -- leaves follows from the lease's and that time (lib/finished_state), so
--- nothing of the task is sent back.
+-- nothing else of the task is sent back.
 --
 -- Cost: the usual batch (completions of distinct tasks) takes a fixed
--- number of commands, whatever its size: one HMGET reads every state, and
+-- number of commands, whatever its size: one HMGET reads every state (one
+-- more each the progress and the cancel requests, which no decision changes), and
 -- the completions are written together, one command per hash or index. A
 -- retry, or a task decided a second time in the same call, is applied on its
 -- own as retry.lua and complete.lua do, after the completions before it are
@@ -76,6 +80,8 @@ end
 -- As they were before this call: a task's entry is read only while no
 -- decision of this call has changed it (see `seen`).
 local states = hmget_all(K.state, ids)
+local progress = hmget_all(K.progress, ids)
+local requests = hmget_all(K.cancel_requests, ids)
 
 -- Completions applied but not yet written: each list is the arguments of one
 -- command (see flush). Only the first decision on a task joins them.
@@ -83,7 +89,7 @@ local pending
 local function reset()
   pending = {
     n = 0, running = {}, leases = {}, state = {}, errors = {}, no_errors = {}, result = {},
-    views = { SUCCESSFUL = {}, FAILED = {} }, finished = {},
+    views = { SUCCESSFUL = {}, FAILED = {}, CANCELLED = {} }, finished = {},
   }
 end
 reset()
@@ -154,7 +160,7 @@ for n, id in ipairs(ids) do
       status_code = OK
     else -- refused, or a repeat: answered from the task as stored
       t = states[n] and parse_task(id, states[n]) or nil
-      status_code = decision_refused(t, token, 'SUCCESSFUL', 'FAILED')
+      status_code = decision_refused(t, token, COMPLETED)
       assert(status_code ~= nil, 'lib/finished_state and lib/decision_refused disagree')
     end
   else
@@ -172,16 +178,18 @@ for n, id in ipairs(ids) do
     saved, queue = t and t.saved, t and t.queue
   end
   seen[id] = true
-  if status_code == OK and kind == 'complete' then
+  if status_code == OK and (kind == 'complete' or t.status == 'CANCELLED') then
     tally(counts, queue, 'f')
   end
   if status_code == REFUSED then
     rows[#rows + 1] = { status_code, id }
-  elseif status_code == OK and kind == 'complete' then
+  elseif status_code == OK and kind == 'complete' and not (progress[n] or requests[n]) then
     rows[#rows + 1] = status_code
+  elseif status_code == OK and kind == 'complete' then
+    rows[#rows + 1] = { status_code, id, false, progress[n], requests[n] }
   elseif status_code == OK then
     -- A retry applied now: the caller has the errors it sent; only the state is news.
-    rows[#rows + 1] = { status_code, id, saved }
+    rows[#rows + 1] = { status_code, id, saved, progress[n], requests[n] }
   else
     rows[#rows + 1] = task_row(K, t, status_code, false)
   end

@@ -17,7 +17,9 @@
 --   KEYS[10] queues      HASH queue -> number of tasks stored
 --   KEYS[11] rates       HASH telemetry: "<second>|<queue>|e" (or "|f") -> tasks entered (finished)
 --   KEYS[12] rate_index  ZSET telemetry: "<second>|<queue>" -> second
---   KEYS[13..] notify lists, indexed from ARGV
+--   KEYS[13] progress        HASH id -> the last progress stored (codec bytes)
+--   KEYS[14] cancel_requests HASH id -> when a cancel was requested (server ms)
+--   KEYS[15..] notify lists, indexed from ARGV
 -- Arguments:
 --   ARGV[1]  notify_cap   most wake-up tokens a notify list keeps
 --   ARGV[2..] the records, in runs that share queue, priority and run_after:

@@ -16,12 +16,15 @@
 --   KEYS[14] finished    ZSET terminal ids by finished_at ms
 --   KEYS[15] counters    HASH seq and token counters
 --   KEYS[16] queues      HASH queue -> number of tasks stored
+--   KEYS[17] cancel_requests HASH id -> when a cancel was requested (server ms)
+--   KEYS[18] progress        HASH id -> the last progress stored (codec bytes)
 --   ARGV[1]  id        the task
 --   ARGV[2]  token     the lease's token
 --   ARGV[3]  lease_ms  new lease length in milliseconds
 --
--- Reply: {code, deadline ms}: OK, or REFUSED (deadline nil) when the token is
--- not current or the task is not RUNNING.
+-- Reply: {code, deadline ms, progress, cancel request}: OK, or REFUSED (the
+-- rest nil) when the token is not current or the task is not RUNNING; the
+-- task's stored progress and cancel request (nil for none).
 
 --@include "lib/code"
 --@include "lib/extend_task"
@@ -34,8 +37,8 @@ local token = ARGV[2]
 local lease_ms = tonumber(ARGV[3])
 
 local now = now_ms()
-local status_code = extend_task(K, load_task(K, id), token, now, lease_ms)
+local status_code, progress, requested = extend_task(K, load_task(K, id), token, now, lease_ms)
 if status_code == code('OK') then
-  return { status_code, now + lease_ms }
+  return { status_code, now + lease_ms, progress, requested }
 end
 return { status_code, false }

@@ -16,10 +16,12 @@
 --   KEYS[14] finished    ZSET terminal ids by finished_at ms
 --   KEYS[15] counters    HASH seq and token counters
 --   KEYS[16] queues      HASH queue -> number of tasks stored
+--   KEYS[17] cancel_requests HASH id -> when a cancel was requested (server ms)
+--   KEYS[18] progress        HASH id -> the last progress stored (codec bytes)
 --   ARGV[1]  lease_ms  new lease length in milliseconds
 --   ARGV[2..] two per lease: id, token
 --
--- Reply: one {code, deadline ms} per lease, in order, as extend.lua replies.
+-- Reply: one {code, deadline ms, progress, cancel request} per lease, in order, as extend.lua replies.
 
 --@include "lib/code"
 --@include "lib/extend_task"
@@ -32,9 +34,10 @@ local lease_ms = tonumber(ARGV[1])
 local now = now_ms()
 local replies = {}
 for i = 2, #ARGV, 2 do
-  local status_code = extend_task(K, load_task(K, ARGV[i]), ARGV[i + 1], now, lease_ms)
+  local status_code, progress, requested = extend_task(K, load_task(K, ARGV[i]), ARGV[i + 1],
+    now, lease_ms)
   if status_code == code('OK') then
-    replies[#replies + 1] = { status_code, now + lease_ms }
+    replies[#replies + 1] = { status_code, now + lease_ms, progress, requested }
   else
     replies[#replies + 1] = { status_code, false }
   end

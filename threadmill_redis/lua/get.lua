@@ -5,6 +5,8 @@
 --   KEYS[3]  errors      HASH id -> encoded errors
 --   KEYS[4]  workers     HASH id -> encoded worker ids
 --   KEYS[5]  result      HASH id -> encoded return value
+--   KEYS[6]  progress        HASH id -> the last progress stored (codec bytes)
+--   KEYS[7]  cancel_requests HASH id -> when a cancel was requested (server ms)
 --   ARGV[1]  id             the task
 --   ARGV[2]  result_ttl_ms  result retention in milliseconds
 --

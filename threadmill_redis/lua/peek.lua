@@ -12,6 +12,8 @@
 --   KEYS[9]  successful  ZSET view of SUCCESSFUL
 --   KEYS[10] failed      ZSET view of FAILED
 --   KEYS[11] cancelled   ZSET view of CANCELLED
+--   KEYS[12] progress        HASH id -> the last progress stored (codec bytes)
+--   KEYS[13] cancel_requests HASH id -> when a cancel was requested (server ms)
 --   ARGV[1]  queue          the queue
 --   ARGV[2]  status         the segment: READY, DEFERRED, ... CANCELLED
 --   ARGV[3]  offset         members to skip

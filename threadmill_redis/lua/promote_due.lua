@@ -21,6 +21,8 @@
 --   KEYS[17] starts      HASH id -> "<unstarted expiries>|<claim>" (deleted with the task)
 --   KEYS[18] rates       HASH telemetry: "<second>|<queue>|e" (or "|f") -> tasks entered (finished)
 --   KEYS[19] rate_index  ZSET telemetry: "<second>|<queue>" -> second
+--   KEYS[20] progress        HASH id -> the last progress stored (codec bytes)
+--   KEYS[21] cancel_requests HASH id -> when a cancel was requested (server ms)
 --   ARGV[1]  limit          most tasks to promote
 --   ARGV[2]  result_ttl_ms  result retention in milliseconds
 --   ARGV[3]  prune_batch    most expired results to delete

@@ -19,6 +19,8 @@
 --   KEYS[15] counters    HASH seq and token counters
 --   KEYS[16] queues      HASH queue -> number of tasks stored
 --   KEYS[17] starts      HASH id -> "<unstarted expiries>|<claim>" (deleted with the task)
+--   KEYS[18] progress        HASH id -> the last progress stored (codec bytes)
+--   KEYS[19] cancel_requests HASH id -> when a cancel was requested (server ms)
 --   ARGV[1]  queue          the queue
 --   ARGV[2]  status         READY, DEFERRED, SUCCESSFUL, FAILED or CANCELLED
 --   ARGV[3]  batch          most tasks to delete in this call

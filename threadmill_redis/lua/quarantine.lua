@@ -22,6 +22,8 @@
 --   KEYS[17] rates       HASH telemetry: "<second>|<queue>|e" (or "|f") -> tasks entered (finished)
 --   KEYS[18] rate_index  ZSET telemetry: "<second>|<queue>" -> second
 --   KEYS[19] starts      HASH id -> "<unstarted expiries>|<claim>" (deleted with the task)
+--   KEYS[20] progress        HASH id -> the last progress stored (codec bytes)
+--   KEYS[21] cancel_requests HASH id -> when a cancel was requested (server ms)
 --   ARGV[1]  result_ttl_ms  result retention in milliseconds
 --   ARGV[2]  prune_batch    most expired results to delete
 --   ARGV[3..] four per task: id, token, stand-in payload bytes, encoded

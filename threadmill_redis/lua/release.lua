@@ -4,7 +4,8 @@
 -- recorded, goes to the tail of READY (or, with a delay, to DEFERRED due at
 -- now + delay) with its claim undone (lib/give_back). The token is cleared, so a repeat
 -- after a lost reply, and any later use of the lease, is refused and changes
--- nothing.
+-- nothing. A task with a cancel request is finalized CANCELLED instead of
+-- going back (its claim undone all the same; counted as finished).
 --
 --   KEYS[1]  payload     HASH id -> the record as enqueued (codec bytes, opaque here)
 --   KEYS[2]  state       HASH id -> packed task state (see lib/parse_task)
@@ -23,6 +24,10 @@
 --   KEYS[15] counters    HASH seq and token counters
 --   KEYS[16] queues      HASH queue -> number of tasks stored
 --   KEYS[17] starts      HASH id -> "<unstarted expiries>|<claim>" (see lib/load_start)
+--   KEYS[18] rates            HASH telemetry: "<second>|<queue>|e" (or "|f") -> tasks entered (finished)
+--   KEYS[19] rate_index       ZSET telemetry: "<second>|<queue>" -> second
+--   KEYS[20] progress        HASH id -> the last progress stored (codec bytes)
+--   KEYS[21] cancel_requests HASH id -> when a cancel was requested (server ms)
 --   ARGV[1]  delay_ms  0 for the READY tail, else DEFERRED due after this many ms
 --   ARGV[2]  id        the first lease's task
 --   ARGV[3]  token     that lease's token
@@ -37,16 +42,19 @@
 --@include "lib/load_start"
 --@include "lib/load_task"
 --@include "lib/now_ms"
+--@include "lib/record_rates"
+--@include "lib/tally"
 --@include "lib/task_row"
 
 --@keys
 
 local delay_ms = tonumber(ARGV[1])
+local now = now_ms()
 local due_ms = nil
 if delay_ms > 0 then
-  due_ms = now_ms() + delay_ms
+  due_ms = now + delay_ms
 end
-local rows = {}
+local rows, counts = {}, {}
 for i = 2, #ARGV, 2 do
   local id, token = ARGV[i], ARGV[i + 1]
   local t = load_task(K, id)
@@ -58,8 +66,11 @@ for i = 2, #ARGV, 2 do
   if t == nil or t.status ~= 'RUNNING' or t.token ~= token or started then
     rows[#rows + 1] = { code('REFUSED'), id }
   else
-    give_back(K, t, due_ms)
+    if give_back(K, t, due_ms, now) then
+      tally(counts, t.queue, 'f')
+    end
     rows[#rows + 1] = task_row(K, t, code('OK'), true)
   end
 end
+record_rates(K, now, counts)
 return rows

@@ -1,6 +1,6 @@
 -- Move a FAILED or CANCELLED task (not yet expired) to the tail of READY,
 -- counted as entered, keeping id, errors and attempts; finished_at, the
--- return value and the token are cleared, which ends the window for repeats
+-- return value, the progress, the cancel request and the token are cleared, which ends the window for repeats
 -- of the old lease.
 --
 --   KEYS[1]  payload     HASH id -> the record as enqueued (codec bytes, opaque here)
@@ -21,6 +21,8 @@
 --   KEYS[16] queues      HASH queue -> number of tasks stored
 --   KEYS[17] rates       HASH telemetry: "<second>|<queue>|e" (or "|f") -> tasks entered (finished)
 --   KEYS[18] rate_index  ZSET telemetry: "<second>|<queue>" -> second
+--   KEYS[19] progress        HASH id -> the last progress stored (codec bytes)
+--   KEYS[20] cancel_requests HASH id -> when a cancel was requested (server ms)
 --   ARGV[1]  id             the task
 --   ARGV[2]  result_ttl_ms  result retention in milliseconds
 --
@@ -57,6 +59,8 @@ enter_ready(K, t)
 t.finished_at = nil
 t.token = nil
 redis.call('HDEL', K.result, id)
+redis.call('HDEL', K.progress, id)
+redis.call('HDEL', K.cancel_requests, id)
 save_task(K, t)
 index_task(K, t)
 local counts = {}

@@ -1,5 +1,7 @@
 -- Send a RUNNING task back for another attempt under its lease's token: to
--- the tail of READY (waking a worker) or, with a delay, to DEFERRED.
+-- the tail of READY (waking a worker) or, with a delay, to DEFERRED; a task
+-- with a cancel request is finalized CANCELLED instead (counted as finished,
+-- see lib/retry_task).
 --
 --   KEYS[1]  payload     HASH id -> the record as enqueued (codec bytes, opaque here)
 --   KEYS[2]  state       HASH id -> packed task state (see lib/parse_task)
@@ -18,20 +20,27 @@
 --   KEYS[15] counters    HASH seq and token counters
 --   KEYS[16] queues      HASH queue -> number of tasks stored
 --   KEYS[17] notify    LIST the task queue's notify list
+--   KEYS[18] rates            HASH telemetry: "<second>|<queue>|e" (or "|f") -> tasks entered (finished)
+--   KEYS[19] rate_index       ZSET telemetry: "<second>|<queue>" -> second
+--   KEYS[20] progress        HASH id -> the last progress stored (codec bytes)
+--   KEYS[21] cancel_requests HASH id -> when a cancel was requested (server ms)
 --   ARGV[1]  id          the task
 --   ARGV[2]  token       the lease's token
 --   ARGV[3]  delay_ms    0 for READY, else due after this many milliseconds
 --   ARGV[4]  errors      encoded errors (replace the stored ones)
 --   ARGV[5]  notify_cap  most wake-up tokens a notify list keeps
 --
--- Reply: OK with code, id and the new state (the caller has the rest);
--- REPEAT, a row without payload (lib/task_row), when this token already sent
--- the task back and it still waits (nothing changed); REFUSED (only code and id).
+-- Reply: OK with code, id, the new state, the progress and the cancel request
+-- (nil when none; the caller has the rest); REPEAT, a row without payload
+-- (lib/task_row), when this token already sent the task back and it still
+-- waits, or finalized it CANCELLED (nothing changed); REFUSED (only code and id).
 
 --@include "lib/code"
 --@include "lib/load_task"
 --@include "lib/notify"
 --@include "lib/now_ms"
+--@include "lib/record_rates"
+--@include "lib/tally"
 --@include "lib/retry_task"
 --@include "lib/task_row"
 
@@ -51,8 +60,13 @@ end
 if status_code == code('OK') then
   if t.status == 'READY' then
     notify(K.notify, 1, notify_cap)
+  elseif t.status == 'CANCELLED' then
+    local counts = {}
+    tally(counts, t.queue, 'f')
+    record_rates(K, now, counts)
   end
   -- Applied now: the caller has the errors it sent; only the state is news.
-  return { status_code, id, t.saved }
+  return { status_code, id, t.saved, redis.call('HGET', K.progress, id),
+    redis.call('HGET', K.cancel_requests, id) }
 end
 return task_row(K, t, status_code, false)

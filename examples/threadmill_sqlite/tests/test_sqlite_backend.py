@@ -12,7 +12,14 @@ import attrs
 import pytest
 from threadmill_core.clock import FakeClock
 from threadmill_core.errors import PayloadError, TaskQuarantined, UnsupportedValue
-from threadmill_core.models import Decision, Lease, TaskError, TaskResult, TaskResultStatus
+from threadmill_core.models import (
+    Decision,
+    Lease,
+    Progress,
+    TaskError,
+    TaskResult,
+    TaskResultStatus,
+)
 
 from threadmill_sqlite import DatabaseLocked, SQLiteBackend, SQLiteBackendError
 from threadmill_sqlite.backend import NOW_MS_SQL
@@ -215,16 +222,16 @@ def test_a_newer_schema_is_refused(db_path: Path) -> None:
     """A file written by another schema version is refused, not misread."""
     SQLiteBackend(db_path).close()
     conn = sqlite3.connect(db_path, isolation_level=None)
-    conn.execute("UPDATE threadmill_meta SET value = 3 WHERE name = 'schema_version'")
+    conn.execute("UPDATE threadmill_meta SET value = 4 WHERE name = 'schema_version'")
     conn.close()
-    with pytest.raises(SQLiteBackendError, match="schema version 3"):
+    with pytest.raises(SQLiteBackendError, match="schema version 4"):
         SQLiteBackend(db_path)
 
 
 def test_a_file_of_schema_version_1_is_migrated_and_its_running_tasks_read_unstarted(
     db_path: Path,
 ) -> None:
-    """A version 1 file (before recorded starts) opens as version 2, its data kept, and a task
+    """A version 1 file (before recorded starts) opens as version 3, its data kept, and a task
     it left RUNNING goes back uncharged when its lease expires (the side of running again)."""
     with ShiftedClockBackend(db_path) as backend:
         backend.enqueue([new("running"), new("done")])
@@ -234,6 +241,8 @@ def test_a_file_of_schema_version_1_is_migrated_and_its_running_tasks_read_unsta
     conn = sqlite3.connect(db_path, isolation_level=None)
     conn.execute("ALTER TABLE threadmill_tasks DROP COLUMN claim")
     conn.execute("ALTER TABLE threadmill_tasks DROP COLUMN unstarted_expiries")
+    conn.execute("ALTER TABLE threadmill_tasks DROP COLUMN progress")
+    conn.execute("ALTER TABLE threadmill_tasks DROP COLUMN cancel_requested_at")
     conn.execute("UPDATE threadmill_meta SET value = 1 WHERE name = 'schema_version'")
     conn.close()
     with ShiftedClockBackend(db_path) as backend:
@@ -250,7 +259,45 @@ def test_a_file_of_schema_version_1_is_migrated_and_its_running_tasks_read_unsta
         "SELECT value FROM threadmill_meta WHERE name = 'schema_version'"
     ).fetchone()
     conn.close()
-    assert version == 2
+    assert version == 3
+
+
+def test_a_file_of_schema_version_2_is_migrated_without_progress_or_cancel_requests(
+    db_path: Path,
+) -> None:
+    """A version 2 file (before progress and cancel requests) opens as version 3, its data
+    kept, its RUNNING task with neither; both work on it afterwards."""
+    with ShiftedClockBackend(db_path) as backend:
+        backend.enqueue([new("running"), new("done")])
+        running, done = backend.claim(["default"], worker="w", lease_ttl=HOUR, limit=2)
+        assert finish(backend, done) is not None
+    conn = sqlite3.connect(db_path, isolation_level=None)
+    conn.execute("ALTER TABLE threadmill_tasks DROP COLUMN progress")
+    conn.execute("ALTER TABLE threadmill_tasks DROP COLUMN cancel_requested_at")
+    conn.execute("UPDATE threadmill_meta SET value = 2 WHERE name = 'schema_version'")
+    conn.close()
+    with ShiftedClockBackend(db_path) as backend:
+        kept = backend.get("done")
+        assert kept is not None
+        assert kept.status is SUCCESSFUL
+        before = backend.get("running")
+        assert before is not None
+        assert (before.progress, before.cancel_requested_at) == (None, None)
+        assert backend.record_progress([(running, Progress(done=1, total=2))]) == [True]
+        asked = backend.request_cancel("running")
+        assert asked is not None
+        assert asked.cancel_requested_at is not None
+        assert asked.progress is not None
+        assert asked.progress.done == 1
+        renewed = backend.extend(running, HOUR)
+        assert renewed is not None
+        assert renewed.cancel_requested
+    conn = sqlite3.connect(db_path, isolation_level=None)
+    (version,) = conn.execute(
+        "SELECT value FROM threadmill_meta WHERE name = 'schema_version'"
+    ).fetchone()
+    conn.close()
+    assert version == 3
 
 
 def test_the_file_is_in_wal_mode(plain_backend: SQLiteBackend) -> None:

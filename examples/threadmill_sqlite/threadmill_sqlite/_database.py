@@ -27,7 +27,7 @@ from threadmill_sqlite.errors import DatabaseLocked, SQLiteBackendError
 
 log = logging.getLogger("threadmill_sqlite")
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 #: What brings a file of each older version to the next: version -> statements.
 #: Run in the transaction that applies ``schema.sql``, so a file is migrated
 #: whole or not at all, once, even by two processes opening it at once.
@@ -38,6 +38,11 @@ MIGRATIONS = {
         "ALTER TABLE threadmill_tasks ADD COLUMN claim TEXT NOT NULL DEFAULT 'unstarted' "
         "CHECK (claim IN ('unstarted', 'started', 'reaper'))",
         "ALTER TABLE threadmill_tasks ADD COLUMN unstarted_expiries INTEGER NOT NULL DEFAULT 0",
+    ),
+    2: (
+        # Progress and cancel requests: no task of version 2 has either.
+        "ALTER TABLE threadmill_tasks ADD COLUMN progress BLOB",
+        "ALTER TABLE threadmill_tasks ADD COLUMN cancel_requested_at INTEGER",
     ),
 }
 #: The `synchronous` settings offered, and their pragma values.

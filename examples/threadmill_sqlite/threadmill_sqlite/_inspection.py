@@ -22,12 +22,14 @@ from threadmill_sqlite._transactions import (
 
 READY = TaskResultStatus.READY
 DEFERRED = TaskResultStatus.DEFERRED
+RUNNING = TaskResultStatus.RUNNING
 FAILED = TaskResultStatus.FAILED
 CANCELLED = TaskResultStatus.CANCELLED
 
 
 class SQLiteInspection(Transactions):
-    """`get`, `peek`, `rates`, `counts`, and the operator's `requeue`, `cancel` and `purge`."""
+    """`get`, `peek`, `rates`, `counts`, and the operator's `requeue`, `cancel`,
+    `request_cancel` and `purge`."""
 
     def get(self, task_id: str) -> TaskResult | None:
         with self._read("get") as (conn, now_ms):
@@ -94,7 +96,8 @@ class SQLiteInspection(Transactions):
             _rows.decode(row)  # poison raises before anything changes
             (stored,) = conn.execute(
                 "UPDATE threadmill_tasks SET status = 'READY', ready_seq = ?, finished_at = NULL, "
-                f"return_value = NULL, token = NULL WHERE id = ? RETURNING {_rows.COLUMNS}",
+                "return_value = NULL, token = NULL, progress = NULL, cancel_requested_at = NULL "
+                f"WHERE id = ? RETURNING {_rows.COLUMNS}",
                 (self._next_ready_seq(conn), task_id),
             ).fetchall()
             record = _rows.decode(stored)
@@ -114,6 +117,20 @@ class SQLiteInspection(Transactions):
                 (now_ms, task_id),
             ).fetchall()
             self._count(conn, now_ms, row["queue"], finished=1)
+            return _rows.decode(stored)
+
+    def request_cancel(self, task_id: str) -> TaskResult | None:
+        with self._write("request_cancel") as (conn, now_ms):
+            row = self._row(conn, task_id)
+            if row is None or row["status"] != RUNNING.value:
+                return None
+            _rows.decode(row)  # poison raises before anything changes
+            (stored,) = conn.execute(
+                "UPDATE threadmill_tasks SET cancel_requested_at = "
+                "COALESCE(cancel_requested_at, ?) "  # the first request wins
+                f"WHERE id = ? RETURNING {_rows.COLUMNS}",
+                (now_ms, task_id),
+            ).fetchall()
             return _rows.decode(stored)
 
     def purge(self, queue: str, status: TaskResultStatus) -> int:

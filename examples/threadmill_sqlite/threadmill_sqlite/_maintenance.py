@@ -20,8 +20,9 @@ class SQLiteMaintenance(Transactions):
     """`claim_expired`, `expire_leases`, `promote_due` and `next_due`."""
 
     def claim_expired(self, *, limit: int, claim_ttl: timedelta) -> list[Lease]:
-        """The reaper's pass, in one transaction: unstarted claims given back, the rest
-        claimed; an undecodable task it meets is quarantined."""
+        """The reaper's pass, in one transaction: unstarted claims given back, tasks with
+        a cancel request finalized CANCELLED, the rest claimed; an undecodable task it
+        meets is quarantined."""
         check_limit(limit)
         claim_ms = ttl_ms("claim_ttl", claim_ttl)
         leases: list[Lease] = []
@@ -43,8 +44,16 @@ class SQLiteMaintenance(Transactions):
                     expiries = row["unstarted_expiries"]
                     if row["claim"] == "unstarted":
                         # Never ran: back to READY uncharged, counted toward the bound.
-                        self._give_back(conn, record, expiries + 1)
+                        self._give_back(conn, record, expiries + 1, now_ms)
                         given_back = True
+                        continue
+                    if record.cancel_requested_at is not None:  # never goes back: CANCELLED
+                        conn.execute(
+                            "UPDATE threadmill_tasks SET status = 'CANCELLED', finished_at = ?, "
+                            "token = NULL, claim = 'unstarted', deadline = NULL WHERE id = ?",
+                            (now_ms, record.id),
+                        )
+                        self._count(conn, now_ms, record.queue, finished=1)
                         continue
                     # Not an attempt: only the token, its holder and the deadline change.
                     token = new_token()

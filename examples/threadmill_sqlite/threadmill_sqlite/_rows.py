@@ -22,6 +22,7 @@ from threadmill_core.models import (
     JSON,
     MAX_PRIORITY,
     MIN_PRIORITY,
+    Progress,
     TaskError,
     TaskResult,
     TaskResultStatus,
@@ -30,7 +31,8 @@ from threadmill_core.models import (
 #: The columns `decode` reads, in the order every task query selects them.
 COLUMNS = (
     "id, queue, priority, status, payload, run_after, enqueued_at, started_at, "
-    "last_attempted_at, finished_at, attempts, worker_ids, errors, return_value"
+    "last_attempted_at, finished_at, attempts, worker_ids, errors, return_value, progress, "
+    "cancel_requested_at"
 )
 
 EMPTY_LIST = codec.dumps([])
@@ -64,6 +66,8 @@ def encode_payload(record: TaskResult) -> bytes:
         errors=(),
         worker_ids=(),
         return_value=None,
+        progress=None,
+        cancel_requested_at=None,
     )
     return _encoded(f"task {record.id!r}", as_enqueued, codec.encode_record)
 
@@ -83,6 +87,11 @@ def encode_return_value(value: JSON) -> bytes:
     """The `return_value` column for a SUCCESSFUL task's value."""
     codec.check_value(value, "return_value")
     return _encoded("return_value", value, codec.encode_value)
+
+
+def encode_progress(progress: Progress, now_ms: int) -> bytes:
+    """The `progress` column for `progress` stored at `now_ms` (its `updated_at`)."""
+    return codec.dumps(attrs.evolve(progress, updated_at=from_ms(now_ms)))
 
 
 def encode_worker_ids(worker_ids: tuple[str, ...] | list[str]) -> bytes:
@@ -146,6 +155,8 @@ def decode(row: sqlite3.Row) -> TaskResult:
             raise PayloadError(f"the stored payload holds task {record.id!r}")
         raw_value = row["return_value"]
         value = None if raw_value is None else codec.decode_value(_blob(row, "return_value"))
+        raw_progress = row["progress"]
+        progress = None if raw_progress is None else codec.loads(_blob(row, "progress"), Progress)
         return attrs.evolve(
             record,
             queue=row["queue"],
@@ -160,6 +171,8 @@ def decode(row: sqlite3.Row) -> TaskResult:
             errors=decode_errors(row),
             worker_ids=decode_worker_ids(row),
             return_value=value,
+            progress=progress,
+            cancel_requested_at=_ms(row, "cancel_requested_at"),
         )
     except PayloadError as exc:
         raise PayloadError(f"task {task_id!r}: {exc}") from exc
@@ -218,6 +231,8 @@ def quarantine(row: sqlite3.Row, reason: PayloadError, now_ms: int) -> dict[str,
         "errors": encode_errors((*errors, TaskError.from_exception(TaskQuarantined(message)))),
         "worker_ids": encode_worker_ids(worker_ids),
         "return_value": None,
+        "progress": None,
+        "cancel_requested_at": None,
     }
 
 

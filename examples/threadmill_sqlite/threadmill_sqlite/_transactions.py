@@ -165,16 +165,20 @@ class Transactions:
         conn: sqlite3.Connection,
         record: TaskResult,
         expiries: int,
+        now_ms: int,
         due_ms: int | None = None,
     ) -> TaskResult:
         """Undo a RUNNING task's claim: READY tail (DEFERRED till `due_ms`, if given),
-        attempt and worker undone, token cleared."""
+        attempt and worker undone, token cleared. A task with a cancel request is
+        finalized CANCELLED instead (it never goes back)."""
         attempts = max(record.attempts - 1, 0)
-        place = (
-            ("status = 'READY', ready_seq = ?", self._next_ready_seq(conn))
-            if due_ms is None
-            else ("status = 'DEFERRED', run_after = ?", due_ms)
-        )
+        if record.cancel_requested_at is not None:
+            place: tuple[str, int] = ("status = 'CANCELLED', finished_at = ?", now_ms)
+            self._count(conn, now_ms, record.queue, finished=1)
+        elif due_ms is None:
+            place = ("status = 'READY', ready_seq = ?", self._next_ready_seq(conn))
+        else:
+            place = ("status = 'DEFERRED', run_after = ?", due_ms)
         (stored,) = conn.execute(
             f"UPDATE threadmill_tasks SET {place[0]}, token = NULL, "
             "claim = 'unstarted', deadline = NULL, attempts = ?, worker_ids = ?, "

@@ -8,10 +8,17 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from threadmill_core.checks import check_decision, check_delay, check_limit, queue_names, ttl_ms
+from threadmill_core.checks import (
+    check_decision,
+    check_delay,
+    check_limit,
+    check_progress_updates,
+    queue_names,
+    ttl_ms,
+)
 from threadmill_core.clock import duration_ms, from_ms
 from threadmill_core.errors import PayloadError
-from threadmill_core.models import Decision, Lease, TaskResult, TaskResultStatus
+from threadmill_core.models import Decision, Lease, Progress, TaskResult, TaskResultStatus
 
 from threadmill_sqlite import _rows
 from threadmill_sqlite._transactions import (
@@ -28,6 +35,7 @@ DEFERRED = TaskResultStatus.DEFERRED
 RUNNING = TaskResultStatus.RUNNING
 SUCCESSFUL = TaskResultStatus.SUCCESSFUL
 FAILED = TaskResultStatus.FAILED
+CANCELLED = TaskResultStatus.CANCELLED
 
 #: `wait_for_tasks` polls ``PRAGMA data_version`` (a shared-memory read, no
 #: table access) first after this long, then twice as long each time up to
@@ -37,7 +45,8 @@ POLL_MAX = 0.2
 
 
 class SQLiteWorking(Transactions):
-    """`claim`, `extend`, the decisions, `mark_started`, `release` and `wait_for_tasks`."""
+    """`claim`, `extend`, the decisions, `mark_started`, `record_progress`, `release` and
+    `wait_for_tasks`."""
 
     def claim(
         self,
@@ -126,7 +135,12 @@ class SQLiteWorking(Transactions):
                 except PayloadError:  # poison: the holder's record; claim_expired quarantines it
                     record = lease.record
                 renewed.append(
-                    Lease(token=lease.token, deadline=from_ms(deadline_ms), record=record)
+                    Lease(
+                        token=lease.token,
+                        deadline=from_ms(deadline_ms),
+                        record=record,
+                        cancel_requested=rows[0]["cancel_requested_at"] is not None,
+                    )
                 )
         return renewed
 
@@ -170,18 +184,28 @@ class SQLiteWorking(Transactions):
             return None
         status = TaskResultStatus(row["status"])
         completing = decision.retry_delay is None
-        # The states this kind of decision leaves a task in, while its token stays.
-        repeat_states = {SUCCESSFUL, FAILED} if completing else {READY, DEFERRED}
+        # The states this kind of decision leaves a task in, while its token stays (a
+        # retry of a task with a cancel request finalizes it CANCELLED).
+        repeat_states = (
+            {SUCCESSFUL, FAILED, CANCELLED} if completing else {READY, DEFERRED, CANCELLED}
+        )
         if status in repeat_states:
             return _rows.decode(row)  # a repeat after a lost reply: answered as the first time
         if status is not RUNNING:
             return None
-        if decision.retry_delay is None:
+        if not completing and row["cancel_requested_at"] is not None:
+            sql = (  # it never goes back: CANCELLED, with the errors given
+                "UPDATE threadmill_tasks SET status = 'CANCELLED', errors = ?, "
+                "finished_at = ?, deadline = NULL WHERE id = ?"
+            )
+            params: tuple[Any, ...] = (errors, now_ms)
+            self._count(conn, now_ms, row["queue"], finished=1)
+        elif decision.retry_delay is None:
             sql = (
                 "UPDATE threadmill_tasks SET status = ?, errors = ?, return_value = ?, "
                 "finished_at = ?, deadline = NULL WHERE id = ?"
             )
-            params: tuple[Any, ...] = (decision.record.status.value, errors, value, now_ms)
+            params = (decision.record.status.value, errors, value, now_ms)
             self._count(conn, now_ms, row["queue"], finished=1)
         elif (delay_ms := duration_ms(decision.retry_delay)) == 0:
             sql = (
@@ -219,6 +243,22 @@ class SQLiteWorking(Transactions):
                 answers.append(cursor.rowcount == 1)
         return answers
 
+    def record_progress(self, updates: Sequence[tuple[Lease, Progress]]) -> list[bool]:
+        """Every update in one transaction, each fenced on its own; answers in order."""
+        checked = check_progress_updates(updates)
+        if not checked:
+            return []
+        answers: list[bool] = []
+        with self._write("record_progress") as (conn, now_ms):
+            for lease, progress in checked:
+                cursor = conn.execute(
+                    "UPDATE threadmill_tasks SET progress = ? WHERE id = ? AND token = ? "
+                    "AND status = 'RUNNING'",
+                    (_rows.encode_progress(progress, now_ms), lease.task_id, lease.token),
+                )
+                answers.append(cursor.rowcount == 1)
+        return answers
+
     def release(
         self, leases: Sequence[Lease], delay: timedelta = timedelta(0)
     ) -> list[TaskResult | None]:
@@ -240,8 +280,9 @@ class SQLiteWorking(Transactions):
                 ):
                     answers.append(None)
                     continue
+                record = _rows.decode(row)
                 answers.append(
-                    self._give_back(conn, _rows.decode(row), row["unstarted_expiries"], due_ms)
+                    self._give_back(conn, record, row["unstarted_expiries"], now_ms, due_ms)
                 )
         if any(answer is not None for answer in answers):
             self._notify()

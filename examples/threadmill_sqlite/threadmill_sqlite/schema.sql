@@ -1,9 +1,11 @@
--- The threadmill_sqlite schema, version 2. Applied by `Database` on every
+-- The threadmill_sqlite schema, version 3. Applied by `Database` on every
 -- connect, inside one BEGIN IMMEDIATE ... COMMIT, so it is idempotent and two
--- processes opening a new file at once cannot both half-create it. A file of
--- version 1 is brought to version 2 in the same transaction (see
--- `_database.MIGRATIONS`): it gains the columns `claim` and
--- `unstarted_expiries`, every RUNNING task reading as a claim never started.
+-- processes opening a new file at once cannot both half-create it. An older
+-- file is brought to version 3 in the same transaction (see
+-- `_database.MIGRATIONS`): version 1 gains the columns `claim` and
+-- `unstarted_expiries`, every RUNNING task reading as a claim never started;
+-- version 2 gains `progress` and `cancel_requested_at`, both NULL (no
+-- progress stored, no cancel requested).
 --
 -- A task is one row of threadmill_tasks. `payload` is the record as the
 -- codec (threadmill_core.codec) encoded it at enqueue, with every field the
@@ -21,7 +23,7 @@ CREATE TABLE IF NOT EXISTS threadmill_meta (
 
 -- schema_version: what this file describes; a different number is refused.
 -- ready_seq: the backend-wide "entered READY" sequence (its last value).
-INSERT OR IGNORE INTO threadmill_meta (name, value) VALUES ('schema_version', 2);
+INSERT OR IGNORE INTO threadmill_meta (name, value) VALUES ('schema_version', 3);
 INSERT OR IGNORE INTO threadmill_meta (name, value) VALUES ('ready_seq', 0);
 
 CREATE TABLE IF NOT EXISTS threadmill_tasks (
@@ -49,7 +51,9 @@ CREATE TABLE IF NOT EXISTS threadmill_tasks (
     attempts          INTEGER NOT NULL DEFAULT 0,
     worker_ids        BLOB NOT NULL,     -- codec bytes of a list of str
     errors            BLOB NOT NULL,     -- codec bytes of a list of TaskError
-    return_value      BLOB               -- codec bytes of the value; NULL unless SUCCESSFUL
+    return_value      BLOB,              -- codec bytes of the value; NULL unless SUCCESSFUL
+    progress          BLOB,              -- codec bytes of the last Progress stored, or NULL
+    cancel_requested_at INTEGER          -- when a cancel was requested while it ran, or NULL
 );
 
 -- One index per segment order. They are partial on the status, and every

@@ -89,8 +89,6 @@ def _why_not_requeued(status: TaskResultStatus) -> str:
 
 
 def _why_not_cancelled(status: TaskResultStatus) -> str:
-    if status is RUNNING:
-        return "it is RUNNING: a running task cannot be cancelled; its lease holder decides it"
     if status.is_terminal:
         return f"it already finished ({status.value}): a finished task cannot be cancelled"
     return f"it changed meanwhile and is {status.value} now: look again and retry"
@@ -143,7 +141,8 @@ def requeue(broker: Broker, task_ids: Iterable[str]) -> Report:
 
 
 def cancel(broker: Broker, task_ids: Iterable[str]) -> Report:
-    """Cancel each task (READY or DEFERRED to CANCELLED); refusals say why.
+    """Cancel each task (READY or DEFERRED to CANCELLED; a RUNNING one gets a cancel request,
+    see `Broker.cancel`, and its record comes back RUNNING); refusals say why.
 
     Abbreviated ids are taken as `requeue` takes them.
     """

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import attrs
@@ -33,6 +33,8 @@ def _iso(moment: datetime | None) -> str | None:
 def _plain(_instance: object, _attribute: object, value: Any) -> Any:
     if isinstance(value, datetime):
         return _iso(value)
+    if isinstance(value, timedelta):  # a time limit, in seconds
+        return value.total_seconds()
     if isinstance(value, enum.Enum):
         return value.value
     return value
@@ -75,7 +77,10 @@ def overview_json(view: Overview) -> dict[str, Any]:
 
 def outcome_json(outcome: Outcome) -> dict[str, Any]:
     if outcome.done and outcome.record is not None:
-        return {"id": outcome.task_id, "status": outcome.record.status.value}
+        done: dict[str, Any] = {"id": outcome.task_id, "status": outcome.record.status.value}
+        if outcome.record.cancel_requested_at is not None:  # a running task's cancel request
+            done["cancel_requested_at"] = _iso(outcome.record.cancel_requested_at)
+        return done
     return {
         "id": outcome.task_id,
         "status": outcome.status.value if outcome.status else None,

@@ -24,7 +24,7 @@ from threadmill_core.cli.inspector.queries import (
     Undecodable,
 )
 from threadmill_core.display import SHOWN_CHARS, cut
-from threadmill_core.models import TaskError, TaskResult, TaskResultStatus
+from threadmill_core.models import Progress, TaskError, TaskResult, TaskResultStatus
 
 
 def format_time(moment: datetime | None) -> str:
@@ -112,6 +112,17 @@ def last_error(record: TaskResult) -> str:
     return f"{kind}: {message}" if message else kind
 
 
+def format_progress(progress: Progress | None) -> str:
+    """``done/total (percent) message``, or ``done message`` without a total; empty if none."""
+    if progress is None:
+        return ""
+    done = f"{progress.done:g}"
+    if progress.total is not None:
+        done += f"/{progress.total:g} ({progress.done / progress.total:.0%})"
+    message = " ".join((progress.message or "").split())
+    return f"{done} {message}" if message else done
+
+
 def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
@@ -126,7 +137,7 @@ TIME_COLUMN: Mapping[TaskResultStatus, tuple[str, Callable[[TaskResult], datetim
     CANCELLED: ("finished", lambda r: r.finished_at),
 }
 
-LIST_HEADERS = ("id", "task", "prio", "tries", "{time}", "last error")
+LIST_HEADERS = ("id", "task", "prio", "tries", "{time}", "last error", "progress")
 
 
 def list_headers(status: TaskResultStatus) -> list[str]:
@@ -136,7 +147,7 @@ def list_headers(status: TaskResultStatus) -> list[str]:
 def list_row(item: Listed, status: TaskResultStatus) -> list[str]:
     """One `ls` row (the TUI's task list shows the same cells)."""
     if isinstance(item, Undecodable):
-        return ["?", _clip(f"(does not decode: {item.message})", 60), "", "", "", ""]
+        return ["?", _clip(f"(does not decode: {item.message})", 60), "", "", "", "", ""]
     return [
         item.id,
         _clip(item.task_path, 48),
@@ -144,6 +155,7 @@ def list_row(item: Listed, status: TaskResultStatus) -> list[str]:
         str(item.attempts),
         format_time(TIME_COLUMN[status][1](item)),
         _clip(last_error(item), 60),
+        _clip(format_progress(item.progress), 30),
     ]
 
 
@@ -192,6 +204,13 @@ def format_record(record: TaskResult) -> str:
     ]
     if record.headers:  # a traced task's W3C trace context (threadmill_core.tracing)
         fields.append(("headers", _json_text(record.headers)))
+    if record.time_limit is not None:
+        fields.append(("time limit", _span(record.time_limit)))
+    if record.progress is not None:
+        progress = format_progress(record.progress)
+        fields.append(("progress", f"{progress}, at {format_time(record.progress.updated_at)}"))
+    if record.cancel_requested_at is not None:
+        fields.append(("cancel requested", format_time(record.cancel_requested_at)))
     if record.status is SUCCESSFUL:
         fields.append(("return value", _json_text(record.return_value)))
     width = max(len(name) for name, _ in fields)

@@ -15,17 +15,20 @@ import attrs
 from hypothesis.stateful import multiple
 
 from threadmill_core.clock import duration_ms, from_ms, to_ms
-from threadmill_core.models import JSON, Decision, Lease, TaskError, TaskResult
+from threadmill_core.models import JSON, Decision, Lease, Progress, TaskError, TaskResult
 from threadmill_core.testing import strategies as ts
 from threadmill_core.testing._judge import EXPIRED_ORDER
 from threadmill_core.testing._machine.checks import CheckingMachine
 from threadmill_core.testing._machine.values import (
     BACKEND_FIELDS,
+    CANCEL_EXPIRED_HINTS,
+    CANCELLED,
     DEFERRED,
     GIVE_BACK_HINTS,
     MAX_ADVANCES,
     READY,
     REAPER_HINTS,
+    RUNNING,
     SUCCESSFUL,
     LeaseRef,
     SentDecision,
@@ -79,6 +82,7 @@ class CallingMachine(CheckingMachine):
             priority=spec.priority,
             retry=spec.retry,
             headers=dict(spec.headers),
+            time_limit=spec.time_limit,
         )
         if spec.tamper:
             junk = from_ms(self.start_ms - 86_400_000)
@@ -93,6 +97,8 @@ class CallingMachine(CheckingMachine):
                 errors=(TaskError(exception_class_path="x.Junk", message="junk"),),
                 worker_ids=("junk",),
                 return_value="junk",
+                progress=Progress(done=7, message="junk", updated_at=junk),
+                cancel_requested_at=junk,
             )
         if spec.run_after is None:
             return record, record
@@ -148,6 +154,13 @@ class CallingMachine(CheckingMachine):
                 )
             self.check_record(op, outcome.lease.record, answer.record)
             self.check_deadline(op, outcome.lease.deadline_ms, answer)
+            if answer.cancel_requested is not outcome.lease.cancel_requested:
+                self.fail(
+                    f"{op} must say on the renewed lease whether a cancel was requested "
+                    "(cancel_requested)",
+                    outcome.lease.cancel_requested,
+                    answer.cancel_requested,
+                )
             renewed.append(LeaseRef(ref.serial, ref.kind, answer))
         return multiple(*renewed)
 
@@ -184,6 +197,8 @@ class CallingMachine(CheckingMachine):
                 worker_ids=(*base.worker_ids, "intruder"),
                 started_at=from_ms(self.start_ms - 1000),
                 finished_at=from_ms(self.start_ms - 1000),
+                progress=Progress(done=0, message="tampered"),
+                cancel_requested_at=from_ms(self.start_ms - 1000),
             )
         delay = verdict if isinstance(verdict, timedelta) else None
         return SentDecision(ref, record, delay, tamper)
@@ -225,7 +240,16 @@ class CallingMachine(CheckingMachine):
             takes = "status, errors and return_value" if decision.delay is None else "errors"
             hints = {
                 name: f"{op} took {name} from the caller's record; it takes only {takes}"
-                for name in ("queue", "priority", "args", "attempts", "worker_ids", "started_at")
+                for name in (
+                    "queue",
+                    "priority",
+                    "args",
+                    "attempts",
+                    "worker_ids",
+                    "started_at",
+                    "progress",
+                    "cancel_requested_at",
+                )
                 if decision.tampered
             }
             hints["return_value"] = f"{op} must store return_value for SUCCESSFUL only"
@@ -249,6 +273,25 @@ class CallingMachine(CheckingMachine):
                 self.fail(f"mark_started() refused {outcome.verdict}{again}", True, answer)
             if outcome.refused:
                 self.last_refusal = f"mark_started() refused {outcome.verdict} (correctly)"
+
+    def do_record_progress(self, updates: Sequence[tuple[LeaseRef, Progress]]) -> None:
+        """Store progress in one `record_progress` on both sides and check every answer (the
+        records are checked by the invariant, as for `mark_started`)."""
+        got = self.backend.record_progress([(ref.lease, progress) for ref, progress in updates])
+        if not isinstance(got, list) or len(got) != len(updates):
+            self.fail("record_progress() must answer once per update, in order", len(updates), got)
+        for (ref, progress), answer in zip(updates, got, strict=True):
+            if type(answer) is not bool:
+                self.fail(
+                    "record_progress() must answer True or False per update", "a bool", answer
+                )
+            outcome = self.model.record_progress(ref.serial, progress)
+            if outcome.refused and answer:
+                self.fail(f"record_progress() accepted {outcome.verdict}", False, answer)
+            if not outcome.refused and not answer:
+                self.fail(f"record_progress() refused {outcome.verdict}", True, answer)
+            if outcome.refused:
+                self.last_refusal = f"record_progress() refused {outcome.verdict} (correctly)"
 
     def do_release(self, refs: Sequence[LeaseRef], delay: timedelta = timedelta(0)) -> None:
         """Give back claimed tasks in one `release` on both sides and check every answer."""
@@ -281,9 +324,16 @@ class CallingMachine(CheckingMachine):
             self.fail("claim_expired() must return a list of Lease", "list[Lease]", got)
         got_ids = [lease.record.id for lease in got]
         expired = {task_id for _, task_id in self.model.expired()}
-        unstarted = {task_id for task_id in expired if self.model.unstarted(task_id)}
+        uncharged = {task_id for task_id in expired if self.model.uncharged(task_id)}
         for task_id in got_ids:
-            if task_id in unstarted:
+            if task_id in uncharged and self.model.tasks[task_id].cancel_requested_at is not None:
+                self.fail(
+                    f"claim_expired() claimed task {task_id!r}, which has a cancel request: "
+                    "it must finalize it CANCELLED, not hand it to the reaper",
+                    "CANCELLED",
+                    "claimed",
+                )
+            if task_id in uncharged:
                 self.fail(
                     f"claim_expired() charged task {task_id!r}, whose expired claim never "
                     "recorded a start: it must go back to READY uncharged, not to the reaper",
@@ -295,7 +345,10 @@ class CallingMachine(CheckingMachine):
         def settle(tied: list[str]) -> list[str]:
             # Tied with the pass's last claim: whether the pass reached one is
             # the backend's order within the tie, so its state says.
-            return [i for i in tied if (r := self.backend.get(i)) is not None and r.status is READY]
+            reached = (READY, CANCELLED)
+            return [
+                i for i in tied if (r := self.backend.get(i)) is not None and r.status in reached
+            ]
 
         choose = self.chooser(
             "claim_expired()",
@@ -307,12 +360,16 @@ class CallingMachine(CheckingMachine):
         def choose_charged(candidates: list[Candidate], wanted: int) -> list[str]:
             for _, task_id in candidates[:wanted]:
                 stored = self.backend.get(task_id)
-                if task_id not in claimed_ids and stored is not None and stored.status is READY:
+                if (
+                    task_id not in claimed_ids
+                    and stored is not None
+                    and stored.status is not RUNNING
+                ):
                     self.fail(
                         f"claim_expired() gave back task {task_id!r}, whose expired claim was "
                         "charged (a recorded start, or a reaper's claim): the reaper must claim it",
                         "claimed",
-                        "given back to READY",
+                        f"given back ({stored.status.value})",
                     )
             return choose(candidates, wanted)
 
@@ -322,12 +379,13 @@ class CallingMachine(CheckingMachine):
             choose=choose_charged,
             settle=None if self.exact else settle,
         )
-        for task_id in sorted(unstarted):
+        for task_id in sorted(uncharged):
             model_task = self.model.tasks[task_id]
-            if model_task.status is READY:
+            if model_task.status in (READY, CANCELLED):
+                hints = GIVE_BACK_HINTS if model_task.status is READY else CANCEL_EXPIRED_HINTS
                 self.check_record(
                     "claim_expired()", self.model.record(model_task), self.backend.get(task_id),
-                    GIVE_BACK_HINTS,
+                    hints,
                 )  # fmt: skip
         return [
             self.check_new_lease("claim_expired()", e, g, REAPER_HINTS)

@@ -173,6 +173,13 @@ class CheckingMachine(RuleBasedStateMachine):
                 expected.unstarted_expiries,
                 got.unstarted_expiries,
             )
+        if got.cancel_requested is not expected.cancel_requested:
+            self.fail(
+                f"{op} returned a lease with cancel_requested {got.cancel_requested!r} (a new "
+                "claim never carries a cancel request: a READY task is cancelled directly)",
+                expected.cancel_requested,
+                got.cancel_requested,
+            )
         if not isinstance(got.token, str) or not got.token:
             self.fail(f"{op} returned a lease without a token", None, got.token)
         seen = self.tokens_seen.setdefault(expected.task_id, set())

@@ -91,6 +91,17 @@ class OperatorRules(CallingMachine):
         outcome = self.model.cancel(task_id)
         self.check_outcome("cancel()", outcome, self.backend.cancel(task_id))
 
+    @precondition(lambda self: bool(self.bundle("leases")))
+    @rule(lease=leases, task_id=task_ids, of_a_lease=st.booleans())
+    def request_cancel(self, lease: LeaseRef, task_id: str, of_a_lease: bool) -> None:
+        """Operator cancel of a running task (often one a lease is on, so that its holder
+        hears of it): stored once, told to its lease holder; any other task refused."""
+        if of_a_lease:
+            task_id = lease.task_id
+        self.begin(f"request_cancel({task_id!r})", task_id)
+        outcome = self.model.request_cancel(task_id)
+        self.check_outcome("request_cancel()", outcome, self.backend.request_cancel(task_id))
+
     @precondition(lambda self: bool(self.model.tasks))
     @rule(
         queue=ts.queue_names(),

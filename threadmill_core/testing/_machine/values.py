@@ -21,6 +21,7 @@ DEFERRED = TaskResultStatus.DEFERRED
 RUNNING = TaskResultStatus.RUNNING
 SUCCESSFUL = TaskResultStatus.SUCCESSFUL
 FAILED = TaskResultStatus.FAILED
+CANCELLED = TaskResultStatus.CANCELLED
 
 MINUTE = timedelta(minutes=1)
 HOUR = timedelta(hours=1)
@@ -43,7 +44,9 @@ ADVANCES = (PHASE, HOUR + PHASE, 2 * HOUR + PHASE, 3 * HOUR + PHASE)
 
 #: A decision: a status finalizes (`complete`), a delay sends back (`retry`).
 Verdict = TaskResultStatus | timedelta
-VERDICTS: st.SearchStrategy[Verdict] = st.sampled_from((SUCCESSFUL, FAILED, *RETRY_DELAYS))
+VERDICTS: st.SearchStrategy[Verdict] = st.sampled_from(
+    (SUCCESSFUL, FAILED, CANCELLED, *RETRY_DELAYS)
+)
 
 #: Fields of an enqueued record that the backend sets itself, whatever the caller sent.
 BACKEND_FIELDS = (
@@ -56,6 +59,8 @@ BACKEND_FIELDS = (
     "errors",
     "worker_ids",
     "return_value",
+    "progress",
+    "cancel_requested_at",
 )
 REAPER_HINTS = {
     "attempts": "a reaper claim counted as an attempt",
@@ -77,6 +82,19 @@ GIVE_BACK_HINTS = {
     "attempt is left",
     "last_attempted_at": "claim_expired() giving back an unstarted claim must clear "
     "last_attempted_at when no attempt is left",
+}
+
+#: What `claim_expired` must do to an expired task with a cancel request.
+CANCEL_EXPIRED_HINTS = {
+    "status": "claim_expired() must finalize an expired task with a cancel request CANCELLED "
+    "(it never goes back, nor to the reaper)",
+    "finished_at": "claim_expired() finalizing a task at its cancel request must set "
+    "finished_at to now()",
+    "errors": "claim_expired() finalizing a task at its cancel request must record no error",
+    "attempts": "claim_expired() finalizing an unstarted claim at its cancel request must undo "
+    "its attempt (attempts - 1)",
+    "worker_ids": "claim_expired() finalizing an unstarted claim at its cancel request must drop "
+    "its worker from worker_ids",
 }
 
 
@@ -126,6 +144,7 @@ class TaskSpec:
     kwargs: dict[str, JSON]
     retry: RetryPolicySpec | None
     headers: dict[str, str]
+    time_limit: timedelta | None
     #: Also send the fields the backend must ignore (status, attempts, ...), filled with junk.
     tamper: bool
 
@@ -142,6 +161,7 @@ def task_specs() -> st.SearchStrategy[TaskSpec]:
         kwargs=ts.task_kwargs(),
         retry=ts.retry_specs(),
         headers=ts.task_headers(),
+        time_limit=ts.time_limits(),
         tamper=st.booleans(),
     )
 

@@ -14,11 +14,12 @@ from hypothesis import strategies as st
 from hypothesis.stateful import multiple, precondition, rule
 
 from threadmill_core.clock import duration_ms
-from threadmill_core.models import JSON, Lease, TaskError, TaskResultStatus
+from threadmill_core.models import JSON, Lease, Progress, TaskError, TaskResultStatus
 from threadmill_core.testing import strategies as ts
 from threadmill_core.testing._judge import CLAIM_ORDER
 from threadmill_core.testing._machine.calls import CallingMachine
 from threadmill_core.testing._machine.values import (
+    CANCELLED,
     FAILED,
     LEASE_TTLS,
     READY,
@@ -119,7 +120,7 @@ class WorkRules(CallingMachine):
     @rule(
         target=decisions,
         lease=leases,
-        status=st.sampled_from((SUCCESSFUL, FAILED)),
+        status=st.sampled_from((SUCCESSFUL, FAILED, CANCELLED)),
         return_value=ts.sample_values(),
         error=ts.task_errors(),
         tamper=st.booleans(),
@@ -178,6 +179,13 @@ class WorkRules(CallingMachine):
         """Record that claimed tasks began to run (a worker's start marks), current or stale."""
         self.begin(f"mark_started({batch})", *(ref.task_id for ref in batch))
         self.do_mark_started(batch)
+
+    @precondition(lambda self: bool(self.bundle("leases")))
+    @rule(batch=st.lists(st.tuples(leases, ts.progresses()), min_size=1, max_size=3))
+    def record_progress(self, batch: list[tuple[LeaseRef, Progress]]) -> None:
+        """Store the progress running tasks reported (a heartbeat's), current or stale."""
+        self.begin(f"record_progress({batch})", *(ref.task_id for ref, _ in batch))
+        self.do_record_progress(batch)
 
     @precondition(lambda self: bool(self.bundle("leases")))
     @rule(

@@ -9,10 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from threadmill_core.clock import from_ms
-from threadmill_core.models import JSON, RetryPolicySpec, TaskError, TaskResult, TaskResultStatus
+from threadmill_core.models import (
+    JSON,
+    Progress,
+    RetryPolicySpec,
+    TaskError,
+    TaskResult,
+    TaskResultStatus,
+)
 
 READY = TaskResultStatus.READY
 DEFERRED = TaskResultStatus.DEFERRED
@@ -82,6 +89,12 @@ class ModelTask:
     started: bool = False
     #: How many expired unstarted claims `claim_expired` gave back, in the task's life.
     unstarted_expiries: int = 0
+    #: As enqueued (whole milliseconds, rounded up), never changed.
+    time_limit: timedelta | None = None
+    #: The last progress stored (`updated_at` set), kept until `requeue`.
+    progress: Progress | None = None
+    #: When a cancel was first requested while the task ran; cleared by `requeue`.
+    cancel_requested_at: int | None = None
 
 
 @dataclass(frozen=True)
@@ -104,6 +117,8 @@ class ExpectedLease:
     record: TaskResult
     #: The task's give-backs as the claim found them (0 for a reaper's lease).
     unstarted_expiries: int = 0
+    #: Whether a cancel was requested (`extend` says so; `claim` never does).
+    cancel_requested: bool = False
 
     @property
     def task_id(self) -> str:
@@ -132,3 +147,5 @@ APPLIED = "a current token"
 REPEAT = "a repeat after a lost reply"
 #: The token-clearing action of `claim_expired` giving back an unstarted claim.
 GIVE_BACK = "claim_expired() giving back its unstarted claim"
+#: The token-clearing action of `claim_expired` finalizing a task with a cancel request.
+CANCEL_EXPIRED = "claim_expired() finalizing it CANCELLED at its cancel request"

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 
 from threadmill_core.models import TaskResult, TaskResultStatus
 from threadmill_core.testing._model.records import (
+    CANCELLED,
     DEFERRED,
     READY,
     RUNNING,
@@ -65,6 +66,9 @@ class ModelState:
             return_value=task.return_value,
             retry=task.retry,
             headers=task.headers,
+            time_limit=task.time_limit,
+            progress=task.progress,
+            cancel_requested_at=stamp(task.cancel_requested_at),
         )
 
     def group_key(self, task: ModelTask) -> GroupKey:
@@ -115,16 +119,32 @@ class ModelState:
         return ExpectedLease(serial, deadline_ms, self.record(task), expiries)
 
     def _give_back(self, task: ModelTask, ready_seq: int, action: str) -> None:
-        """Undo `task`'s current claim: READY at `ready_seq`, one attempt fewer, token cleared."""
-        task.status = READY
-        task.ready_seq = ready_seq
+        """Undo `task`'s current claim: READY at `ready_seq`, one attempt fewer, token cleared.
+
+        A task with a cancel request is finalized CANCELLED instead, its claim undone all the same.
+        """
+        self._unclaim(task)
+        if task.cancel_requested_at is not None:
+            self._finalize_cancelled(task)
+        else:
+            task.status = READY
+            task.ready_seq = ready_seq
+        self._clear_token(task, action)
+
+    def _unclaim(self, task: ModelTask) -> None:
+        """Undo `task`'s current claim: one attempt fewer, its worker dropped."""
         task.deadline = None
         task.attempts = max(task.attempts - 1, 0)
         task.worker_ids = task.worker_ids[:-1]
         if task.attempts == 0:
             task.started_at = None
             task.last_attempted_at = None
-        self._clear_token(task, action)
+
+    def _finalize_cancelled(self, task: ModelTask) -> None:
+        """CANCELLED as of now, instead of going back (the task has a cancel request)."""
+        task.status = CANCELLED
+        task.finished_at = self.now_ms
+        task.deadline = None
 
     def _clear_token(self, task: ModelTask, action: str) -> None:
         task.holder = None

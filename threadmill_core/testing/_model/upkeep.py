@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 
 from threadmill_core.testing._model.records import (
+    CANCEL_EXPIRED,
     GIVE_BACK,
     RUNNING,
     Candidate,
@@ -37,6 +38,11 @@ class UpkeepModel(ModelState):
             and not task.started
         )
 
+    def uncharged(self, task_id: str) -> bool:
+        """Whether the reaper's pass deals with the expired task itself instead of claiming
+        it: an unstarted claim (given back) or a cancel request (finalized CANCELLED)."""
+        return self.unstarted(task_id) or self.tasks[task_id].cancel_requested_at is not None
+
     def claim_expired(
         self,
         *,
@@ -45,19 +51,20 @@ class UpkeepModel(ModelState):
         choose: Chooser = take_first,
         settle: Settler | None = None,
     ) -> list[ExpectedLease]:
-        """The reaper's pass: give back the expired unstarted claims it meets, and make a
-        fresh reaper lease on up to `limit` of the other expired tasks (not an attempt).
+        """The reaper's pass: give back the expired unstarted claims it meets, finalize those
+        with a cancel request CANCELLED (an unstarted claim undone first), and make a fresh
+        reaper lease on up to `limit` of the other expired tasks (not an attempt).
 
         `choose` picks the claimed tasks among the charged candidates. The
-        pass stops at its `limit`-th claim, so an unstarted task after that
+        pass stops at its `limit`-th claim, so an uncharged task after that
         one stays as it is. Where that last claim is tied (same deadline)
-        with unstarted tasks, `settle` says which of those the pass reached
+        with uncharged tasks, `settle` says which of those the pass reached
         (default: those before it by id, as on an exact clock). Tasks given
         back with one deadline enter READY together: tied, then by id.
         """
         expired = self.expired()
-        unstarted = [c for c in expired if self.unstarted(c[1])]
-        charged = [c for c in expired if not self.unstarted(c[1])]
+        unstarted = [c for c in expired if self.uncharged(c[1])]
+        charged = [c for c in expired if not self.uncharged(c[1])]
         claimed = choose(charged, limit)
         back = [task_id for _, task_id in unstarted]
         if len(claimed) >= limit and claimed:
@@ -74,8 +81,14 @@ class UpkeepModel(ModelState):
         ):
             seq = next(self._ready_seq)
             for task in tied_tasks:
+                if not self.unstarted(task.id):  # started, or a lapsed reaper claim
+                    self._finalize_cancelled(task)
+                    self._clear_token(task, CANCEL_EXPIRED)
+                    continue
                 task.unstarted_expiries += 1
-                self._give_back(task, seq, GIVE_BACK)
+                self._give_back(
+                    task, seq, CANCEL_EXPIRED if task.cancel_requested_at else GIVE_BACK
+                )
         return [
             self._new_lease(self.tasks[task_id], "reaper", self.now_ms + claim_ttl_ms)
             for task_id in claimed

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from threadmill_core.models import JSON, TERMINAL_STATUSES, TaskError, TaskResultStatus
+import attrs
+
+from threadmill_core.models import JSON, TERMINAL_STATUSES, Progress, TaskError, TaskResultStatus
 from threadmill_core.testing._model.records import (
     APPLIED,
+    CANCELLED,
     DEFERRED,
     READY,
     REPEAT,
@@ -17,14 +20,15 @@ from threadmill_core.testing._model.records import (
     ExpectedLease,
     LeaseInfo,
     Outcome,
+    stamp,
     take_first,
 )
 from threadmill_core.testing._model.state import ModelState
 
 
 class WorkingModel(ModelState):
-    """`claim`, `extend`, `complete`, `retry`, `mark_started` and `release`, each fenced by
-    `refusal`; `forge` makes the leases a backend never issued."""
+    """`claim`, `extend`, `complete`, `retry`, `mark_started`, `record_progress` and
+    `release`, each fenced by `refusal`; `forge` makes the leases a backend never issued."""
 
     def claim(
         self,
@@ -95,7 +99,9 @@ class WorkingModel(ModelState):
             return Outcome(None, f"a lease on a task that is {task.status.value}, not RUNNING")
         task.deadline = self.now_ms + lease_ttl_ms
         record = self.record(task)
-        return Outcome(record, APPLIED, ExpectedLease(serial, task.deadline, record))
+        cancel_requested = task.cancel_requested_at is not None
+        lease = ExpectedLease(serial, task.deadline, record, cancel_requested=cancel_requested)
+        return Outcome(record, APPLIED, lease)
 
     def complete(
         self,
@@ -129,7 +135,7 @@ class WorkingModel(ModelState):
         if refusal is not None:
             return Outcome(None, refusal)
         task = self.tasks[self.leases[serial].task_id]
-        if task.status in (READY, DEFERRED):
+        if task.status in (READY, DEFERRED, CANCELLED):
             return Outcome(self.record(task), REPEAT)
         if task.status is not RUNNING:
             return Outcome(
@@ -137,7 +143,9 @@ class WorkingModel(ModelState):
             )
         task.errors = list(errors)
         task.deadline = None
-        if delay_ms == 0:
+        if task.cancel_requested_at is not None:  # it never goes back: CANCELLED, token kept
+            self._finalize_cancelled(task)
+        elif delay_ms == 0:
             task.status = READY
             task.ready_seq = next(self._ready_seq)
         else:
@@ -176,7 +184,19 @@ class WorkingModel(ModelState):
                 None, "a lease whose start was recorded (a started task is not given back)"
             )
         self._give_back(task, next(self._ready_seq), "release()")
-        if delay_ms > 0:
+        if delay_ms > 0 and task.status is READY:
             task.status = DEFERRED
             task.run_after = self.now_ms + delay_ms
+        return Outcome(self.record(task), APPLIED)
+
+    def record_progress(self, serial: int, progress: Progress) -> Outcome:
+        """Store `progress` (stamped now) on lease `serial`'s task; refused unless the token
+        is current and the task RUNNING. The answer carries the record as stored."""
+        refusal = self.refusal(serial)
+        if refusal is not None:
+            return Outcome(None, refusal)
+        task = self.tasks[self.leases[serial].task_id]
+        if task.status is not RUNNING:
+            return Outcome(None, f"a lease on a task that is {task.status.value}, not RUNNING")
+        task.progress = attrs.evolve(progress, updated_at=stamp(self.now_ms))
         return Outcome(self.record(task), APPLIED)

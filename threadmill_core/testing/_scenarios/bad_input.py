@@ -14,11 +14,11 @@ from threadmill_core.errors import UnsupportedValue
 from threadmill_core.models import (
     Decision,
     Lease,
+    Progress,
     RetryPolicySpec,
     TaskResultStatus,
 )
 from threadmill_core.testing._scenarios.kit import (
-    CANCELLED,
     CLAIM_TTL,
     DEFERRED,
     LEASE_TTL,
@@ -113,7 +113,6 @@ _BAD_CALLS: dict[str, tuple[type[Exception], BadCall]] = {
     "complete() with status READY": (ValueError, _complete_as(READY)),
     "complete() with status RUNNING": (ValueError, _complete_as(RUNNING)),
     "complete() with status DEFERRED": (ValueError, _complete_as(DEFERRED)),
-    "complete() with status CANCELLED": (ValueError, _complete_as(CANCELLED)),
     "complete() with the record of another task": (
         ValueError,
         lambda b, lease: b.complete(lease, attrs.evolve(succeeded(lease), id="ready")),
@@ -155,6 +154,16 @@ _BAD_CALLS: dict[str, tuple[type[Exception], BadCall]] = {
         _decide_many_ending_with(
             lambda lease: Decision(lease=lease, record=failed(lease), retry_delay=-LEASE_TTL)
         ),
+    ),
+    "record_progress() ending with a progress that is not a Progress": (
+        ValueError,
+        lambda b, lease: b.record_progress(
+            [(lease, Progress(done=1)), (lease, "50%")]  # type: ignore[list-item]  # the bad input
+        ),
+    ),
+    "record_progress() of a bare (lease, progress) pair, not a list of them": (
+        ValueError,
+        lambda b, lease: b.record_progress((lease, Progress(done=1))),  # type: ignore[arg-type]  # the bad input
     ),
     "claim_expired() with limit 0": (
         ValueError,

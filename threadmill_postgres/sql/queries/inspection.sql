@@ -12,7 +12,7 @@ SELECT {schema}.now_ms();
 WITH now AS MATERIALIZED (SELECT {schema}.now_ms() AS ms)
 SELECT t.id, t.queue, t.priority, t.status, t.payload, t.run_after, t.enqueued_at,
     t.started_at, t.last_attempted_at, t.finished_at, t.attempts, t.errors, t.worker_ids,
-    t.return_value
+    t.return_value, t.progress, t.cancel_requested_at
 FROM {schema}.tasks t CROSS JOIN now
 WHERE t.id = %(id)s AND (t.finished_at IS NULL OR t.finished_at > now.ms - %(ttl)s);
 
@@ -22,7 +22,7 @@ WHERE t.id = %(id)s AND (t.finished_at IS NULL OR t.finished_at > now.ms - %(ttl
 WITH now AS MATERIALIZED (SELECT {schema}.now_ms() AS ms)
 SELECT t.id, t.queue, t.priority, t.status, t.payload, t.run_after, t.enqueued_at,
     t.started_at, t.last_attempted_at, t.finished_at, t.attempts, t.errors, t.worker_ids,
-    t.return_value
+    t.return_value, t.progress, t.cancel_requested_at
 FROM {schema}.tasks t CROSS JOIN now
 WHERE t.queue = %(queue)s AND t.status = 'READY'
     AND (t.finished_at IS NULL OR t.finished_at > now.ms - %(ttl)s)
@@ -35,7 +35,7 @@ OFFSET %(offset)s LIMIT %(limit)s;
 WITH now AS MATERIALIZED (SELECT {schema}.now_ms() AS ms)
 SELECT t.id, t.queue, t.priority, t.status, t.payload, t.run_after, t.enqueued_at,
     t.started_at, t.last_attempted_at, t.finished_at, t.attempts, t.errors, t.worker_ids,
-    t.return_value
+    t.return_value, t.progress, t.cancel_requested_at
 FROM {schema}.tasks t CROSS JOIN now
 WHERE t.queue = %(queue)s AND t.status = 'DEFERRED'
     AND (t.finished_at IS NULL OR t.finished_at > now.ms - %(ttl)s)
@@ -48,7 +48,7 @@ OFFSET %(offset)s LIMIT %(limit)s;
 WITH now AS MATERIALIZED (SELECT {schema}.now_ms() AS ms)
 SELECT t.id, t.queue, t.priority, t.status, t.payload, t.run_after, t.enqueued_at,
     t.started_at, t.last_attempted_at, t.finished_at, t.attempts, t.errors, t.worker_ids,
-    t.return_value
+    t.return_value, t.progress, t.cancel_requested_at
 FROM {schema}.tasks t CROSS JOIN now
 WHERE t.queue = %(queue)s AND t.status = 'RUNNING'
     AND (t.finished_at IS NULL OR t.finished_at > now.ms - %(ttl)s)
@@ -61,7 +61,7 @@ OFFSET %(offset)s LIMIT %(limit)s;
 WITH now AS MATERIALIZED (SELECT {schema}.now_ms() AS ms)
 SELECT t.id, t.queue, t.priority, t.status, t.payload, t.run_after, t.enqueued_at,
     t.started_at, t.last_attempted_at, t.finished_at, t.attempts, t.errors, t.worker_ids,
-    t.return_value
+    t.return_value, t.progress, t.cancel_requested_at
 FROM {schema}.tasks t CROSS JOIN now
 WHERE t.queue = %(queue)s AND t.status = 'SUCCESSFUL'
     AND (t.finished_at IS NULL OR t.finished_at > now.ms - %(ttl)s)
@@ -74,7 +74,7 @@ OFFSET %(offset)s LIMIT %(limit)s;
 WITH now AS MATERIALIZED (SELECT {schema}.now_ms() AS ms)
 SELECT t.id, t.queue, t.priority, t.status, t.payload, t.run_after, t.enqueued_at,
     t.started_at, t.last_attempted_at, t.finished_at, t.attempts, t.errors, t.worker_ids,
-    t.return_value
+    t.return_value, t.progress, t.cancel_requested_at
 FROM {schema}.tasks t CROSS JOIN now
 WHERE t.queue = %(queue)s AND t.status = 'FAILED'
     AND (t.finished_at IS NULL OR t.finished_at > now.ms - %(ttl)s)
@@ -87,7 +87,7 @@ OFFSET %(offset)s LIMIT %(limit)s;
 WITH now AS MATERIALIZED (SELECT {schema}.now_ms() AS ms)
 SELECT t.id, t.queue, t.priority, t.status, t.payload, t.run_after, t.enqueued_at,
     t.started_at, t.last_attempted_at, t.finished_at, t.attempts, t.errors, t.worker_ids,
-    t.return_value
+    t.return_value, t.progress, t.cancel_requested_at
 FROM {schema}.tasks t CROSS JOIN now
 WHERE t.queue = %(queue)s AND t.status = 'CANCELLED'
     AND (t.finished_at IS NULL OR t.finished_at > now.ms - %(ttl)s)

@@ -10,8 +10,11 @@
 -- never recorded goes to the READY tail (in deadline order) with the claim
 -- undone as release undoes it and ``unstarted_expiries`` one higher. Any other gets a reaper's
 -- token (``r<request>-<n>``) and the deadline ``now + ttl``; nothing else
--- changes (it is not an attempt). The pass stops at its ``limit``-th claim:
--- expired leases after it are left as they are.
+-- changes (it is not an attempt). A task with a cancel request is finalized
+-- CANCELLED instead, whatever its claim (an unstarted worker's claim undone and
+-- counted as a give-back first), its token cleared, and not counted as a
+-- claim. The pass stops at its ``limit``-th claim: expired leases after it
+-- are left as they are.
 --
 -- Params: limit, scan (at least limit), ttl (claim ms), request,
 -- channel. Rows: one per reaper claim, oldest deadline first: how many
@@ -21,7 +24,8 @@
 WITH now AS MATERIALIZED (SELECT {schema}.now_ms() AS ms),
 picked AS MATERIALIZED (
     SELECT t.id, t.deadline,
-        NOT t.started AND left(t.token, 1) <> 'r' AS give
+        NOT t.started AND left(t.token, 1) <> 'r' AS give,
+        t.cancel_requested_at IS NOT NULL AS requested
     FROM {schema}.tasks t
     WHERE t.status = 'RUNNING' AND t.deadline <= (SELECT ms FROM now)
     ORDER BY t.deadline, t.id
@@ -29,16 +33,37 @@ picked AS MATERIALIZED (
     FOR UPDATE SKIP LOCKED
 ),
 ranked AS MATERIALIZED (
-    SELECT id, deadline, give,
-        count(*) FILTER (WHERE NOT give) OVER (ORDER BY deadline, id) AS claims
+    SELECT id, deadline, give, requested,
+        count(*) FILTER (WHERE NOT give AND NOT requested) OVER (ORDER BY deadline, id) AS claims
     FROM picked
 ),
 claimed AS MATERIALIZED (
-    SELECT id, claims AS n FROM ranked WHERE NOT give AND claims <= %(limit)s
+    SELECT id, claims AS n FROM ranked WHERE NOT give AND NOT requested AND claims <= %(limit)s
 ),
 asked AS MATERIALIZED (
     SELECT id, row_number() OVER (ORDER BY deadline, id) AS k
-    FROM ranked WHERE give AND claims < %(limit)s
+    FROM ranked WHERE give AND NOT requested AND claims < %(limit)s
+),
+cancelled AS (
+    UPDATE {schema}.tasks t SET
+        status = 'CANCELLED', finished_at = now.ms, token = NULL, deadline = NULL,
+        attempts = CASE WHEN r.give THEN greatest(t.attempts - 1, 0) ELSE t.attempts END,
+        worker_ids = CASE WHEN r.give THEN t.worker_ids[1:cardinality(t.worker_ids) - 1]
+                          ELSE t.worker_ids END,
+        started_at = CASE WHEN NOT r.give OR t.attempts > 1 THEN t.started_at END,
+        last_attempted_at = CASE WHEN NOT r.give OR t.attempts > 1
+                                 THEN t.last_attempted_at END,
+        unstarted_expiries = t.unstarted_expiries + CASE WHEN r.give THEN 1 ELSE 0 END
+    FROM ranked r CROSS JOIN now
+    WHERE t.id = r.id AND r.requested AND r.claims < %(limit)s
+    RETURNING t.queue
+),
+counted AS (
+    INSERT INTO {schema}.rates AS r (second, queue, shard, finished)
+    SELECT now.ms / 1000, c.queue, pg_backend_pid(), count(*)
+    FROM (SELECT queue FROM cancelled) c CROSS JOIN now GROUP BY now.ms, c.queue
+    ON CONFLICT (second, queue, shard)
+        DO UPDATE SET finished = r.finished + EXCLUDED.finished
 ),
 placed_drawn AS MATERIALIZED (
     SELECT v, row_number() OVER (ORDER BY v) AS k
@@ -71,7 +96,8 @@ reaped AS (
     RETURNING c.n, t.token, t.deadline,
         t.id, t.queue, t.priority, t.status, t.payload, t.run_after, t.enqueued_at,
         t.started_at, t.last_attempted_at, t.finished_at, t.attempts, t.errors, t.worker_ids,
-        t.return_value, t.unstarted_expiries
+        t.return_value, t.progress, t.cancel_requested_at,
+        t.unstarted_expiries
 )
 SELECT (SELECT count(*) FROM picked) AS looked, r.*
 FROM (SELECT count(*) FROM notified) announced LEFT JOIN reaped r ON true

@@ -1,5 +1,6 @@
 -- threadmill_postgres, operator actions: requeue, cancel and purge, each run in
--- one transaction with its lock statement (PostgresBackend.requeue, cancel, purge).
+-- one transaction with its lock statement (PostgresBackend.requeue, cancel, purge),
+-- and request_cancel, one statement.
 -- Every query of this file is documented by the comment lines under its name;
 -- queries.py says how the files are read and the conventions they keep.
 
@@ -9,7 +10,7 @@
 WITH now AS MATERIALIZED (SELECT {schema}.now_ms() AS ms)
 SELECT t.id, t.queue, t.priority, t.status, t.payload, t.run_after, t.enqueued_at,
     t.started_at, t.last_attempted_at, t.finished_at, t.attempts, t.errors, t.worker_ids,
-    t.return_value
+    t.return_value, t.progress, t.cancel_requested_at
 FROM {schema}.tasks t CROSS JOIN now
 WHERE t.id = %(id)s AND t.status IN ('FAILED', 'CANCELLED')
     AND (t.finished_at IS NULL OR t.finished_at > now.ms - %(ttl)s)
@@ -22,7 +23,8 @@ WITH now AS MATERIALIZED (SELECT {schema}.now_ms() AS ms),
 moved AS (
     UPDATE {schema}.tasks t SET
         status = 'READY', ready_order = nextval('{schema}.ready_order'),
-        finished_at = NULL, return_value = NULL, token = NULL
+        finished_at = NULL, return_value = NULL, token = NULL,
+        progress = NULL, cancel_requested_at = NULL
     WHERE t.id = %(id)s
     RETURNING t.queue
 ),
@@ -51,7 +53,7 @@ SELECT (SELECT count(*) FROM moved), (SELECT count(*) FROM notified);
 -- Rows: `rows.TASK_COLUMNS`.
 SELECT t.id, t.queue, t.priority, t.status, t.payload, t.run_after, t.enqueued_at,
     t.started_at, t.last_attempted_at, t.finished_at, t.attempts, t.errors, t.worker_ids,
-    t.return_value
+    t.return_value, t.progress, t.cancel_requested_at
 FROM {schema}.tasks t
 WHERE t.id = %(id)s AND t.status IN ('READY', 'DEFERRED')
 FOR UPDATE OF t;
@@ -81,6 +83,17 @@ rates_trimmed AS (
     ))
 )
 SELECT finished_at FROM cancelled;
+
+-- name: request_cancel --
+-- Note a cancel request on a RUNNING task (the first one wins) and read it.
+-- Params: id. Rows (none unless RUNNING): `rows.TASK_COLUMNS`.
+WITH now AS MATERIALIZED (SELECT {schema}.now_ms() AS ms)
+UPDATE {schema}.tasks t SET cancel_requested_at = coalesce(t.cancel_requested_at, now.ms)
+FROM now
+WHERE t.id = %(id)s AND t.status = 'RUNNING'
+RETURNING t.id, t.queue, t.priority, t.status, t.payload, t.run_after, t.enqueued_at,
+    t.started_at, t.last_attempted_at, t.finished_at, t.attempts, t.errors, t.worker_ids,
+    t.return_value, t.progress, t.cancel_requested_at;
 
 -- name: purge_ready --
 -- Delete up to ``batch`` READY tasks of one queue, passing over rows

@@ -24,7 +24,7 @@ given AS (
 stored AS MATERIALIZED (
     SELECT t.id, t.queue, t.priority, t.status, t.payload, t.run_after, t.enqueued_at,
         t.started_at, t.last_attempted_at, t.finished_at, t.attempts, t.errors, t.worker_ids,
-        t.return_value
+        t.return_value, t.progress, t.cancel_requested_at
     FROM {schema}.tasks t CROSS JOIN now
     WHERE t.id = ANY(%(ids)s::text[])
         AND (t.finished_at IS NULL OR t.finished_at > now.ms - %(ttl)s)

@@ -77,6 +77,7 @@ running AS (
     UPDATE {schema}.tasks t SET
         status = 'RUNNING', ready_order = NULL,
         token = %(request)s || '-' || c.n, deadline = now.ms + %(ttl)s, started = false,
+        cancel_requested_at = NULL,
         attempts = t.attempts + 1, last_attempted_at = now.ms,
         started_at = coalesce(t.started_at, now.ms),
         worker_ids = array_append(t.worker_ids, %(worker)s::text)
@@ -85,7 +86,8 @@ running AS (
     RETURNING c.n, t.token, t.deadline,
         t.id, t.queue, t.priority, t.status, t.payload, t.run_after, t.enqueued_at,
         t.started_at, t.last_attempted_at, t.finished_at, t.attempts, t.errors, t.worker_ids,
-        t.return_value, t.unstarted_expiries
+        t.return_value, t.progress, t.cancel_requested_at,
+        t.unstarted_expiries
 ),
 waiting AS (
     UPDATE {schema}.tasks t SET status = 'READY', ready_order = p.ready_order
@@ -120,7 +122,8 @@ RETURNING request;
 SELECT split_part(t.token, '-', 2)::bigint AS n, t.token, t.deadline,
     t.id, t.queue, t.priority, t.status, t.payload, t.run_after, t.enqueued_at,
     t.started_at, t.last_attempted_at, t.finished_at, t.attempts, t.errors, t.worker_ids,
-    t.return_value, t.unstarted_expiries
+    t.return_value, t.progress, t.cancel_requested_at,
+    t.unstarted_expiries
 FROM {schema}.tasks t
 WHERE t.status = 'RUNNING' AND left(t.token, 33) = %(request)s || '-'
 ORDER BY n;
@@ -129,7 +132,8 @@ ORDER BY n;
 -- Renew leases whose token is current and whose task is RUNNING.
 --
 -- Params: ids, tokens (arrays in step), ttl (lease ms).
--- Rows, in call order: n, the new deadline (NULL: refused).
+-- Rows, in call order: n, the new deadline (NULL: refused), the task's
+-- progress and cancel request.
 WITH now AS MATERIALIZED (SELECT {schema}.now_ms() AS ms),
 given AS (
     SELECT * FROM unnest(%(ids)s::text[], %(tokens)s::text[]) WITH ORDINALITY AS g (id, token, n)
@@ -142,9 +146,9 @@ renewed AS (
     FROM now
     WHERE t.id IN (SELECT id FROM held) AND t.status = 'RUNNING'
         AND t.token IN (SELECT g.token FROM given g WHERE g.id = t.id)
-    RETURNING t.id, t.token, t.deadline
+    RETURNING t.id, t.token, t.deadline, t.progress, t.cancel_requested_at
 )
-SELECT g.n, r.deadline
+SELECT g.n, r.deadline, r.progress, r.cancel_requested_at
 FROM given g LEFT JOIN renewed r ON r.id = g.id AND r.token = g.token
 ORDER BY g.n;
 
@@ -171,12 +175,47 @@ SELECT g.n, m.id IS NOT NULL
 FROM given g LEFT JOIN marked m ON m.id = g.id AND m.token = g.token
 ORDER BY g.n;
 
+-- name: record_progress --
+-- Store the progress running tasks reported: ``progress`` of each task whose
+-- token is the lease's while it is RUNNING becomes the update's head
+-- completed with the database's time (see `rows.progress_head`). Of a task
+-- given twice, the last accepted update is kept.
+--
+-- Params: ids, tokens, heads (arrays in step). Rows, in call order: n, stored.
+WITH now AS MATERIALIZED (SELECT {schema}.now_ms() AS ms),
+given AS (
+    SELECT * FROM unnest(%(ids)s::text[], %(tokens)s::text[], %(heads)s::bytea[])
+        WITH ORDINALITY AS g (id, token, head, n)
+),
+held AS MATERIALIZED (
+    SELECT t.id, t.token FROM {schema}.tasks t
+    WHERE t.id = ANY(%(ids)s::text[]) AND t.status = 'RUNNING'
+    ORDER BY t.id FOR UPDATE
+),
+last AS MATERIALIZED (
+    SELECT DISTINCT ON (g.id) g.id, g.head
+    FROM given g JOIN held h ON h.id = g.id AND h.token = g.token
+    ORDER BY g.id, g.n DESC
+),
+stored AS (
+    UPDATE {schema}.tasks t SET
+        progress = l.head || convert_to(now.ms::text || '}', 'UTF8')
+    FROM last l CROSS JOIN now
+    WHERE t.id = l.id
+    RETURNING t.id
+)
+SELECT g.n, h.id IS NOT NULL
+FROM given g LEFT JOIN held h ON h.id = g.id AND h.token = g.token
+    CROSS JOIN (SELECT count(*) FROM stored) written
+ORDER BY g.n;
+
 -- name: decide_many --
 -- Apply `complete` / `retry` decisions, each fenced on its own.
 --
--- Params: ids, tokens, targets (SUCCESSFUL or FAILED to complete, READY for a
--- zero-delay retry, DEFERRED for a later one), delays (ms), errors, results
--- (codec bytes or NULL; arrays in step), ttl, prune, channel.
+-- Params: ids, tokens, targets (SUCCESSFUL, FAILED or CANCELLED to complete,
+-- READY for a zero-delay retry, DEFERRED for a later one), delays (ms),
+-- errors, results (codec bytes or NULL; arrays in step), ttl, prune, channel.
+-- A retry of a task with a cancel request finalizes it CANCELLED instead.
 --
 -- Of the decisions on one task, the first whose token is current applies, if
 -- the task is RUNNING; zero-delay retries enter READY in call order. The
@@ -185,7 +224,8 @@ ORDER BY g.n;
 --
 -- Rows, in call order: n; current (the token is the task's); applied; the
 -- task's status, run_after and finished_at after the statement; and, where
--- the task was not changed here, its stored errors and result.
+-- the task was not changed here, its stored errors and result; then its
+-- progress and cancel request (which no decision changes).
 WITH now AS MATERIALIZED (SELECT {schema}.now_ms() AS ms),
 given AS (
     SELECT * FROM unnest(%(ids)s::text[], %(tokens)s::text[], %(targets)s::text[],
@@ -193,11 +233,14 @@ given AS (
         WITH ORDINALITY AS g (id, token, target, delay, errors, result, n)
 ),
 held AS MATERIALIZED (
-    SELECT t.id, t.token, t.status, t.run_after, t.finished_at, t.errors, t.return_value
+    SELECT t.id, t.token, t.status, t.run_after, t.finished_at, t.errors, t.return_value,
+        t.progress, t.cancel_requested_at
     FROM {schema}.tasks t WHERE t.id = ANY(%(ids)s::text[]) ORDER BY t.id FOR UPDATE
 ),
 chosen AS MATERIALIZED (
-    SELECT DISTINCT ON (g.id) g.id, g.n, g.target, g.delay, g.errors, g.result
+    SELECT DISTINCT ON (g.id) g.id, g.n, g.delay, g.errors, g.result,
+        CASE WHEN g.target IN ('READY', 'DEFERRED') AND h.cancel_requested_at IS NOT NULL
+             THEN 'CANCELLED' ELSE g.target END AS target
     FROM given g JOIN held h ON h.id = g.id AND h.token = g.token AND h.status = 'RUNNING'
         -- A corrupt time is refused: the reaper's claim quarantines the task.
         AND coalesce(h.run_after BETWEEN -62135596800000 AND 253402300799999, true)
@@ -218,7 +261,8 @@ decided AS (
         status = c.target,
         errors = c.errors,
         return_value = CASE WHEN c.target = 'SUCCESSFUL' THEN c.result END,
-        finished_at = CASE WHEN c.target IN ('SUCCESSFUL', 'FAILED') THEN now.ms END,
+        finished_at = CASE WHEN c.target IN ('SUCCESSFUL', 'FAILED', 'CANCELLED')
+                           THEN now.ms END,
         run_after = CASE WHEN c.target = 'DEFERRED' THEN now.ms + c.delay ELSE t.run_after END,
         ready_order = q.ready_order,
         deadline = NULL
@@ -229,7 +273,8 @@ decided AS (
 counted AS (
     INSERT INTO {schema}.rates AS r (second, queue, shard, finished)
     SELECT now.ms / 1000, c.queue, pg_backend_pid(), count(*)
-    FROM (SELECT queue FROM decided WHERE status IN ('SUCCESSFUL', 'FAILED')) c CROSS JOIN now
+    FROM (SELECT queue FROM decided WHERE status IN ('SUCCESSFUL', 'FAILED', 'CANCELLED')) c
+        CROSS JOIN now
     GROUP BY now.ms, c.queue
     ON CONFLICT (second, queue, shard)
         DO UPDATE SET finished = r.finished + EXCLUDED.finished
@@ -259,7 +304,8 @@ SELECT g.n,
     CASE WHEN d.id IS NULL THEN h.run_after ELSE d.run_after END,
     CASE WHEN d.id IS NULL THEN h.finished_at ELSE d.finished_at END,
     CASE WHEN d.id IS NULL AND h.token = g.token THEN h.errors END,
-    CASE WHEN d.id IS NULL AND h.token = g.token THEN h.return_value END
+    CASE WHEN d.id IS NULL AND h.token = g.token THEN h.return_value END,
+    h.progress, h.cancel_requested_at
 FROM given g
     LEFT JOIN held h ON h.id = g.id
     LEFT JOIN chosen c ON c.id = g.id
@@ -271,26 +317,30 @@ ORDER BY g.n;
 -- Give back claimed tasks that never started: to the READY tail in call
 -- order (DEFERRED due at now + delay when the delay is above zero), the claim
 -- undone (see `Backend.release`), the token cleared. A claim whose start was
--- recorded, and a reaper's, are refused.
+-- recorded, and a reaper's, are refused. A task with a cancel request is
+-- finalized CANCELLED instead of going back (its claim undone all the same).
 --
 -- Params: ids, tokens (arrays in step), delay (ms), channel.
 -- Rows, in call order: n, then (NULL when refused) attempts, worker_ids,
--- started_at, last_attempted_at, status and run_after after the release.
+-- started_at, last_attempted_at, status, run_after and finished_at after the
+-- release, its progress and cancel request.
 WITH now AS MATERIALIZED (SELECT {schema}.now_ms() AS ms),
 given AS (
     SELECT * FROM unnest(%(ids)s::text[], %(tokens)s::text[]) WITH ORDINALITY AS g (id, token, n)
 ),
 held AS MATERIALIZED (
-    SELECT t.id, t.token, t.status, t.started FROM {schema}.tasks t
+    SELECT t.id, t.token, t.status, t.started, t.cancel_requested_at FROM {schema}.tasks t
     WHERE t.id = ANY(%(ids)s::text[]) ORDER BY t.id FOR UPDATE
 ),
 chosen AS MATERIALIZED (
-    SELECT DISTINCT ON (g.id) g.id, g.n
+    SELECT DISTINCT ON (g.id) g.id, g.n, h.cancel_requested_at IS NOT NULL AS requested
     FROM given g JOIN held h ON h.id = g.id AND h.token = g.token AND h.status = 'RUNNING'
         AND NOT h.started AND left(h.token, 1) <> 'r'
     ORDER BY g.id, g.n
 ),
-asked AS MATERIALIZED (SELECT id, row_number() OVER (ORDER BY n) AS k FROM chosen),
+asked AS MATERIALIZED (
+    SELECT id, row_number() OVER (ORDER BY n) AS k FROM chosen WHERE NOT requested
+),
 placed_drawn AS MATERIALIZED (
     SELECT v, row_number() OVER (ORDER BY v) AS k
     FROM (SELECT nextval('{schema}.ready_order') AS v FROM asked) drawn
@@ -300,25 +350,36 @@ placed AS MATERIALIZED (
 ),
 released AS (
     UPDATE {schema}.tasks t SET
-        status = CASE WHEN %(delay)s::bigint > 0 THEN 'DEFERRED' ELSE 'READY' END,
+        status = CASE WHEN c.requested THEN 'CANCELLED'
+            WHEN %(delay)s::bigint > 0 THEN 'DEFERRED' ELSE 'READY' END,
         ready_order = CASE WHEN %(delay)s::bigint > 0 THEN NULL ELSE p.ready_order END,
-        run_after = CASE WHEN %(delay)s::bigint > 0
+        run_after = CASE WHEN %(delay)s::bigint > 0 AND NOT c.requested
             THEN now.ms + %(delay)s::bigint ELSE t.run_after END,
+        finished_at = CASE WHEN c.requested THEN now.ms END,
         token = NULL, deadline = NULL,
         attempts = greatest(t.attempts - 1, 0),
         worker_ids = t.worker_ids[1:cardinality(t.worker_ids) - 1],
         started_at = CASE WHEN t.attempts > 1 THEN t.started_at END,
         last_attempted_at = CASE WHEN t.attempts > 1 THEN t.last_attempted_at END
-    FROM placed p CROSS JOIN now
-    WHERE t.id = p.id
+    FROM chosen c LEFT JOIN placed p ON p.id = c.id CROSS JOIN now
+    WHERE t.id = c.id
     RETURNING t.id, t.queue, t.attempts, t.worker_ids, t.started_at, t.last_attempted_at,
-        t.status, t.run_after
+        t.status, t.run_after, t.finished_at, t.progress, t.cancel_requested_at
+),
+counted AS (
+    INSERT INTO {schema}.rates AS r (second, queue, shard, finished)
+    SELECT now.ms / 1000, c.queue, pg_backend_pid(), count(*)
+    FROM (SELECT queue FROM released WHERE status = 'CANCELLED') c CROSS JOIN now
+    GROUP BY now.ms, c.queue
+    ON CONFLICT (second, queue, shard)
+        DO UPDATE SET finished = r.finished + EXCLUDED.finished
 ),
 notified AS (
     SELECT pg_notify(%(channel)s, left(q.queue, 1000))
-    FROM (SELECT DISTINCT queue FROM (SELECT queue FROM released) woken) q
+    FROM (SELECT DISTINCT queue FROM (SELECT queue FROM released WHERE status <> 'CANCELLED') woken) q
 )
-SELECT g.n, r.attempts, r.worker_ids, r.started_at, r.last_attempted_at, r.status, r.run_after
+SELECT g.n, r.attempts, r.worker_ids, r.started_at, r.last_attempted_at, r.status, r.run_after,
+    r.finished_at, r.progress, r.cancel_requested_at
 FROM given g
     LEFT JOIN chosen c ON c.n = g.n
     LEFT JOIN released r ON r.id = c.id

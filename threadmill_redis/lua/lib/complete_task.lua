@@ -5,11 +5,16 @@
 --@include "lib/save_task"
 --@include "lib/unindex_task"
 
--- Finalize RUNNING task `t` (nil if unknown) as `status` (SUCCESSFUL or
--- FAILED) under lease `token`, storing the encoded `errors` and `result`
--- ('' for none). Returns OK, or what decision_refused answers.
+-- The statuses a completion leaves a task in (what lib/decision_refused
+-- reads as a repeat of it).
+local COMPLETED = { SUCCESSFUL = true, FAILED = true, CANCELLED = true }
+
+-- Finalize RUNNING task `t` (nil if unknown) as `status` (SUCCESSFUL, FAILED
+-- or CANCELLED) under lease `token`, storing the encoded `errors` and
+-- `result` ('' for none); its progress and cancel request stay. Returns OK,
+-- or what decision_refused answers.
 local function complete_task(K, t, token, status, errors, result, now)
-  local refused = decision_refused(t, token, 'SUCCESSFUL', 'FAILED')
+  local refused = decision_refused(t, token, COMPLETED)
   if refused then
     return refused
   end

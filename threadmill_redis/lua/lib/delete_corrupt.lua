@@ -7,7 +7,8 @@
 -- time indexes, and from the segment view `view` as `member` when the caller
 -- found it there; else from the terminal views, when its state still names
 -- its queue and the finished index its finished time. Every script that
--- calls it declares K.starts.
+-- calls it declares K.starts, K.progress and
+-- K.cancel_requests.
 local function delete_corrupt(K, id, raw, view, member)
   local queue = corrupt_queue(raw)
   if member ~= nil then
@@ -25,7 +26,8 @@ local function delete_corrupt(K, id, raw, view, member)
   for _, index in ipairs({ K.due, K.leases, K.finished }) do
     redis.call('ZREM', index, id)
   end
-  for _, hash in ipairs({ K.payload, K.state, K.errors, K.workers, K.result, K.starts }) do
+  for _, hash in ipairs({ K.payload, K.state, K.errors, K.workers, K.result, K.starts, K.progress,
+    K.cancel_requests }) do
     redis.call('HDEL', hash, id)
   end
   if queue ~= nil and redis.call('HINCRBY', K.queues, queue, -1) <= 0 then
