@@ -70,6 +70,7 @@ def test_killed_worker_processes_lose_nothing(
         modules=(MODULE,),
         processes=2,
         threads=2,
+        prefetch=2,  # fixed, so that what a kill may rerun is bounded below
         lease_ttl=timedelta(seconds=1),
         poll_interval=timedelta(milliseconds=100),
         burst=True,
@@ -111,7 +112,7 @@ def test_killed_worker_processes_lose_nothing(
     assert set(started) == set(range(total))
     # A task runs again only if a kill caught it in flight: started in the killed
     # process and not yet acknowledged. Each process holds at most threads +
-    # prefetch (2 x threads) unacknowledged tasks, so each kill causes at most
+    # prefetch (2 x threads here) unacknowledged tasks, so each kill causes at most
     # that many second runs; prefetched tasks never started do not run twice.
     first_pid: dict[int, int] = {}
     for _kind, n, pid, _attempt in runs:
