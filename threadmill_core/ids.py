@@ -11,6 +11,8 @@ never reuses the bytes its parent read ahead.
 
 from __future__ import annotations
 
+import binascii
+import functools
 import os
 import threading
 import time
@@ -91,12 +93,16 @@ def new_task_id() -> str:
 
 
 def new_task_ids(count: int) -> list[str]:
-    """`count` ids, as `count` calls of `new_task_id` would make them, for less time.
+    """`count` ids, as `count` calls of `new_task_id` would make them, for much less time.
 
     The clock is read and the lock taken once, and the random bits of every
     id are read from the OS in one call (or from what `new_task_id` read
     ahead). After the first id, each counts one up, so the ids' time and
     counter fields follow from the first's.
+
+    Fast path: the text is made in runs that share a millisecond, column by
+    column (`_texts`), not id by id (0.18 against 1.34 us an id, about a tenth
+    of a batched enqueue; see docs/hot-paths.md).
     """
     global _last_ms, _counter
     if count <= 1:  # one id costs less the plain way
@@ -108,10 +114,48 @@ def new_task_ids(count: int) -> list[str]:
         # every overflow borrowing the next millisecond (see `_advance`).
         last = counter + count - 1
         _last_ms, _counter = ms + (last >> 12), last & 0xFFF
-    ids = []
-    for k in range(count):
-        at = counter + k  # counts after (ms, 0)
-        random = int.from_bytes(block[8 * k : 8 * k + 8])
-        bits = _version_bits(ms + (at >> 12), at & 0xFFF) | (random & _RAND_B)
-        ids.append(_uuid_text(bits))
+    random = bytearray(block[:-1])
+    random[0::8] = random[0::8].translate(_VARIANT_BYTE)  # the top byte of each id's 64 bits
+    tails = binascii.hexlify(random)
+    ids: list[str] = []
+    made = 0
+    while made < count:
+        run = min(count - made, 4096 - counter)  # ids left in this millisecond
+        ids += _texts(ms, counter, tails[16 * made : 16 * (made + run)], run)
+        made += run
+        ms, counter = ms + 1, 0
     return ids
+
+
+def _texts(ms: int, counter: int, tails: bytes, run: int) -> list[str]:
+    """The text of `run` ids of millisecond `ms`, counters from `counter` on, each id's
+    random bits the next 16 hex digits of `tails`.
+
+    Made column by column: the text of all `run` ids is one buffer, in which each
+    character of an id that is not the same in every id (the counter's three, the
+    random bits' sixteen) is written for all of them at once, as an extended
+    slice; the buffer is then cut into ids.
+    """
+    stamp = f"{ms:012x}"
+    text = bytearray(f"{stamp[:8]}-{stamp[8:]}-7xxx-xxxx-xxxxxxxxxxxx".encode() * run)
+    counters = _counters()[3 * counter : 3 * (counter + run)]
+    for digit in range(3):
+        text[15 + digit :: 36] = counters[digit::3]
+    for digit in range(16):  # 4 of them before the dash at 23, 12 after it
+        text[(19 if digit < 4 else 20) + digit :: 36] = tails[digit::16]
+    whole = text.decode()
+    return [whole[at : at + 36] for at in range(0, 36 * run, 36)]
+
+
+#: Each value of a byte with its top two bits set to the variant, 0b10.
+_VARIANT_BYTE = bytes((byte & 0x3F) | 0x80 for byte in range(256))
+
+
+@functools.cache
+def _counters() -> bytes:
+    """The counter's 4,096 values as 3-digit hex, one after another.
+
+    Made on the first batch, not at import: a worker, which makes no ids,
+    would wait for it at start for nothing.
+    """
+    return b"".join(b"%03x" % counter for counter in range(1 << 12))

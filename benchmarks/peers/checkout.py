@@ -7,7 +7,7 @@ judged against the commit before it in one run on one machine.
 
 Both sides of this peer run in processes of their own, as every system's
 do: the producer in `benchmarks.peers.producer_driver`, driven over a pipe
-(see `benchmarks.peers.own_process`), and the worker as `ThreadmillPeer`
+(see `benchmarks.peers.own_process`), and the worker as `ThreadmillPrefetch64Peer`
 starts it. Both import threadmill from the
 checkout (its ``threadmill_core``, ``threadmill_memory`` and
 ``threadmill_redis``, linked into a folder that comes first on the import
@@ -27,7 +27,7 @@ import tempfile
 from pathlib import Path
 
 from benchmarks.peers.own_process import InOwnProcess, ProducerProcess
-from benchmarks.peers.threadmill_peer import ThreadmillPeer
+from benchmarks.peers.threadmill_peer import ThreadmillPrefetch64Peer
 from benchmarks.server import REPO_ROOT
 
 #: The packages a checkout's threadmill is imported from.
@@ -73,7 +73,9 @@ class CheckoutPeer(InOwnProcess):
         producer = ProducerProcess(
             name, "threadmill", redis_url, self.worker_env(), python_options=["-P"]
         )
-        super().__init__(ThreadmillPeer(redis_url), producer)
+        # At --prefetch 64, as threadmill@prefetch64: a checkout from before the adaptive
+        # default (issue 38) would run with a prefetch of one, and compare with nothing.
+        super().__init__(ThreadmillPrefetch64Peer(redis_url), producer)
         self.name = name  # type: ignore[misc]  # per instance, by design
 
     @property
