@@ -59,7 +59,8 @@ def test_redis_killed_three_times_mid_run_loses_nothing(
             work, [((log_url, namespace, n, 20), {}) for n in range(total)]
         )
 
-    settings = burst_settings(url, lease_ttl=timedelta(seconds=1))
+    # A fixed prefetch of one per thread, which the bound on reruns below is written for.
+    settings = burst_settings(url, prefetch=2, lease_ttl=timedelta(seconds=1))
     with supervising(settings) as (supervisor, runner):
         for kill, outage in enumerate(OUTAGES):
             wait_until(

@@ -154,7 +154,8 @@ def test_a_restarted_server_loses_nothing_and_doubles_no_acknowledgement(
     with connect(url) as broker:
         ids = enqueue_work(broker, log_url, tag, total, 20)
 
-    settings = burst_settings(url, modules=(MODULE,), lease_ttl=timedelta(seconds=1))
+    # A fixed prefetch of one per thread, which the bound on reruns below is written for.
+    settings = burst_settings(url, modules=(MODULE,), prefetch=2, lease_ttl=timedelta(seconds=1))
     with supervising(settings) as (supervisor, runner):
         for at, (mode, down) in enumerate(OUTAGES):
             wait_until(
