@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import operator
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
@@ -130,26 +131,25 @@ def _time(field: bytes) -> datetime | None:
     return from_ms(int(field)) if field else None
 
 
+#: The packed fields `State` holds, in its order, picked by name from `STATE_FIELDS`
+#: (``sort``, the scheduling key, is not among them: records do not show it).
+_PICK = operator.itemgetter(*(STATE_FIELDS.index(name) for name in State._fields))
+#: Each status by its packed text.
+_STATUSES = {status.value.encode(): status for status in TaskResultStatus}
+
+
 def parse_state(raw: bytes) -> State:
     """The state packed in `raw` (see `STATE_FIELDS`); `PayloadError` when not of that layout."""
+    parts = raw.split(b"|", len(STATE_FIELDS) - 1)
     try:
-        parts = raw.split(b"|", len(STATE_FIELDS) - 1)
-        f = dict(zip(STATE_FIELDS, parts, strict=True))  # ValueError when fields are missing
-        # f["sort"] is the scheduling key, which records do not show (see keys.py).
+        if len(parts) != len(STATE_FIELDS):
+            raise ValueError("fields are missing")
+        status, priority, attempts, *times, token, queue = _PICK(parts)
         return State(
-            status=TaskResultStatus(f["status"].decode()),
-            priority=int(f["priority"]),
-            attempts=int(f["attempts"]),
-            enqueued_at=_time(f["enqueued_at"]),
-            run_after=_time(f["run_after"]),
-            started_at=_time(f["started_at"]),
-            last_attempted_at=_time(f["last_attempted_at"]),
-            finished_at=_time(f["finished_at"]),
-            deadline=_time(f["deadline"]),
-            token=f["token"].decode() or None,
-            queue=f["queue"].decode(),
-        )
-    except (ValueError, OverflowError) as exc:
+            _STATUSES[status], int(priority), int(attempts), *map(_time, times),
+            token.decode() or None, queue.decode(),
+        )  # fmt: skip
+    except (ValueError, OverflowError, KeyError) as exc:
         raise PayloadError(f"stored task state is not valid: {raw!r}") from exc
 
 
