@@ -144,10 +144,12 @@ def parse_state(raw: bytes) -> State:
     try:
         if len(parts) != len(STATE_FIELDS):
             raise ValueError("fields are missing")
-        status, priority, attempts, *times, token, queue = _PICK(parts)
+        (status, priority, attempts, enqueued_at, run_after, started_at, last_attempted_at,
+         finished_at, deadline, token, queue) = _PICK(parts)  # fmt: skip
         return State(
-            _STATUSES[status], int(priority), int(attempts), *map(_time, times),
-            token.decode() or None, queue.decode(),
+            _STATUSES[status], int(priority), int(attempts), _time(enqueued_at),
+            _time(run_after), _time(started_at), _time(last_attempted_at), _time(finished_at),
+            _time(deadline), token.decode() or None, queue.decode(),
         )  # fmt: skip
     except (ValueError, OverflowError, KeyError) as exc:
         raise PayloadError(f"stored task state is not valid: {raw!r}") from exc
