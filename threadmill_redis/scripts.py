@@ -56,9 +56,10 @@ def layout() -> str:
     ``STATE_PATTERN`` matches a packed state whole, one capture a field, each
     of its shape; ``STATE_FIELDS`` names the fields in order; ``STATE`` maps
     each name to its place (from 1). ``QUEUE_LENGTH_DIGITS``,
-    ``SORT_KEY_DIGITS``, ``QUEUE_LENGTH_FORMAT``, ``SORT_KEY_FORMAT`` and
-    ``READY_SORT_FORMAT`` (100 - priority, then the sequence) make and cut
-    segment members.
+    ``SORT_KEY_DIGITS``, ``QUEUE_LENGTH_FORMAT``, ``SORT_KEY_FORMAT``,
+    ``READY_PRIORITY_FORMAT`` (100 - priority) and ``READY_SEQUENCE_FORMAT``
+    (the entered-READY sequence, the rest of a READY member's sort key) make
+    and cut segment members.
     """
     pattern = "^" + "|".join(f"({shape})" for _, shape in keys.STATE_LAYOUT) + "$"
     names = ", ".join(f"'{name}'" for name in keys.STATE_FIELDS)
@@ -74,7 +75,8 @@ def layout() -> str:
             f"local SORT_KEY_DIGITS = {keys.SORT_KEY_DIGITS}",
             f"local QUEUE_LENGTH_FORMAT = '%0{keys.QUEUE_LENGTH_DIGITS}x'",
             f"local SORT_KEY_FORMAT = '%0{keys.SORT_KEY_DIGITS}d'",
-            f"local READY_SORT_FORMAT = '%0{keys.PRIORITY_DIGITS}d%0{sequence_digits}d'",
+            f"local READY_PRIORITY_FORMAT = '%0{keys.PRIORITY_DIGITS}d'",
+            f"local READY_SEQUENCE_FORMAT = '%0{sequence_digits}d'",
         ]
     )
 

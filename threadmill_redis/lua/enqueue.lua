@@ -54,6 +54,7 @@
 --@include "lib/new_state"
 --@include "lib/notify_room"
 --@include "lib/now_ms"
+--@include "lib/pack_around"
 --@include "lib/ready_member"
 --@include "lib/record_rates"
 --@include "lib/task_row"
@@ -142,28 +143,42 @@ if entering > 0 then
   seq = redis.call('HINCRBY', K.counters, 'seq', entering) - entering
 end
 
--- The writes, gathered into one command per hash or index.
+-- The writes, gathered into one command per hash or index. What a run's
+-- tasks share is packed once per run: a deferred task's whole state, and a
+-- READY task's state around its sort field (its entered-READY sequence
+-- number, lib/pack_around) and its member's head (lib/ready_member).
 local payloads, states, ready, deferred, due = {}, {}, {}, {}, {}
 local counts, woken = {}, {}
 for _, run in ipairs(runs) do
   local queue = run.queue
-  for _, i in ipairs(run.fresh) do
-    local id = ARGV[i]
-    payloads[#payloads + 1] = id
-    payloads[#payloads + 1] = ARGV[i + 1]
-    states[#states + 1] = id
-    if run.deferred then
-      states[#states + 1] =
-        new_state('DEFERRED', run.priority, run.run_after, now, run.run_after, queue)
+  if run.deferred then
+    local state = new_state('DEFERRED', run.priority, run.run_after, now, run.run_after, queue)
+    for _, i in ipairs(run.fresh) do
+      local id = ARGV[i]
+      payloads[#payloads + 1] = id
+      payloads[#payloads + 1] = ARGV[i + 1]
+      states[#states + 1] = id
+      states[#states + 1] = state
       deferred[#deferred + 1] = '0'
       deferred[#deferred + 1] = timed_member(queue, run.run_after, id)
       due[#due + 1] = run.run_after_text
       due[#due + 1] = id
-    else
+    end
+  else
+    local head, tail = pack_around({
+      status = 'READY', priority = run.priority, attempts = 0, enqueued_at = now,
+      run_after = run.run_after, queue = queue,
+    }, 'sort')
+    local member_head = ready_member_head(queue, run.priority)
+    for _, i in ipairs(run.fresh) do
+      local id = ARGV[i]
       seq = seq + 1
-      states[#states + 1] = new_state('READY', run.priority, seq, now, run.run_after, queue)
+      payloads[#payloads + 1] = id
+      payloads[#payloads + 1] = ARGV[i + 1]
+      states[#states + 1] = id
+      states[#states + 1] = head .. string.format('%d', seq) .. tail
       ready[#ready + 1] = '0'
-      ready[#ready + 1] = ready_member(queue, run.priority, seq, id)
+      ready[#ready + 1] = member_head .. string.format(READY_SEQUENCE_FORMAT, seq) .. id
     end
   end
   if #run.fresh > 0 then

@@ -1,5 +1,5 @@
 --@include "lib/layout"
---@include "lib/queue_prefix"
+--@include "lib/ready_member_head"
 
 -- The member of a task in its segment view: queue prefix, SORT_KEY_DIGITS
 -- digits of sort key, id. All members share score 0, so lex order is
@@ -9,5 +9,5 @@
 
 -- The member of a READY task: `sort` is its entered-READY sequence number.
 local function ready_member(queue, priority, sort, id)
-  return queue_prefix(queue) .. string.format(READY_SORT_FORMAT, 100 - priority, sort) .. id
+  return ready_member_head(queue, priority) .. string.format(READY_SEQUENCE_FORMAT, sort) .. id
 end
