@@ -64,36 +64,23 @@ return { state or false, false, pack_task(t), sort, running, queue, t.queue }
 """
 
 #: A new task's state as lib/new_state packs it, and what lib/parse_task reads
-#: back from it packed again by lib/pack_task.
+#: back from it packed again by lib/pack_task; then the same state as a batch
+#: joins it (lib/split_around of the state without its sort, around the sort's
+#: text), and a READY member made from its head (lib/ready_member_head) and
+#: made whole (lib/ready_member).
 NEW_STATE_CHECK = """
 --@include "lib/new_state"
 --@include "lib/parse_task"
-local run_after = tonumber(ARGV[5])
-local made = new_state(ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), run_after,
-  ARGV[6])
-return { made, pack_task(parse_task('id', made)) }
-"""
-
-#: A READY state packed around its sort field (lib/pack_around) and joined with
-#: the sort's text, and the same state packed whole (lib/pack_task); then a READY
-#: member made from its head (lib/ready_member) and made whole.
-AROUND_CHECK = """
---@include "lib/pack_around"
 --@include "lib/ready_member"
-local priority, sort, now, run_after, queue =
-  tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
-local head, tail = pack_around({
-  status = 'READY', priority = priority, attempts = 0, enqueued_at = now,
-  run_after = run_after, queue = queue,
-}, 'sort')
-local whole = pack_task({
-  status = 'READY', priority = priority, attempts = 0, sort = sort, enqueued_at = now,
-  run_after = run_after, queue = queue,
-})
+--@include "lib/split_around"
+local status, priority, sort, now = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local run_after, queue = tonumber(ARGV[5]), ARGV[6]
+local made = new_state(status, priority, sort, now, run_after, queue)
+local head, tail = split_around(new_state(status, priority, nil, now, run_after, queue), 'sort')
 local member = ready_member_head(queue, priority) .. string.format(READY_SEQUENCE_FORMAT, sort)
   .. 'id'
-return { head .. string.format('%d', sort) .. tail, whole, member,
-  ready_member(queue, priority, sort, 'id') }
+return { made, pack_task(parse_task('id', made)), head .. string.format('%d', sort) .. tail,
+  member, ready_member(queue, priority, sort, 'id') }
 """
 
 #: What lib/parse_task reads from a packed state, field by field in STATE_FIELDS
@@ -199,29 +186,15 @@ def test_a_new_state_packs_as_parse_task_and_pack_task_read_and_write_it(
     run_after: str,
     queue: str,
 ) -> None:
-    """lib/new_state writes the layout lib/parse_task reads and lib/pack_task writes."""
-    made, again = run(client, NEW_STATE_CHECK, status, priority, sort, now, run_after, queue)
+    """lib/new_state writes the layout lib/parse_task reads and lib/pack_task writes; a
+    batch's state joined from lib/split_around's pieces, and a member from its head, are
+    the bytes lib/new_state and lib/ready_member make whole (enqueue.lua's batches)."""
+    made, again, joined, member, member_whole = run(
+        client, NEW_STATE_CHECK, status, priority, sort, now, run_after, queue
+    )
     assert made == again
     assert made.decode() == f"{status}|{priority}|0|{sort}|{now}|{run_after}||||||{queue}"
-
-
-@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(
-    priority=st.integers(-100, 100),
-    sort=st.integers(1, 10**15),
-    now=ms,
-    run_after=maybe_ms,
-    queue=queues,
-)
-def test_a_batch_packs_its_shared_state_once_as_pack_task_would(
-    client: redis.Redis, priority: int, sort: int, now: int, run_after: str, queue: str
-) -> None:
-    """A state joined from lib/pack_around's pieces, and a member from its head, are the
-    bytes lib/pack_task and lib/ready_member make whole (enqueue.lua's batches)."""
-    joined, whole, member, member_whole = run(
-        client, AROUND_CHECK, priority, sort, now, run_after, queue
-    )
-    assert joined == whole
+    assert joined == made
     assert member == member_whole
 
 

@@ -54,8 +54,8 @@
 --@include "lib/new_state"
 --@include "lib/notify_room"
 --@include "lib/now_ms"
---@include "lib/pack_around"
 --@include "lib/ready_member"
+--@include "lib/split_around"
 --@include "lib/record_rates"
 --@include "lib/task_row"
 --@include "lib/timed_member"
@@ -146,7 +146,7 @@ end
 -- The writes, gathered into one command per hash or index. What a run's
 -- tasks share is packed once per run: a deferred task's whole state, and a
 -- READY task's state around its sort field (its entered-READY sequence
--- number, lib/pack_around) and its member's head (lib/ready_member).
+-- number, lib/split_around) and its member's head (lib/ready_member_head).
 local payloads, states, ready, deferred, due = {}, {}, {}, {}, {}
 local counts, woken = {}, {}
 for _, run in ipairs(runs) do
@@ -165,10 +165,8 @@ for _, run in ipairs(runs) do
       due[#due + 1] = id
     end
   else
-    local head, tail = pack_around({
-      status = 'READY', priority = run.priority, attempts = 0, enqueued_at = now,
-      run_after = run.run_after, queue = queue,
-    }, 'sort')
+    local head, tail =
+      split_around(new_state('READY', run.priority, nil, now, run.run_after, queue), 'sort')
     local member_head = ready_member_head(queue, run.priority)
     for _, i in ipairs(run.fresh) do
       local id = ARGV[i]
