@@ -282,14 +282,20 @@ STATE_FIELDS = frozenset(
 CALL_FIELDS = ("id", "args", "kwargs")
 
 
+#: The fields of an `encode_enqueued` payload left out at their defaults, as
+#: `_OPTIONAL_FIELDS` are: a plain task's payload is its task path and id alone.
+_DEFAULTED_FIELDS = ("queue", "priority", "retry", "headers", "time_limit")
+
+
 @functools.cache
 def _unstructure_shared() -> Callable[[TaskResult], dict[str, Any]]:
     """The converter's unstructure function for `TaskResult` without `STATE_FIELDS` and
-    `CALL_FIELDS`: what the calls of one task share."""
+    `CALL_FIELDS`, and without `_DEFAULTED_FIELDS` at their defaults: what the calls of
+    one task share."""
     from cattrs.gen import make_dict_unstructure_fn, override
 
     omitted: dict[str, Any] = {name: override(omit=True) for name in (*STATE_FIELDS, *CALL_FIELDS)}
-    omitted["headers"] = omitted["time_limit"] = override(omit_if_default=True)  # see `_converter`
+    omitted.update((name, override(omit_if_default=True)) for name in _DEFAULTED_FIELDS)
     return make_dict_unstructure_fn(TaskResult, _converter(), **omitted)
 
 
@@ -300,10 +306,16 @@ def encode_enqueued(record: TaskResult) -> bytes:
     then never changes after `enqueue`. `decode_record` reads it back with
     each of them at its default, or as the backend passes them. The
     payload's keys are those the calls of a task share, in the record's
-    field order, then the `CALL_FIELDS`. Its `headers` and `time_limit` are
-    among the shared keys, and only when set (the limit as integer
-    milliseconds): a record without them is encoded byte for byte as before
-    they existed.
+    field order, then the `CALL_FIELDS`. A key whose value is the field's
+    default is left out (`queue`, `priority`, `retry`, `headers`,
+    `time_limit`, and empty `args` or `kwargs`): a task with no arguments
+    on the default queue is stored as its task path and id. The time limit
+    is written as integer milliseconds.
+
+    Code that wrote every key reads such a payload too: its fast path
+    passes it to the converter, which fills in each missing key's default
+    (``tests/core/test_fast_paths.py`` holds the converter to it), so a
+    worker one release behind runs what a newer producer enqueued.
     """
     [payload] = encode_calls(record, [(record.id, record.args, record.kwargs)])
     return payload
@@ -316,40 +328,39 @@ def encode_calls(template: TaskResult, calls: Sequence[TaskCall]) -> list[bytes]
     `threadmill_core.models.call_record`). What the calls share (task path,
     queue, priority, retry policy) is unstructured and encoded once per
     call of this function, as one JSON object; each call's own fields (its
-    id, args and kwargs) are encoded as another, or one by one where that
-    costs less, and joined to that object's members. Nothing encoded is
-    kept after the call returns.
+    id, and its args and kwargs where it has any) are encoded one by one
+    and joined to that object's members. Nothing encoded is kept after the
+    call returns.
     """
     fields = _unstructure_shared()(template)  # a new dict, ours to fill in
     if len(calls) == 1:  # one object: one encoding, nothing to join
         [(task_id, args, kwargs)] = calls
-        fields["id"], fields["args"], fields["kwargs"] = task_id, args, kwargs
+        fields["id"] = task_id
+        if args:
+            fields["args"] = args
+        if kwargs:
+            fields["kwargs"] = kwargs
         return [_encoder.encode(fields).encode()]
     # The shared object without its closing brace, for a call's own members to follow.
-    text = _encoder.encode(fields)
-    head = text[:-1] + "," if fields else "{"
+    # The encoder sets itself up anew for each list or dict it is given, so a call's
+    # members are encoded one by one: an id, and arguments only where there are some.
+    head = _encoder.encode(fields)[:-1] + ',"id":'
     payloads: list[bytes] = []
-    own: dict[str, Any] = {}
     for task_id, args, kwargs in calls:
+        text = head + _encoder.encode(task_id)
+        if args:
+            text += ',"args":' + _encoder.encode(args)
         if kwargs:
-            own["id"], own["args"], own["kwargs"] = task_id, args, kwargs
-            members = _encoder.encode(own)[1:]
-        else:
-            # The encoder sets itself up anew for each list or dict it is given, which
-            # costs more than a small call's text, and writes a str at once: without
-            # keyword arguments, the id and the args are cheaper encoded on their own.
-            args_text = _encoder.encode(args) if args else "[]"
-            members = f'"id":{_encoder.encode(task_id)},"args":{args_text},"kwargs":{{}}}}'
-        payloads.append((head + members).encode())
+            text += ',"kwargs":' + _encoder.encode(kwargs)
+        payloads.append((text + "}").encode())
     return payloads
 
 
-#: The keys of an `encode_enqueued` payload without headers or a time limit, and with
-#: headers, a time limit, or both.
-_ALL_KEYS = frozenset(field.name for field in attrs.fields(TaskResult)) - STATE_FIELDS
-_ENQUEUED_KEYS = _ALL_KEYS - {"headers", "time_limit"}
-_HEADED_KEYS = _ENQUEUED_KEYS | {"headers"}
-_LIMITED_KEYS = _ENQUEUED_KEYS | {"time_limit"}
+#: The keys an `encode_enqueued` payload may hold, and those it always holds.
+_ENQUEUED_KEYS = frozenset(field.name for field in attrs.fields(TaskResult)) - STATE_FIELDS
+_REQUIRED_KEYS = frozenset({"id", "task_path"})
+_DEFAULT_QUEUE = TaskResult(id="", task_path="").queue
+_DEFAULT_PRIORITY = TaskResult(id="", task_path="").priority
 _RETRY_KEYS = frozenset({"path", "options"})
 
 
@@ -376,26 +387,26 @@ def decode_record(data: bytes | str, **fields: Any) -> TaskResult:
 
 def _enqueued_payload(raw: Any) -> tuple[Any, ...] | None:
     """The id, task path, args, kwargs, queue, priority and retry policy of a well-formed
-    `encode_enqueued` payload, each of the type the record takes, its headers (None: the
-    payload has none) and its time limit (None: none); None for any other shape.
+    `encode_enqueued` payload, each of the type the record takes (a key left out at its
+    default), its headers (None: the payload has none) and its time limit (None: none);
+    None for any other shape.
     """
     if type(raw) is not dict:
         return None
     keys = raw.keys()
-    headers = time_limit = None
-    if keys != _ENQUEUED_KEYS:
-        if keys in (_HEADED_KEYS, _ALL_KEYS):
-            headers = raw["headers"]
-            if headers_problem(headers) is not None:
-                return None  # the converter words the error
-        elif keys != _LIMITED_KEYS:
-            return None
-        if keys != _HEADED_KEYS:
-            limit = raw["time_limit"]
-            if type(limit) is not int or limit <= 0:
-                return None  # the converter words the error
-            time_limit = timedelta(milliseconds=limit)
-    retry = raw["retry"]
+    if not _REQUIRED_KEYS <= keys <= _ENQUEUED_KEYS:
+        return None
+    headers = None
+    if "headers" in keys:
+        headers = raw["headers"]
+        if headers_problem(headers) is not None:
+            return None  # the converter words the error
+    time_limit = raw.get("time_limit")
+    if time_limit is not None:
+        if type(time_limit) is not int or time_limit <= 0:
+            return None  # the converter words the error
+        time_limit = timedelta(milliseconds=time_limit)
+    retry = raw.get("retry")
     if retry is not None:
         if type(retry) is not dict or retry.keys() != _RETRY_KEYS:
             return None
@@ -403,10 +414,16 @@ def _enqueued_payload(raw: Any) -> tuple[Any, ...] | None:
         if type(path) is not str or (options is not None and type(options) is not dict):
             return None
         retry = RetryPolicySpec(path=path, options=options)
-    fields = (raw["id"], raw["task_path"], raw["args"], raw["kwargs"], raw["queue"])
+    fields = (
+        raw["id"],
+        raw["task_path"],
+        raw["args"] if "args" in keys else [],
+        raw["kwargs"] if "kwargs" in keys else {},
+        raw.get("queue", _DEFAULT_QUEUE),
+    )
     if tuple(map(type, fields)) != (str, str, list, dict, str):
         return None
-    priority = raw["priority"]
+    priority = raw.get("priority", _DEFAULT_PRIORITY)
     if type(priority) is not int or not MIN_PRIORITY <= priority <= MAX_PRIORITY:
         return None  # cattrs words the error
     return (*fields, priority, retry, headers, time_limit)

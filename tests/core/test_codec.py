@@ -273,13 +273,48 @@ def test_a_payload_of_the_right_keys_but_the_wrong_types_is_refused(
 # --- time limits, progress and cancel requests -----------------------------------------
 
 
-def test_a_record_without_the_new_fields_encodes_as_before() -> None:
-    """No time_limit, progress or cancel request: none of their keys, in either payload."""
-    record = TaskResult(id="t", task_path="m:f", args=[1])
-    assert encode_enqueued(record) == (
+def test_a_payload_leaves_out_every_key_at_its_default() -> None:
+    """A plain task's payload is its task path and id; a key appears once it is not default."""
+    assert encode_enqueued(TaskResult(id="t", task_path="m:f")) == b'{"task_path":"m:f","id":"t"}'
+    record = TaskResult(
+        id="t",
+        task_path="m:f",
+        args=[1],
+        kwargs={"k": 2},
+        queue="q",
+        priority=-3,
+        retry=RetryPolicySpec(path="m:r", options=None),
+        headers={"h": "v"},
+        time_limit=timedelta(seconds=1),
+    )
+    assert list(json.loads(encode_enqueued(record))) == [
+        "task_path",
+        "queue",
+        "priority",
+        "retry",
+        "headers",
+        "time_limit",
+        "id",
+        "args",
+        "kwargs",
+    ]
+    assert decode_record(encode_enqueued(record)) == record
+
+
+def test_a_payload_stored_with_every_key_decodes_as_it_did() -> None:
+    """What earlier releases wrote, every key present, is read on the fast path to the same
+    record (`test_fast_paths` holds the converter, their reader, to the new form)."""
+    stored = (
         b'{"task_path":"m:f","queue":"default","priority":0,"retry":null,'
         b'"id":"t","args":[1],"kwargs":{}}'
     )
+    assert decode_record(stored) == TaskResult(id="t", task_path="m:f", args=[1])
+
+
+def test_a_record_without_the_new_fields_encodes_as_before() -> None:
+    """No time_limit, progress or cancel request: none of their keys, in either payload."""
+    record = TaskResult(id="t", task_path="m:f", args=[1])
+    assert encode_enqueued(record) == b'{"task_path":"m:f","id":"t","args":[1]}'
     full = json.loads(encode_record(record))
     assert not {"time_limit", "progress", "cancel_requested_at", "headers"} & set(full)
 
