@@ -15,6 +15,11 @@ system in turn, the order rotated each repeat:
 - **history**: threadmill on PostgreSQL only, the drain rate of ``--window``
   tasks with the tasks table empty and with ``--history`` finished tasks in
   it (inserted, then vacuumed and analyzed, as autovacuum leaves a table).
+- **footprint** (issue 38), each PostgreSQL system: PG B/task, the bytes a
+  queued task takes, ``pg_total_relation_size`` of the system's tables
+  (heap, TOAST, indexes) after a backlog of ``--footprint`` tasks with no
+  worker, vacuumed and analyzed, less the empty tables, over the backlog;
+  and the same split per relation (`benchmarks.postgres.footprint`).
 
 The report gives medians over the repeats and the floors of issue 22:
 drain at least 20x django-tasks-db's, enqueue_many at least 10x faster per
@@ -45,6 +50,7 @@ import psycopg
 from benchmarks import measure
 from benchmarks.peers import Peer
 from benchmarks.peers._common import URL_VARIABLE
+from benchmarks.postgres.footprint import footprint
 from benchmarks.postgres.peers import (
     NAMESPACE,
     PG_VARIABLE,
@@ -82,6 +88,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--repeat", type=int, help="repeats of the schedule (default 3)")
     parser.add_argument("--history", type=int, default=100_000, help="finished tasks (%(default)s)")
     parser.add_argument("--window", type=int, help="tasks drained by the history runs (2000)")
+    parser.add_argument(
+        "--footprint",
+        type=int,
+        help="queued tasks whose bytes are measured (default 100000; 0 leaves it out)",
+    )
     parser.add_argument(
         "--systems", default=",".join(SYSTEMS), help="systems to run (default: %(default)s)"
     )
@@ -165,8 +176,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     repeats = args.repeat or (1 if quick else 3)
     window = args.window or (300 if quick else 2000)
     history = args.history if not quick else min(args.history, 100_000)
+    backlog = args.footprint if args.footprint is not None else (10_000 if quick else 100_000)
     wanted = [name.strip() for name in args.systems.split(",") if name.strip()]
     figures: dict[str, dict[str, list[Any]]] = {name: {} for name in wanted}
+    #: Per system, per relation: its bytes per task in each repeat.
+    relations: dict[str, dict[str, list[float]]] = {}
     errors: list[str] = []
     log_dir = Path(tempfile.mkdtemp(prefix="threadmill-pgbench-logs-"))
     started = time.time()
@@ -208,16 +222,42 @@ def main(argv: Sequence[str] | None = None) -> int:
                             f"  threadmill-pg     beside {depth:,} finished: {rate:,.1f}/s",
                             flush=True,
                         )
+                for name in order if backlog else []:
+                    peer = peers[name]
+                    if not isinstance(peer, PostgresPeer):
+                        continue
+                    try:
+                        got = footprint(bench, peer, backlog)
+                    except Exception as exc:
+                        errors.append(f"{name} footprint: {type(exc).__name__}: {exc}")
+                        print(f"  {name:<17} footprint FAILED: {exc}", flush=True)
+                        print(traceback.format_exc(limit=-2), flush=True)
+                        continue
+                    figures[name].setdefault("pg_bytes", []).append(got["pg_bytes"])
+                    for part, size in got["relations"].items():
+                        relations.setdefault(name, {}).setdefault(part, []).append(size)
+                    print(
+                        f"  {name:<17} {got['pg_bytes']:,.1f} B/task in PostgreSQL "
+                        f"({backlog:,} queued)",
+                        flush=True,
+                    )
         finally:
             bench.close()
     result = {
         "settings": {"tasks": n, "singles": singles, "repeat": repeats, "window": window,
-                     "history": history, "elapsed_s": round(time.time() - started, 1),
+                     "history": history, "footprint": backlog,
+                     "elapsed_s": round(time.time() - started, 1),
                      "load_end": round(os.getloadavg()[0], 2)},
         "versions": {name: _version(peer) for name, peer in peers.items()},
         "describe": {name: peer.describe(1) for name, peer in peers.items()},
         "medians": {name: {k: median(v) for k, v in f.items()} for name, f in figures.items()},
         "figures": figures,
+        # B/task of each relation (heap, TOAST, each index), median over the repeats.
+        "relations": {
+            name: {part: median(sizes) for part, sizes in parts.items()}
+            for name, parts in relations.items()
+        },
+        "relation_figures": relations,
         "errors": errors,
     }  # fmt: skip
     text = markdown(result)
@@ -251,14 +291,15 @@ def markdown(result: dict[str, Any]) -> str:
         f"Medians of {s['repeat']} repeat(s); drains of {s['tasks']:,} tasks, "
         f"{s['singles']:,} single enqueues; load average {s['load_end']} at the end.",
         "",
-        "| system | version | worker | enqueue µs/task | batch µs/task | drain 1x1 tasks/s |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| system | version | worker | enqueue µs/task | batch µs/task | drain 1x1 tasks/s "
+        "| PG B/task |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for name, got in medians.items():
         lines.append(
             f"| {name} | {result['versions'].get(name, '?')} | {result['describe'].get(name, '')} "
             f"| {_fmt(got.get('enqueue_us'))} | {_fmt(got.get('batch_us'))} "
-            f"| {_fmt(got.get('drain_1x1'))} |"
+            f"| {_fmt(got.get('drain_1x1'))} | {_fmt(got.get('pg_bytes'), 0)} |"
         )
     tm, django = medians.get("threadmill-pg", {}), medians.get("django-tasks-db", {})
     floors = [
@@ -285,9 +326,37 @@ def markdown(result: dict[str, Any]) -> str:
     for what, ratio, floor in floors:
         verdict = "n/a" if ratio is None else ("PASS" if ratio >= floor else "FAIL")
         lines.append(f"| {what} | {_fmt(ratio, 2)}x | {verdict} |")
+    lines += footprint_lines(result)
     if result["errors"]:
         lines += ["", "Failed measurements:", *(f"- {e}" for e in result["errors"])]
     return "\n".join(lines) + "\n"
+
+
+def footprint_lines(result: dict[str, Any]) -> list[str]:
+    """The footprint section: PG B/task of each system, and threadmill-pg's by relation."""
+    backlog = result["settings"].get("footprint")
+    medians: dict[str, dict[str, float | None]] = result["medians"]
+    measured = {name: got["pg_bytes"] for name, got in medians.items() if got.get("pg_bytes")}
+    if not backlog or not measured:
+        return []
+    lines = [
+        "",
+        f"PG B/task (issue 38; lower is better): pg_total_relation_size of each system's "
+        f"tables (heap, TOAST, every index) with {backlog:,} tasks queued and no worker, "
+        "after VACUUM ANALYZE, less the same tables empty, over the backlog.",
+    ]
+    tm = measured.get("threadmill-pg")
+    lines += ["", "| system | PG B/task | threadmill-pg ÷ system |", "| --- | --- | --- |"]
+    for name, size in measured.items():
+        lines.append(f"| {name} | {_fmt(size, 0)} | {_fmt(_ratio(tm, size), 2)}x |")
+    split: dict[str, float | None] = result.get("relations", {}).get("threadmill-pg", {})
+    if split:
+        lines += ["", "threadmill-pg by relation (heap, TOAST, index):", "",
+                  "| relation | B/task |", "| --- | --- |"]  # fmt: skip
+        lines += [f"| {part} | {_fmt(size, 1)} |" for part, size in split.items() if size]
+        if empty := [part for part, size in split.items() if not size]:
+            lines += ["", f"No growth (0 B/task): {', '.join(empty)}."]
+    return lines
 
 
 def _ratio(top: float | None, bottom: float | None) -> float | None:

@@ -34,6 +34,11 @@ def execute(statement: str) -> None:
 class PostgresPeer(Peer):
     """A peer whose store is the benchmark's PostgreSQL database."""
 
+    #: Where its tables are, for the footprint (`benchmarks.postgres.footprint`):
+    #: every ordinary table of `schema` whose name is LIKE `tables`.
+    schema: ClassVar[str] = "public"
+    tables: ClassVar[str] = "%"
+
     def reset(self) -> None:
         """Empty the peer's tables (not timed)."""
 
@@ -45,6 +50,9 @@ class ThreadmillPostgresPeer(PostgresPeer, ThreadmillPeer):
     """threadmill's PostgreSQL backend: the Redis peer's tasks and worker, another broker URL."""
 
     name: ClassVar[str] = "threadmill-pg"
+    #: Every table of the namespace's schema (threadmill_postgres/sql/v1.sql..v4.sql:
+    #: tasks, claims, rates, meta, schedules, live_workers).
+    schema: ClassVar[str] = NAMESPACE
 
     def broker_url(self) -> str:
         return f"{pg_url()}?namespace={NAMESPACE}"
@@ -79,6 +87,9 @@ class DjangoTasksDbPeer(PostgresPeer):
 
     name: ClassVar[str] = "django-tasks-db"
     distribution: ClassVar[str] = "django-tasks-db"
+    #: Its one model's table, DBTaskResult's (django_tasks_db/models.py; the app's label
+    #: is django_tasks_database, apps.py); Django's own django_migrations is not counted.
+    tables: ClassVar[str] = r"django\_tasks\_database\_%"
     settings = "benchmarks.postgres.django_site"
 
     def setup(self) -> None:
@@ -107,6 +118,13 @@ class DjangoTasksDbPeer(PostgresPeer):
             enqueue()
         return time.perf_counter() - begin
 
+    def fill(self, n: int) -> None:
+        """Single enqueues (it has no batch API), all in one transaction: one commit, not `n`."""
+        from django.db import transaction
+
+        with transaction.atomic():
+            self.enqueue(n)
+
     def send_probe(self) -> None:
         raise NotImplementedError("the PostgreSQL benchmark sends no probes")
 
@@ -123,6 +141,9 @@ class ProcrastinatePeer(PostgresPeer):
     name: ClassVar[str] = "procrastinate"
     distribution: ClassVar[str] = "procrastinate"
     has_batch: ClassVar[bool] = True
+    #: procrastinate/sql/schema.sql's tables: procrastinate_jobs, _events (a row per
+    #: job's deferral, by trigger), _periodic_defers and _workers.
+    tables: ClassVar[str] = r"procrastinate\_%"
     app_path = "benchmarks.postgres.procrastinate_app.app"
 
     def setup(self) -> None:
