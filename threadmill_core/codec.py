@@ -342,17 +342,22 @@ def encode_calls(template: TaskResult, calls: Sequence[TaskCall]) -> list[bytes]
             fields["kwargs"] = kwargs
         return [_encoder.encode(fields).encode()]
     # The shared object without its closing brace, for a call's own members to follow.
-    # The encoder sets itself up anew for each list or dict it is given, so a call's
-    # members are encoded one by one: an id, and arguments only where there are some.
-    head = _encoder.encode(fields)[:-1] + ',"id":'
+    # The encoder sets itself up anew for each list or dict it is given: a call with
+    # keyword arguments is encoded as one object, and one without them piece by piece.
+    head = _encoder.encode(fields)[:-1] + ","
     payloads: list[bytes] = []
     for task_id, args, kwargs in calls:
-        text = head + _encoder.encode(task_id)
-        if args:
-            text += ',"args":' + _encoder.encode(args)
         if kwargs:
-            text += ',"kwargs":' + _encoder.encode(kwargs)
-        payloads.append((text + "}").encode())
+            own: dict[str, Any] = {"id": task_id, "args": args, "kwargs": kwargs}
+            if not args:
+                del own["args"]
+            members = _encoder.encode(own)[1:]
+        else:
+            members = '"id":' + _encoder.encode(task_id)
+            if args:
+                members += ',"args":' + _encoder.encode(args)
+            members += "}"
+        payloads.append((head + members).encode())
     return payloads
 
 
@@ -362,6 +367,8 @@ _REQUIRED_KEYS = frozenset({"id", "task_path"})
 _DEFAULT_QUEUE = TaskResult(id="", task_path="").queue
 _DEFAULT_PRIORITY = TaskResult(id="", task_path="").priority
 _RETRY_KEYS = frozenset({"path", "options"})
+#: The longest time limit a `timedelta` holds, in whole milliseconds.
+_MAX_LIMIT_MS = timedelta.max // timedelta(milliseconds=1)
 
 
 def decode_record(data: bytes | str, **fields: Any) -> TaskResult:
@@ -403,7 +410,7 @@ def _enqueued_payload(raw: Any) -> tuple[Any, ...] | None:
             return None  # the converter words the error
     time_limit = raw.get("time_limit")
     if time_limit is not None:
-        if type(time_limit) is not int or time_limit <= 0:
+        if type(time_limit) is not int or not 0 < time_limit <= _MAX_LIMIT_MS:
             return None  # the converter words the error
         time_limit = timedelta(milliseconds=time_limit)
     retry = raw.get("retry")

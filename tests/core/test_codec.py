@@ -311,7 +311,7 @@ def test_a_payload_stored_with_every_key_decodes_as_it_did() -> None:
     assert decode_record(stored) == TaskResult(id="t", task_path="m:f", args=[1])
 
 
-def test_a_record_without_the_new_fields_encodes_as_before() -> None:
+def test_a_record_without_the_new_fields_has_none_of_their_keys() -> None:
     """No time_limit, progress or cancel request: none of their keys, in either payload."""
     record = TaskResult(id="t", task_path="m:f", args=[1])
     assert encode_enqueued(record) == b'{"task_path":"m:f","id":"t","args":[1]}'

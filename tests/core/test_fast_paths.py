@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import UTC
+from datetime import UTC, timedelta
 from typing import Any
 
 import attrs
@@ -37,6 +37,8 @@ records = st.builds(
     queue=ts.queue_names(),
     priority=ts.priorities(),
     retry=ts.retry_specs(),
+    headers=st.sampled_from([{}, {"traceparent": "00-abc-def-01"}]),
+    time_limit=st.none() | st.integers(1, 10**12).map(lambda ms: timedelta(milliseconds=ms)),
 )
 
 
@@ -77,8 +79,8 @@ def payload(**changes: Any) -> bytes:
         payload(retry={"path": "m:p", "options": [1]}),
         payload(surprise=1),
         payload(headers=None),
-        payload(time_limit=None),
         payload(args=None),
+        payload(time_limit=10**20),  # more than a timedelta holds
         b'{"id": "t1"}',
         b'{"id": "t1"',
         b"\xff\xfe",

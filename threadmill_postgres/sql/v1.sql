@@ -33,8 +33,9 @@ CREATE SEQUENCE {schema}.ready_order AS bigint;
 -- record without its state fields, see threadmill_core.codec.encode_enqueued):
 -- written once, never parsed by SQL, never changed. Every field that changes
 -- is a column beside it, so a claim or a decision rewrites a few integers,
--- never the user's arguments. `queue` and `priority` repeat the payload's, so
--- the indexes can order by them. Ids and queues compare byte for byte ("C"),
+-- never the user's arguments. `queue` and `priority` repeat the record's (the
+-- payload leaves them out at their defaults), so the indexes can order by
+-- them. Ids and queues compare byte for byte ("C"),
 -- as Python compares str, whatever the database's collation.
 CREATE TABLE {schema}.tasks (
     id                 text COLLATE "C" PRIMARY KEY,
