@@ -328,9 +328,9 @@ def encode_calls(template: TaskResult, calls: Sequence[TaskCall]) -> list[bytes]
     `threadmill_core.models.call_record`). What the calls share (task path,
     queue, priority, retry policy) is unstructured and encoded once per
     call of this function, as one JSON object; each call's own fields (its
-    id, and its args and kwargs where it has any) are encoded one by one
-    and joined to that object's members. Nothing encoded is kept after the
-    call returns.
+    id, and its args and kwargs where it has any) are encoded as another,
+    or one by one where that costs less, and joined to that object's
+    members. Nothing encoded is kept after the call returns.
     """
     fields = _unstructure_shared()(template)  # a new dict, ours to fill in
     if len(calls) == 1:  # one object: one encoding, nothing to join
