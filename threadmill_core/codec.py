@@ -282,20 +282,21 @@ STATE_FIELDS = frozenset(
 CALL_FIELDS = ("id", "args", "kwargs")
 
 
-#: The fields of an `encode_enqueued` payload left out at their defaults, as
-#: `_OPTIONAL_FIELDS` are: a plain task's payload is its task path and id alone.
-_DEFAULTED_FIELDS = ("queue", "priority", "retry", "headers", "time_limit")
+#: The fields an `encode_enqueued` payload leaves out at their defaults besides
+#: `_OPTIONAL_FIELDS`: a plain task's payload is its task path and id alone.
+_DEFAULTED_FIELDS = ("queue", "priority", "retry")
 
 
 @functools.cache
 def _unstructure_shared() -> Callable[[TaskResult], dict[str, Any]]:
     """The converter's unstructure function for `TaskResult` without `STATE_FIELDS` and
-    `CALL_FIELDS`, and without `_DEFAULTED_FIELDS` at their defaults: what the calls of
-    one task share."""
+    `CALL_FIELDS`, and without `_OPTIONAL_FIELDS` and `_DEFAULTED_FIELDS` at their
+    defaults: what the calls of one task share."""
     from cattrs.gen import make_dict_unstructure_fn, override
 
-    omitted: dict[str, Any] = {name: override(omit=True) for name in (*STATE_FIELDS, *CALL_FIELDS)}
+    omitted = _omitted_if_default()
     omitted.update((name, override(omit_if_default=True)) for name in _DEFAULTED_FIELDS)
+    omitted.update((name, override(omit=True)) for name in (*STATE_FIELDS, *CALL_FIELDS))
     return make_dict_unstructure_fn(TaskResult, _converter(), **omitted)
 
 
@@ -348,9 +349,8 @@ def encode_calls(template: TaskResult, calls: Sequence[TaskCall]) -> list[bytes]
     payloads: list[bytes] = []
     for task_id, args, kwargs in calls:
         if kwargs:
-            own: dict[str, Any] = {"id": task_id, "args": args, "kwargs": kwargs}
-            if not args:
-                del own["args"]
+            own: dict[str, Any] = {"id": task_id, "args": args} if args else {"id": task_id}
+            own["kwargs"] = kwargs
             members = _encoder.encode(own)[1:]
         else:
             members = '"id":' + _encoder.encode(task_id)
@@ -364,8 +364,7 @@ def encode_calls(template: TaskResult, calls: Sequence[TaskCall]) -> list[bytes]
 #: The keys an `encode_enqueued` payload may hold, and those it always holds.
 _ENQUEUED_KEYS = frozenset(field.name for field in attrs.fields(TaskResult)) - STATE_FIELDS
 _REQUIRED_KEYS = frozenset({"id", "task_path"})
-_DEFAULT_QUEUE = TaskResult(id="", task_path="").queue
-_DEFAULT_PRIORITY = TaskResult(id="", task_path="").priority
+_DEFAULTS = TaskResult(id="", task_path="")
 _RETRY_KEYS = frozenset({"path", "options"})
 #: The longest time limit a `timedelta` holds, in whole milliseconds.
 _MAX_LIMIT_MS = timedelta.max // timedelta(milliseconds=1)
@@ -426,11 +425,11 @@ def _enqueued_payload(raw: Any) -> tuple[Any, ...] | None:
         raw["task_path"],
         raw["args"] if "args" in keys else [],
         raw["kwargs"] if "kwargs" in keys else {},
-        raw.get("queue", _DEFAULT_QUEUE),
+        raw.get("queue", _DEFAULTS.queue),
     )
     if tuple(map(type, fields)) != (str, str, list, dict, str):
         return None
-    priority = raw.get("priority", _DEFAULT_PRIORITY)
+    priority = raw.get("priority", _DEFAULTS.priority)
     if type(priority) is not int or not MIN_PRIORITY <= priority <= MAX_PRIORITY:
         return None  # cattrs words the error
     return (*fields, priority, retry, headers, time_limit)
