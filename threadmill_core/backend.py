@@ -112,8 +112,11 @@ it; one that cannot may return fewer leases than `limit` while tasks remain.
 An undecodable task whose unstarted claim expired may be quarantined by
 `claim_expired` or given back without being decoded (then `claim`
 quarantines it). Operations that must return an undecodable record (`get`, `peek`, `cancel`,
-`requeue`) raise `PayloadError` naming the task; `counts` and `purge` never
-decode, so an operator can always count and purge poison.
+`requeue`, `request_cancel`) raise `PayloadError` naming the task, and an
+action raises before it changes anything: poison is not cancelled, requeued
+or asked to stop by a call that then reports an error (the kit's
+`an_operator_action_on_a_corrupt_record_changes_nothing`). `counts` and
+`purge` never decode, so an operator can always count and purge poison.
 
 Corrupt records. Poison never hurts its neighbours: a record whose stored
 state or bytes are damaged (missing, garbled, out of range) is quarantined

@@ -95,14 +95,17 @@ class PostgresInspection:
         return self.db.transaction(block, what="requeue")
 
     def request_cancel(self, task_id: str) -> TaskResult | None:
-        """One statement; repeated after a lost reply (the first request wins, so a repeat
-        changes nothing)."""
+        """One statement in a transaction, repeated after a lost reply (the first request
+        wins, so a repeat changes nothing). Poison raises before the commit, so no request
+        is stored for a record that does not decode."""
         if not rows.storable(task_id):
             return None
-        found = self.db.fetch(
-            self.sql.request_cancel, {"id": task_id}, what="request_cancel", repeatable=True
-        )
-        return rows.record(found[0]) if found else None
+
+        def block(conn: Connection) -> TaskResult | None:
+            found = conn.execute(self.sql.request_cancel, {"id": task_id}, binary=True).fetchall()
+            return rows.record(found[0]) if found else None  # poison raises: rolled back
+
+        return self.db.transaction(block, what="request_cancel", repeatable=True)
 
     def cancel(self, task_id: str) -> TaskResult | None:
         if not rows.storable(task_id):

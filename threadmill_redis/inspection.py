@@ -11,11 +11,12 @@ from threadmill_core.checks import check_limit, check_offset, check_purgeable, c
 from threadmill_core.clock import duration_ms
 from threadmill_core.models import QueueCounts, QueueRates, TaskResult, TaskResultStatus
 from threadmill_redis.host import Host
-from threadmill_redis.replies import Row, answer
+from threadmill_redis.replies import Row, Status, answer
 
 
 class RedisInspection(Host):
-    """Each method one script call (`purge`, one a batch of `purge_batch`)."""
+    """Each method one script call (`purge` one a batch of `purge_batch`; an operator's action
+    two, a read and the action, see `_act`)."""
 
     # --- inspection --------------------------------------------------------------------
 
@@ -75,18 +76,43 @@ class RedisInspection(Host):
     # --- operator actions --------------------------------------------------------------
 
     def requeue(self, task_id: str) -> TaskResult | None:
-        record = answer(self._run("requeue", [task_id, self._ttl_ms], repeatable=False))
+        record = self._act("requeue", task_id, [self._ttl_ms], repeatable=False)
         if record is not None:
             self._notify([record.queue])
         return record
 
     def cancel(self, task_id: str) -> TaskResult | None:
-        return answer(self._run("cancel", [task_id], repeatable=False))
+        return self._act("cancel", task_id, [], repeatable=False)
 
     def request_cancel(self, task_id: str) -> TaskResult | None:
-        """One ``request_cancel.lua``; repeated after a lost reply (the first request wins,
-        so a repeat changes nothing)."""
-        return answer(self._run("request_cancel", [task_id], repeatable=True))
+        """Repeated after a lost reply (the first request wins, so a repeat changes nothing)."""
+        return self._act("request_cancel", task_id, [], repeatable=True)
+
+    def _act(
+        self, script: str, task_id: str, args: list[object], *, repeatable: bool
+    ) -> TaskResult | None:
+        """Run the operator's action `script` on the task as it was just read and decoded.
+
+        A script cannot decode the codec's bytes, so the record is read first
+        (one ``get.lua``) and decoded here: poison raises `PayloadError` naming
+        the task before anything changes, as on every backend. The action then
+        applies only if the task's stored state and payload are still the bytes
+        that decoded (``lib/unchanged.lua``); if the task changed in between (a
+        claim, a decision, a deletion), it answers CHANGED, having changed
+        nothing, and both steps run again on what is stored now. Two round trips
+        an action: operators' calls, never a worker's.
+        """
+        while True:
+            read = self._run("get", [task_id, self._ttl_ms], repeatable=True)
+            if read is None:
+                return None
+            row = Row.parse(read)
+            row.record()  # poison raises here, before anything changes
+            reply = self._run(
+                script, [task_id, *args, row.state, row.payload], repeatable=repeatable
+            )
+            if reply[0] != Status.CHANGED:
+                return answer(reply)
 
     def purge(self, queue: str, status: TaskResultStatus) -> int:
         status = check_purgeable(status)

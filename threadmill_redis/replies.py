@@ -94,6 +94,9 @@ class Status(enum.IntEnum):
     NOT_FOUND = 3
     #: `enqueue` found the id already stored; the stored record answers.
     EXISTS = 4
+    #: An operator's action found the task's stored bytes changed since its caller
+    #: read them (``lib/unchanged.lua``); nothing changed, and the caller reads again.
+    CHANGED = 5
 
 
 #: Whether a status answers the call with the stored record; otherwise the
@@ -104,6 +107,7 @@ ANSWERED = {
     Status.EXISTS: True,
     Status.REFUSED: False,
     Status.NOT_FOUND: False,
+    Status.CHANGED: False,
 }
 
 

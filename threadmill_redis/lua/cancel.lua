@@ -22,10 +22,14 @@
 --   KEYS[18] rate_index  ZSET telemetry: "<second>|<queue>" -> second
 --   KEYS[19] progress        HASH id -> the last progress stored (codec bytes)
 --   KEYS[20] cancel_requests HASH id -> when a cancel was requested (server ms)
---   ARGV[1]  id  the task
+--   ARGV[1]  id       the task
+--   ARGV[2]  state    its stored state as the caller read it (see lib/unchanged)
+--   ARGV[3]  payload  its stored payload as the caller read and decoded it
 --
 -- Reply: an OK row with payload (lib/task_row); REFUSED (only code and id)
--- for any other status; NOT_FOUND (only code and id) for an unknown task.
+-- for any other status; NOT_FOUND (only code and id) for an unknown task;
+-- CHANGED (only code and id), changing nothing, when the task's stored state
+-- or payload is no longer what the caller read.
 
 --@include "lib/code"
 --@include "lib/index_task"
@@ -35,10 +39,15 @@
 --@include "lib/save_task"
 --@include "lib/tally"
 --@include "lib/task_row"
+--@include "lib/unchanged"
 --@include "lib/unindex_task"
 
 --@keys
 local id = ARGV[1]
+
+if not unchanged(K, id, ARGV[2], ARGV[3]) then
+  return { code('CHANGED'), id }
+end
 
 local t = load_task(K, id)
 if t == nil then

@@ -25,10 +25,14 @@
 --   KEYS[20] cancel_requests HASH id -> when a cancel was requested (server ms)
 --   ARGV[1]  id             the task
 --   ARGV[2]  result_ttl_ms  result retention in milliseconds
+--   ARGV[3]  state          its stored state as the caller read it (see lib/unchanged)
+--   ARGV[4]  payload        its stored payload as the caller read and decoded it
 --
 -- Reply: an OK row with payload (lib/task_row); REFUSED (only code and id)
 -- for any other status; NOT_FOUND (only code and id) for an unknown or
--- expired task. The caller wakes the queue's workers (its queue is learnt here).
+-- expired task; CHANGED (only code and id), changing nothing, when the task's
+-- stored state or payload is no longer what the caller read. The caller wakes
+-- the queue's workers (its queue is learnt here).
 
 --@include "lib/code"
 --@include "lib/enter_ready"
@@ -40,11 +44,16 @@
 --@include "lib/save_task"
 --@include "lib/tally"
 --@include "lib/task_row"
+--@include "lib/unchanged"
 --@include "lib/unindex_task"
 
 --@keys
 local id = ARGV[1]
 local result_ttl_ms = tonumber(ARGV[2])
+
+if not unchanged(K, id, ARGV[3], ARGV[4]) then
+  return { code('CHANGED'), id }
+end
 
 local now = now_ms()
 local t = load_task(K, id)

@@ -7,8 +7,10 @@ promotion, a reaper pass, a batch of decisions and renewals, a listing and
 a purge. Every good neighbour must be processed exactly as if the corrupt
 ones were not there, and every corrupt one must end FAILED with an error
 (quarantined), or be gone where no record was left to mark; none may be
-handed to a worker. A backend whose harness lists no corruptions passes
-them trivially.
+handed to a worker. An operator's action on a corrupt record (`cancel`,
+`requeue`, `request_cancel`) raises `PayloadError` naming the task, or
+finds no task, and changes nothing. A backend whose harness lists no
+corruptions passes them trivially.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from threadmill_core.testing._scenarios.kit import (
     SUCCESSFUL,
     Scenario,
     expect,
+    failed,
     mark,
     new_task,
     registering,
@@ -271,4 +274,81 @@ def a_corrupt_finished_record_never_hides_its_neighbours(harness: Harness) -> No
             "corrupt finished records: purge() of SUCCESSFUL must delete every task of it",
             None,
             left,
+        )
+
+
+def _acted_on_nothing(harness: Harness, action: str, task_id: str, before: object) -> None:
+    """Run the operator's `action` on the corrupt task `task_id`: it must raise `PayloadError`
+    naming the task, or answer None, and leave the counts (which never decode) as `before`."""
+    try:
+        answered = getattr(harness.backend, action)(task_id)
+    except PayloadError as exc:
+        expect(
+            task_id in str(exc),
+            f"{action}() of a corrupt record: the PayloadError must name the task",
+            task_id,
+            str(exc),
+        )
+    else:
+        expect(
+            answered is None,
+            f"{action}() of a corrupt record must raise PayloadError (or find no task), "
+            "not answer a record",
+            None,
+            answered,
+        )
+    after = harness.backend.counts().get("default")
+    expect(
+        after == before,
+        f"{action}() of a corrupt record must change nothing, even where it raises",
+        before,
+        after,
+    )
+
+
+@scenario
+def an_operator_action_on_a_corrupt_record_changes_nothing(harness: Harness) -> None:
+    """cancel (READY), requeue (FAILED) and request_cancel (RUNNING) of corrupt records
+    raise PayloadError naming the task, or find none, and change nothing at all."""
+    if not harness.corruptions:
+        return
+    backend = harness.backend
+    for n, damage in enumerate(harness.corruptions.values()):
+        ready, dead, running = f"ready-{n}", f"failed-{n}", f"running-{n}"
+        backend.enqueue([new_task(dead), new_task(running)])
+        leases = backend.claim(["default"], worker="w1", lease_ttl=LEASE_TTL, limit=2)
+        expect(
+            [lease.task_id for lease in leases] == [dead, running],
+            "claim() must hand out the READY tasks in order",
+            [dead, running],
+            [lease.task_id for lease in leases],
+        )
+        [finished] = backend.decide_many([Decision(lease=leases[0], record=failed(leases[0]))])
+        expect(finished is not None and finished.status is FAILED, "a failure must apply")
+        backend.enqueue([new_task(ready)])
+        for task_id in (ready, dead, running):
+            damage(task_id)
+        before = backend.counts().get("default")
+        _acted_on_nothing(harness, "cancel", ready, before)
+        _acted_on_nothing(harness, "requeue", dead, before)
+        _acted_on_nothing(harness, "request_cancel", running, before)
+        renewed = backend.extend(leases[1], LEASE_TTL)
+        expect(
+            renewed is None or not renewed.cancel_requested,
+            "request_cancel() of a corrupt record must store no request: its holder's "
+            "renewal may be refused, not told to stop",
+            False,
+            renewed,
+        )
+        harness.advance(PAST_A_LEASE)  # the RUNNING one is the reaper's to quarantine
+        backend.claim_expired(limit=100, claim_ttl=CLAIM_TTL)
+        expect(
+            backend.claim(["default"], worker="w2", lease_ttl=LEASE_TTL) == [],
+            "a corrupt READY record an operator tried to cancel must still never be handed out",
+        )
+        counts = backend.counts().get("default")
+        expect(
+            counts is not None and counts.ready == counts.running == 0,
+            "every corrupt record must end quarantined (FAILED) or gone, as if never acted on",
+            got=counts,
         )
