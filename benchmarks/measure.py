@@ -289,8 +289,11 @@ def latency_and_idle(
 def memory_per_task(bench: Bench, peer: Peer, n: int) -> Figures:
     """Redis memory per queued task, for a backlog of `n` with no worker running."""
     bench.flush()
+    # Both looks with no producer connected: a producer that connects when it is set
+    # up (threadmill's) would otherwise have its client buffers in the first look only
+    # (about 27 KB, 3 B/task of 10,000; `benchmarks.redis_footprint`).
+    used_before, scripts_before = bench.memory()
     with producing(peer):
-        used_before, scripts_before = bench.memory()
         peer.fill(n)
     # The producer's connections are closed: their buffers no longer count.
     time.sleep(0.1)
