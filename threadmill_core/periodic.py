@@ -309,11 +309,7 @@ def _zone(tz: object, every: object, label: str) -> str:
 def _arguments(
     made: object, path: str, args: object, kwargs: object, label: str
 ) -> tuple[Any, ...]:
-    if isinstance(args, str | bytes) or not isinstance(args, Sequence):
-        raise InvalidSchedule(f"schedule {label}: args must be a list or tuple, got {args!r}")
-    if kwargs is not None and not isinstance(kwargs, Mapping):
-        raise InvalidSchedule(f"schedule {label}: kwargs must be a dict, got {kwargs!r}")
-    call_args, call_kwargs = list(args), dict(kwargs or {})
+    call_args, call_kwargs = argument_shapes(args, kwargs, f"schedule {label}")
     try:
         check = getattr(made, "call_check", None)
         if check is not None:
@@ -322,6 +318,20 @@ def _arguments(
     except (TypeError, ValueError) as exc:
         raise InvalidSchedule(f"schedule {label}: {exc}") from None
     return tuple(call_args)
+
+
+def argument_shapes(args: object, kwargs: object, label: str) -> tuple[list[Any], dict[str, Any]]:
+    """A schedule's `args` as a list and `kwargs` (None for none) as a dict, copied.
+
+    `InvalidSchedule` starting with `label` if `args` is not a list or tuple (a
+    str is not) or `kwargs` not a mapping: integrations that convert the
+    arguments further (Django's normalisation) check their shapes here first.
+    """
+    if isinstance(args, str | bytes) or not isinstance(args, Sequence):
+        raise InvalidSchedule(f"{label}: args must be a list or tuple, got {args!r}")
+    if kwargs is not None and not isinstance(kwargs, Mapping):
+        raise InvalidSchedule(f"{label}: kwargs must be a dict, got {kwargs!r}")
+    return list(args), dict(kwargs or {})
 
 
 def _flag(overlap: object, label: str) -> bool:

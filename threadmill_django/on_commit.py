@@ -32,6 +32,7 @@ from django.tasks.signals import task_enqueued
 
 from threadmill_core import payload_limit
 from threadmill_core.backend import call_record
+from threadmill_core.checks import check_calls
 from threadmill_core.ids import new_task_id
 from threadmill_core.task import Task as CoreTask
 from threadmill_django.results import django_result
@@ -58,14 +59,19 @@ def enqueue_on_commit(
     """Check the call now, store it at commit; the result as it will be stored, READY.
 
     The call goes through the same checks as `Broker.enqueue` (its signature,
-    `max_payload_bytes`) before anything is kept, then through
-    `Broker.enqueue_many` with the id named now.
+    `max_payload_bytes`, and what the backend refuses of a record: values the
+    codec cannot carry) before anything is kept, then through
+    `Broker.enqueue_many` with the id named now. So a call the backend would
+    refuse raises here, in the block, not from the commit's callback, where
+    the application's rows would be committed without it and Django would
+    skip the transaction's later callbacks.
     """
     path = prepared.template.task_path
     if prepared.call_check is not None:
         prepared.call_check.check(path, args, kwargs)
     payload_limit.check_call(path, args, kwargs, broker.max_payload_bytes)
     task_id = new_task_id()
+    check_calls(prepared.template, [(task_id, args, kwargs)])
     transaction.on_commit(_storer(broker, prepared, task, alias, sender, task_id, args, kwargs))
     return django_result(call_record(prepared.template, (task_id, args, kwargs)), task, alias)
 

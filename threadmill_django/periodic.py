@@ -29,7 +29,12 @@ from django.tasks import Task as DjangoTask
 from django.tasks import task_backends
 from django.tasks.exceptions import InvalidTask
 
-from threadmill_core.periodic import DEFAULT_CATCH_UP, InvalidSchedule, add_schedule
+from threadmill_core.periodic import (
+    DEFAULT_CATCH_UP,
+    InvalidSchedule,
+    add_schedule,
+    argument_shapes,
+)
 from threadmill_django.backend import TaskBackend, normalized
 from threadmill_django.exceptions import UnsupportedArgument
 
@@ -69,8 +74,9 @@ def periodic(
         if made.run_after is not None:
             raise InvalidSchedule(f"{made.module_path}: a scheduled task runs at its ticks; "
                                   "it takes no run_after")  # fmt: skip
+        shaped_args, shaped_kwargs = argument_shapes(args, kwargs, made.module_path)
         try:
-            call_args, call_kwargs = normalized(list(args), dict(kwargs or {}))
+            call_args, call_kwargs = normalized(shaped_args, shaped_kwargs)
             prepared = backend._prepared_for(made)
         except (UnsupportedArgument, InvalidTask, TypeError) as exc:
             raise InvalidSchedule(f"{made.module_path}: {exc}") from None

@@ -24,6 +24,7 @@ from threadmill_core import (
     TaskNotFound,
     TaskResultStatus,
     ThreadmillError,
+    UnsupportedValue,
     Worker,
     connect,
 )
@@ -116,6 +117,22 @@ def test_a_refused_call_raises_at_enqueue_inside_the_block(on_commit: Bench) -> 
         with pytest.raises(PayloadTooLarge):
             tasks.echo.enqueue("a" * (on_commit.broker.max_payload_bytes + 1))
     assert on_commit.broker.counts() == {}
+
+
+def test_a_value_the_codec_cannot_carry_raises_at_enqueue_and_spares_the_rest(
+    on_commit: Bench,
+) -> None:
+    """A value Django passes but the codec refuses (a lone surrogate, a dict with an int key)
+    raises UnsupportedValue at enqueue, inside the block: the commit stores the block's
+    other tasks, none of them skipped for it."""
+    with transaction.atomic():
+        with pytest.raises(UnsupportedValue, match="surrogate"):
+            tasks.echo.enqueue("\ud800")
+        with pytest.raises(UnsupportedValue, match=r"args\[0\]"):
+            tasks.echo.enqueue({1: "a"})
+        good = tasks.add.enqueue(1, 2)
+    assert tasks.add.get_result(good.id).status == "READY"
+    assert on_commit.broker.counts()["default"].ready == 1
 
 
 def test_the_option_must_be_a_bool() -> None:

@@ -58,6 +58,12 @@ def test_a_schedule_on_a_django_task_stores_its_ticks_as_the_alias_enqueues(
         (lambda: tasks.add, {"cron": "* * * * *", "args": [object(), 1]}, "args[0]"),
         (lambda: tasks.add, {"cron": "61 * * * *", "args": [1, 2]}, "bad cron expression"),
         (lambda: tasks.add, {"cron": "* * * * *", "tz": "Nowhere/Else"}, "unknown time zone"),
+        (lambda: tasks.add, {"cron": "* * * * *", "args": "12"}, "args must be a list or tuple"),
+        (
+            lambda: tasks.add,
+            {"cron": "* * * * *", "kwargs": [("a", 1), ("b", 2)]},
+            "kwargs must be a dict",
+        ),
     ],
 )
 def test_a_bad_django_schedule_is_refused_at_declaration(
