@@ -188,7 +188,7 @@ STATE_LAYOUT: tuple[tuple[str, str], ...] = (
     ("attempts", "%d+"),
     ("sort", "%-?%d+"),
     ("enqueued_at", "%d*"),
-    ("run_after", "%d*"),
+    ("run_after", "%-?%d*"),
     ("started_at", "%d*"),
     ("last_attempted_at", "%d*"),
     ("finished_at", "%d*"),

@@ -8,7 +8,7 @@ whose `next_due` is None (the default) skips that scenario.
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from threadmill_core.backend import NOTHING_DEFERRED
 from threadmill_core.testing._scenarios.kit import (
@@ -51,6 +51,40 @@ def deferred_tasks_fall_due_on_the_backend_clock(harness: Harness) -> None:
     # On an exact clock this is the due moment itself: due means at or before now().
     got = [lease.task_id for lease in backend.claim(["default"], worker="w", lease_ttl=LEASE_TTL)]
     expect(got == ["t"], "claim() must promote a due DEFERRED task and take it", ["t"], got)
+
+
+@scenario
+def a_run_after_long_past_is_due_at_once(harness: Harness) -> None:
+    """A run_after before the epoch (a negative time) is as due as any past one: READY, claimed
+    and run, its run_after read back as given."""
+    backend = harness.backend
+    long_ago = datetime(1, 1, 1, tzinfo=UTC)
+    just_before_the_epoch = datetime(1969, 12, 31, 23, 59, 59, 999000, tzinfo=UTC)
+    stored = backend.enqueue(
+        [
+            new_task("ancient", run_after=long_ago),
+            new_task("pre-epoch", run_after=just_before_the_epoch),
+        ]
+    )
+    expect(
+        [record.status for record in stored] == [READY, READY],
+        "enqueue() with a run_after in the past must store READY, however long ago",
+        [READY, READY],
+        [record.status for record in stored],
+    )
+    leases = backend.claim(["default"], worker="w", lease_ttl=LEASE_TTL, limit=10)
+    expect(
+        [lease.task_id for lease in leases] == ["ancient", "pre-epoch"],
+        "claim() must take tasks whose run_after is before 1970, in order (not quarantine them)",
+        ["ancient", "pre-epoch"],
+        [lease.task_id for lease in leases],
+    )
+    expect(
+        [lease.record.run_after for lease in leases] == [long_ago, just_before_the_epoch],
+        "a run_after before 1970 must read back as stored",
+        [long_ago, just_before_the_epoch],
+        [lease.record.run_after for lease in leases],
+    )
 
 
 @scenario
