@@ -18,8 +18,8 @@ either raises or returns the argument in the form the backend goes on with:
 - `check_limit(limit)`, `check_offset(offset)`: the int, else `ValueError`
   (also for `True` and ``"1"``, which Python would compare with 1).
 - `ttl_ms(name, ttl)`: a `lease_ttl` or `claim_ttl` in whole milliseconds,
-  rounded up, else `ValueError`; `check_delay(delay)`: a `release` delay
-  likewise (zero allowed).
+  rounded up, else `ValueError` (also past `MAX_WAIT`, a thousand years);
+  `check_delay(delay)`: a `release` delay likewise (zero allowed).
 - `check_window(window)`: a `rates` window, else `ValueError`.
 - `queue_names(queues)`: the queues as a list, each name once, in the order
   given; `TypeError` for a bare str.
@@ -91,25 +91,35 @@ def check_offset(offset: object) -> int:
     return offset
 
 
+#: The longest ttl or delay a backend takes (`ttl_ms`, `check_delay`, a retry delay in
+#: `check_decision`): a thousand years, so that every deadline and due time it makes
+#: is a `datetime` (before year 10000) until the year 8999. A longer one is refused
+#: before anything changes; `threadmill_core.retry.decide` caps a policy's delay at it.
+MAX_WAIT = timedelta(days=365_000)
+
+
 def ttl_ms(name: str, ttl: object) -> int:
     """A `lease_ttl` or `claim_ttl` (`name`) in whole milliseconds, rounded up.
 
-    `ValueError` unless it is a positive `timedelta` (a number of seconds is refused too).
+    `ValueError` unless it is a positive `timedelta` (a number of seconds is refused
+    too) of at most `MAX_WAIT`.
     """
     if not isinstance(ttl, timedelta) or ttl <= timedelta(0):
         raise ValueError(f"{name} must be a positive timedelta, got {ttl!r}")
+    if ttl > MAX_WAIT:
+        raise ValueError(f"{name} must be at most {MAX_WAIT.days:,} days, got {ttl!r}")
     return duration_ms(ttl)
 
 
-def check_delay(delay: object) -> int:
-    """A `release` delay in whole milliseconds, rounded up (0: the READY tail).
+def check_delay(delay: object, what: str = "release()") -> int:
+    """A `release` (or `what`'s) delay in whole milliseconds, rounded up (0: the READY tail).
 
-    `ValueError` unless it is a `timedelta` of zero or more.
+    `ValueError` unless it is a `timedelta` of zero or more, and at most `MAX_WAIT`.
     """
     if not isinstance(delay, timedelta) or delay < timedelta(0):
-        raise ValueError(
-            f"release() needs a delay that is a timedelta of zero or more, got {delay!r}"
-        )
+        raise ValueError(f"{what} needs a delay that is a timedelta of zero or more, got {delay!r}")
+    if delay > MAX_WAIT:
+        raise ValueError(f"{what} needs a delay of at most {MAX_WAIT.days:,} days, got {delay!r}")
     return duration_ms(delay)
 
 
@@ -176,7 +186,7 @@ def check_decision(decision: Decision) -> None:
     """Raise for a decision no backend may apply (the protocol's "Bad arguments").
 
     `ValueError` for a mismatched lease, a non-terminal status or a retry
-    delay that is not a `timedelta` of zero or more; `UnsupportedValue` for a
+    delay that is not a `timedelta` of zero to `MAX_WAIT`; `UnsupportedValue` for a
     return value the codec cannot carry. A batch checks every decision
     before it applies any.
     """
@@ -191,8 +201,8 @@ def check_decision(decision: Decision) -> None:
             )
         if record.status is TaskResultStatus.SUCCESSFUL:
             check_value(record.return_value, "return_value")
-    elif not isinstance(decision.retry_delay, timedelta) or decision.retry_delay < timedelta(0):
-        raise ValueError(f"retry() needs a timedelta of zero or more, got {decision.retry_delay!r}")
+    else:
+        check_delay(decision.retry_delay, "retry()")
 
 
 def check_progress_updates(

@@ -29,6 +29,7 @@ from typing import Any, Never
 
 import attrs
 
+from threadmill_core.checks import MAX_WAIT
 from threadmill_core.context import TaskContext
 from threadmill_core.errors import AcknowledgementTimeout, InvalidOption, ThreadmillError
 from threadmill_core.models import Decision, Lease, RetryPolicySpec, TaskError, TaskResultStatus
@@ -299,7 +300,8 @@ def decide(lease: Lease, error: TaskError, policy: RetryPolicy | None = None) ->
     Appends `error` to the record's errors, then asks `policy` (by default the
     one the record names, resolved with `resolve_policy`). A policy that
     cannot be resolved, or that raises, makes the failure final and adds an
-    error saying why, so a broken policy never keeps a task cycling.
+    error saying why, so a broken policy never keeps a task cycling. A delay
+    longer than `threadmill_core.checks.MAX_WAIT` (a thousand years) is that.
     """
     record = lease.record
     errors = (*record.errors, error)
@@ -309,6 +311,8 @@ def decide(lease: Lease, error: TaskError, policy: RetryPolicy | None = None) ->
         delay = chosen(context)
         if delay is not None and (not isinstance(delay, timedelta) or delay < timedelta(0)):
             raise TypeError(f"a retry policy returns a timedelta >= 0 or None, got {delay!r}")
+        if delay is not None:
+            delay = min(delay, MAX_WAIT)  # what a backend takes: a thousand years
     except Exception as exc:
         errors = (*errors, TaskError.from_exception(exc))
         delay = None

@@ -19,8 +19,10 @@ from threadmill_core import (
     TaskResultStatus,
     codec,
 )
+from threadmill_core.checks import MAX_WAIT
 from threadmill_core.models import RetryPolicySpec
 from threadmill_core.retry import MAX_DELAY_SECONDS, decide, policy_spec, resolve_policy
+from threadmill_memory import MemoryBackend
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
 
@@ -169,6 +171,22 @@ def test_a_policy_that_raises_makes_the_failure_final_and_says_why() -> None:
     decision = decide(lease_on(record), error_of(ValueError("boom")))
     assert decision.record.status is TaskResultStatus.FAILED
     assert [e.message for e in decision.record.errors] == ["boom", "policy bug"]
+
+
+def test_a_delay_past_what_a_backend_takes_is_capped_and_applied() -> None:
+    """A backoff of a million years is a thousand (`MAX_WAIT`): the memory backend applies
+    the retry, and the task reads back DEFERRED with a due time a datetime holds."""
+    backend = MemoryBackend()
+    backend.enqueue([TaskResult(id="t", task_path="m:f")])
+    [lease] = backend.claim(["default"], worker="w", lease_ttl=timedelta(seconds=30))
+    policy = ExponentialBackoff(base_delay=MAX_DELAY_SECONDS, max_delay=MAX_DELAY_SECONDS, jitter=0)
+    decision = decide(lease, error_of(ValueError("boom")), policy)
+    assert decision.retry_delay == MAX_WAIT
+    retried = backend.retry(decision.lease, decision.record, decision.retry_delay)
+    assert retried is not None
+    assert retried.status is TaskResultStatus.DEFERRED
+    assert retried.run_after is not None
+    assert timedelta(0) <= MAX_WAIT - (retried.run_after - backend.now()) < timedelta(seconds=5)
 
 
 def test_an_unresolvable_policy_makes_the_failure_final() -> None:

@@ -10,6 +10,7 @@ from typing import Any
 import attrs
 
 from threadmill_core.backend import Backend
+from threadmill_core.checks import MAX_WAIT
 from threadmill_core.errors import UnsupportedValue
 from threadmill_core.models import (
     Decision,
@@ -98,6 +99,10 @@ def _decide_many_ending_with(bad: Callable[[Lease], Decision]) -> BadCall:
     )
 
 
+#: A ttl or delay longer than a backend takes: its deadline or due time would be past
+#: what a `datetime` holds (year 9999) for the next several thousand years.
+PAST_MAX_WAIT = MAX_WAIT + timedelta(days=1)
+
 _BAD_CALLS: dict[str, tuple[type[Exception], BadCall]] = {
     "claim() with limit 0": (ValueError, _claim(limit=0)),
     "claim() with a negative limit": (ValueError, _claim(limit=-1)),
@@ -109,6 +114,29 @@ _BAD_CALLS: dict[str, tuple[type[Exception], BadCall]] = {
     "extend_many() with a negative lease_ttl": (
         ValueError,
         lambda b, lease: b.extend_many([lease], -LEASE_TTL),
+    ),
+    "claim() with a lease_ttl past MAX_WAIT": (ValueError, _claim(lease_ttl=PAST_MAX_WAIT)),
+    "extend() with a lease_ttl past MAX_WAIT": (
+        ValueError,
+        lambda b, lease: b.extend(lease, PAST_MAX_WAIT),
+    ),
+    "claim_expired() with a claim_ttl past MAX_WAIT": (
+        ValueError,
+        lambda b, _: b.claim_expired(limit=10, claim_ttl=PAST_MAX_WAIT),
+    ),
+    "retry() with a delay past MAX_WAIT": (
+        ValueError,
+        lambda b, lease: b.retry(lease, failed(lease), PAST_MAX_WAIT),
+    ),
+    "decide_many() ending with a delay past MAX_WAIT": (
+        ValueError,
+        _decide_many_ending_with(
+            lambda lease: Decision(lease=lease, record=failed(lease), retry_delay=PAST_MAX_WAIT)
+        ),
+    ),
+    "release() with a delay past MAX_WAIT": (
+        ValueError,
+        lambda b, lease: b.release([lease], PAST_MAX_WAIT),
     ),
     "complete() with status READY": (ValueError, _complete_as(READY)),
     "complete() with status RUNNING": (ValueError, _complete_as(RUNNING)),
