@@ -90,6 +90,23 @@ def live_workers_are_listed_refreshed_and_removed(harness: Harness) -> None:
 
 
 @scenario
+def an_entry_whose_time_is_up_is_not_live_among_many(harness: Harness) -> None:
+    """unregister_worker() answers False for an expired entry even when more have expired
+    than a backend deletes in one go (a backend that prunes in batches must still check
+    the entry's own time)."""
+    backend = harness.backend
+    for n in range(150):
+        backend.register_worker(worker_info(f"w-{n:03}"), MINUTE)
+    backend.register_worker(worker_info("w-last"), MINUTE + timedelta(seconds=1))
+    harness.advance(2 * MINUTE)
+    expect(backend.unregister_worker("w-last") is False,
+           "unregister_worker() of an entry whose time is up must answer False, however "
+           "many others are up too")  # fmt: skip
+    expect(backend.workers() == [], "workers() must leave out every entry whose time is up",
+           [], backend.workers())  # fmt: skip
+
+
+@scenario
 def register_worker_refuses_bad_input_and_stores_nothing(harness: Harness) -> None:
     """A bad entry, worker id or ttl is a ValueError naming it, and nothing is stored."""
     backend = harness.backend
