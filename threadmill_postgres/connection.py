@@ -96,6 +96,17 @@ UNAVAILABLE: tuple[type[psycopg.Error], ...] = (
     psycopg.InterfaceError,
 )
 
+#: Operational errors that are refusals all the same: SQLSTATE class 54, a limit
+#: of PostgreSQL's that the statement's data passes (an index row over 2,704
+#: bytes: an id or queue name of thousands of characters). Repeating it cannot
+#: help, and it changed nothing, so it is raised as `refused`, not as an outage.
+LIMIT_EXCEEDED: tuple[type[psycopg.Error], ...] = (
+    psycopg.errors.ProgramLimitExceeded,
+    psycopg.errors.StatementTooComplex,
+    psycopg.errors.TooManyColumns,
+    psycopg.errors.TooManyArguments,
+)
+
 
 class Failure(Exception):
     """A try that failed at the driver: `maybe_applied` says whether it may have changed data."""
@@ -116,6 +127,8 @@ def classify(exc: psycopg.Error, *, sent: bool) -> Failure | None:
         return Failure(exc, maybe_applied=False)
     if isinstance(exc, ROLLED_BACK):
         return Failure(exc, maybe_applied=False)
+    if isinstance(exc, LIMIT_EXCEEDED):
+        return None
     if isinstance(exc, UNAVAILABLE):
         return Failure(exc, maybe_applied=sent)
     return None

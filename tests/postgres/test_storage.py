@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -10,11 +11,12 @@ import pytest
 
 from tests.conftest import PostgresDatabase
 from tests.postgres.conftest import LEASE, admin, tasks
-from threadmill_core.errors import PayloadError, UnsupportedValue
+from threadmill_core.errors import BackendUnavailable, PayloadError, UnsupportedValue
 from threadmill_core.ids import new_task_id
 from threadmill_core.models import Decision, TaskResult, TaskResultStatus
 from threadmill_core.testing import Harness
 from threadmill_postgres import PostgresBackend
+from threadmill_postgres.errors import PostgresBackendError
 from threadmill_postgres.schema import quote_ident
 from threadmill_postgres.testing import advance, install_clock, plant_raw, start_recorded
 
@@ -176,6 +178,22 @@ def test_a_record_text_holding_nul_is_refused_and_nothing_is_stored(
     assert backend.claim(["a\x00b"], worker="w", lease_ttl=LEASE) == []
     with pytest.raises(UnsupportedValue, match="worker"):
         backend.claim(["default"], worker="w\x00", lease_ttl=LEASE)
+
+
+@pytest.mark.parametrize("field", ["id", "queue"])
+def test_a_text_past_an_index_limit_is_refused_not_an_outage(harness: Harness, field: str) -> None:
+    """An id or queue longer than a btree index row holds (2,704 bytes) is PostgreSQL's
+    refusal, raised at once and naming the limit, not an outage that "may have been
+    applied"; the batch stores nothing."""
+    backend = harness.backend
+    good = TaskResult(id=new_task_id(), task_path="app:work")
+    long_text = secrets.token_hex(2000)  # 4,000 characters that do not compress
+    bad = attrs.evolve(good, **{"id": new_task_id(), field: long_text})
+    with pytest.raises(PostgresBackendError, match="exceeds") as raised:
+        backend.enqueue([good, bad])
+    assert not isinstance(raised.value, BackendUnavailable)
+    assert "54000" in str(raised.value)
+    assert backend.counts() == {}
 
 
 def test_start_recorded_reads_the_current_claims_mark(harness: Harness) -> None:
