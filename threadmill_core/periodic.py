@@ -87,7 +87,8 @@ class Schedule:
     tz: str = "UTC"
     args: tuple[Any, ...] = ()
     kwargs: Mapping[str, Any] = attrs.field(factory=dict)
-    #: False: a tick is skipped while the previous tick's task is pending or running.
+    #: False: a tick is skipped while an earlier tick's task is pending or running, and of
+    #: the ticks due at once only the latest is stored (see `threadmill_core.worker.scheduling`).
     overlap: bool = True
     catch_up: timedelta = DEFAULT_CATCH_UP
 
@@ -178,7 +179,7 @@ def periodic(
     run's arguments, checked against the task's signature now. `name`
     (default: the task's path) is the schedule's name for ``threadmill
     schedules`` and in tick ids: unique in the process. `overlap` False skips
-    a tick while the previous tick's task is pending or running. `catch_up`
+    a tick while an earlier tick's task is pending or running (see docs/periodic.md). `catch_up`
     is how far back missed ticks are still stored (default one hour; at
     most the `CATCH_UP_TICKS` latest of them). Anything wrong raises
     `InvalidSchedule` and nothing is registered. The task is returned as is.

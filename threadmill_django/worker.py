@@ -6,7 +6,9 @@ its flags, defaults and checks), with defaults taken from the alias:
 flags given on the command line win. The modules of tasks are every
 installed app's ``tasks`` module (found as the admin finds ``admin``
 modules) plus those ``OPTIONS["task_modules"]`` and ``--tasks-module``
-name; nothing is imported on a record's say-so.
+name; nothing is imported on a record's say-so. Of the schedules those
+modules declare, the supervisor's scheduler keeps the alias's only
+(`threadmill_django.periodic.alias_schedules`).
 
 The first worker processes are forked from the supervisor once Django is
 set up and the tasks imported (so they inherit both); a restarted one is
@@ -34,6 +36,7 @@ from threadmill_core.cli.arguments import build_parser
 from threadmill_core.worker.supervisor import WorkerSettings
 from threadmill_django import runner
 from threadmill_django.options import BackendOptions
+from threadmill_django.periodic import alias_schedules
 
 #: The ``threadmill worker`` options (argparse destinations) `worker_settings` maps.
 MAPPED = frozenset(
@@ -116,8 +119,12 @@ def worker_settings(options: BackendOptions, args: argparse.Namespace) -> Worker
     """The supervisor's settings, from parsed ``threadmill worker`` options.
 
     What ``threadmill worker`` makes of them, plus the process setup that
-    brings Django up in every process; the broker URL is the alias's.
+    brings Django up in every process; the broker URL is the alias's, and
+    the schedules kept are the alias's (see `threadmill_django.periodic`).
     """
     return arguments.worker_settings(
-        args, options.broker_url, setup=functools.partial(prepare_process, options.alias)
+        args,
+        options.broker_url,
+        setup=functools.partial(prepare_process, options.alias),
+        kept_schedules=functools.partial(alias_schedules, options.alias),
     )

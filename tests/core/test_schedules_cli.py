@@ -12,6 +12,7 @@ from tests.core import periodic_tasks
 from threadmill_core import Broker, FakeClock, TaskResultStatus
 from threadmill_core.cli import main
 from threadmill_core.periodic import (
+    Schedule,
     add_schedule,
     registered_schedules,
     tick_of,
@@ -118,3 +119,21 @@ def test_bad_usage_names_the_problem(
     assert "non-empty printable str" in capsys.readouterr().err
     assert broker.backend.schedule_pauses() == {}
     assert broker.backend.counts() == {}
+
+
+def test_an_embedding_program_says_which_schedules_the_commands_know(
+    on_clock: tuple[Broker, FakeClock], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """main(schedules=...) lists and runs the schedules it gives, not every one declared."""
+    broker, _clock = on_clock
+    mine = add_schedule(periodic_tasks.poll, every=timedelta(hours=1), name="mine")
+    add_schedule(periodic_tasks.poll, every=timedelta(hours=1), name="theirs")
+
+    def given() -> dict[str, Schedule]:
+        return {"mine": mine}
+
+    assert main(["schedules", "--json"], broker=broker, schedules=given) == 0
+    assert [row["name"] for row in json.loads(capsys.readouterr().out)] == ["mine"]
+    assert main(["schedules", "run", "theirs"], broker=broker, schedules=given) == 3
+    assert "no schedule 'theirs' in the modules named (mine)" in capsys.readouterr().err
+    assert broker.backend.peek("default", TaskResultStatus.READY) == []

@@ -21,7 +21,7 @@ from threadmill_core.periodic import (
     unregister_schedule,
 )
 from threadmill_core.testing.scenarios import succeeded
-from threadmill_core.worker.scheduling import Scheduler, due
+from threadmill_core.worker.scheduling import OVERLAP_LOOK_BACK, Scheduler, due
 from threadmill_memory import MemoryBackend
 
 START = datetime(2026, 6, 1, 12, 0, 0, 250_000, tzinfo=UTC)
@@ -131,6 +131,67 @@ def test_overlap_false_skips_ticks_while_the_previous_runs(
     clock.advance(timedelta(seconds=10))
     scheduler.run_pass(clock.now())
     assert stored_ids(backend) == [tick_id(schedule.name, clock.now().replace(microsecond=0))]
+
+
+def test_overlap_false_catching_up_stores_only_the_latest_due_tick(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """overlap=False after downtime: of the ticks due, only the latest is stored, and the
+    next waits for it; never several pending at once."""
+    clock = FakeClock(START + timedelta(seconds=30))  # 12:00:30: ticks 11:01 .. 12:00 are due
+    backend = MemoryBackend(clock=clock)
+    schedule = every(60, overlap=False)
+    scheduler = Scheduler(backend, [schedule])
+    with caplog.at_level(logging.INFO, logger="threadmill.schedules"):
+        scheduler.run_pass(clock.now())
+    latest = tick_id(schedule.name, datetime(2026, 6, 1, 12, 0, tzinfo=UTC))
+    assert stored_ids(backend) == [latest]
+    assert "9 earlier due tick(s) not stored" in caplog.text
+    clock.advance(timedelta(minutes=1))
+    scheduler.run_pass(clock.now())  # 12:01: the 12:00 task is still READY
+    assert stored_ids(backend) == [latest]
+
+
+def test_overlap_false_holds_for_a_scheduler_that_did_not_store_the_running_tick() -> None:
+    """A scheduler started while a tick's task runs (the ticks since skipped, so never
+    stored) finds it by walking back over the skipped ticks, and stores nothing either."""
+    clock = FakeClock(START)
+    backend = MemoryBackend(clock=clock)
+    schedule = every(60, overlap=False, catch_up=timedelta(0))
+    first = Scheduler(backend, [schedule])
+    first.run_pass(clock.now())  # stores the 12:00 tick
+    [running] = stored_ids(backend)
+    [lease] = backend.claim(["default"], worker="w", lease_ttl=timedelta(hours=2))
+    for _ in range(5):  # 12:01 .. 12:05: skipped, the 12:00 task runs
+        clock.advance(timedelta(minutes=1))
+        first.run_pass(clock.now())
+    second = Scheduler(backend, [schedule])  # a worker restarted, or one more
+    second.run_pass(clock.now())
+    clock.advance(timedelta(minutes=1))
+    for scheduler in (first, second):
+        scheduler.run_pass(clock.now())
+    assert stored_ids(backend) == [running]
+    backend.complete(lease, succeeded(lease))
+    clock.advance(timedelta(minutes=1))
+    for scheduler in (second, first):
+        scheduler.run_pass(clock.now())
+    assert stored_ids(backend) == [tick_id(schedule.name, clock.now().replace(microsecond=0))]
+
+
+def test_overlap_false_looks_back_a_bounded_number_of_ticks() -> None:
+    """A task pending longer than OVERLAP_LOOK_BACK ticks is not seen by a scheduler that did
+    not store it: the documented bound of the walk back."""
+    clock = FakeClock(START)
+    backend = MemoryBackend(clock=clock)
+    schedule = every(1, overlap=False, catch_up=timedelta(0))
+    Scheduler(backend, [schedule]).run_pass(clock.now())
+    [old] = stored_ids(backend)
+    clock.advance(timedelta(seconds=OVERLAP_LOOK_BACK))
+    Scheduler(backend, [schedule]).run_pass(clock.now())
+    assert stored_ids(backend) == [old]  # the old tick is OVERLAP_LOOK_BACK ticks back: seen
+    clock.advance(timedelta(seconds=1))
+    Scheduler(backend, [schedule]).run_pass(clock.now())
+    assert len(stored_ids(backend)) == 2
 
 
 def test_a_paused_schedule_stores_nothing_and_does_not_catch_up_when_resumed() -> None:

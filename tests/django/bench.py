@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from typing import Any
 
 import attrs
 from django.tasks import signals
+from django.test import override_settings
 
 from threadmill_core import Broker, FakeClock, Worker
 from threadmill_django.testing import use_broker
@@ -31,6 +33,33 @@ def bench() -> Iterator[Bench]:
     clock = FakeClock()
     with use_broker("default", Broker(MemoryBackend(clock=clock))) as broker:
         yield Bench(broker=broker, clock=clock)
+    broker.close()
+
+
+#: Two aliases on two brokers (URLs a worker's settings accept; `two_aliases` puts memory
+#: brokers in their place, and nothing connects to these).
+TWO_ALIASES = {
+    "default": {
+        "BACKEND": "threadmill_django.TaskBackend",
+        "QUEUES": ["default", "high", "low"],
+        "OPTIONS": {"url": "redis://127.0.0.1:1/0?namespace=default"},
+    },
+    "emails": {
+        "BACKEND": "threadmill_django.TaskBackend",
+        "OPTIONS": {"url": "redis://127.0.0.1:1/0?namespace=emails"},
+    },
+}
+
+
+@contextlib.contextmanager
+def two_aliases(bench: Bench) -> Iterator[Broker]:
+    """TASKS with a second alias, ``emails``, beside the bench's default, on a memory broker
+    of its own on the bench's clock (returned)."""
+    with (
+        override_settings(TASKS=TWO_ALIASES),
+        use_broker("emails", Broker(MemoryBackend(clock=bench.clock))) as broker,
+    ):
+        yield broker
     broker.close()
 
 

@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 from django.contrib.admin.models import LogEntry
+from django.tasks import task
 from django.test import Client
 
 from tests.django import admin_bench as ab
-from tests.django.bench import Bench
+from tests.django.bench import Bench, two_aliases
 from tests.django.djapp import tasks
 from threadmill_core import TaskResultStatus
 from threadmill_core.live_workers import RunningTask, WorkerInfo
@@ -158,6 +159,37 @@ def test_run_now_of_an_undeclared_schedule_is_refused(bench: Bench) -> None:
     response = client_of(ab.CHANGE).post(ab.url("run_schedule", "default", "ghost"), follow=True)
     assert messages_of(response) == ["error: Schedule 'ghost' not run: no task module declares it."]
     assert bench.broker.backend.peek("default", TaskResultStatus.READY) == []
+
+
+def test_an_alias_page_lists_and_steers_its_own_schedules_only(bench: Bench) -> None:
+    """With two aliases, each schedules page lists its alias's schedules; pausing, resuming
+    or running another alias's schedule on it is refused, and stores nothing."""
+    with two_aliases(bench) as emails:
+        digest = task(backend="emails")(tasks.send_digest)
+        periodic(every=timedelta(minutes=5), name="emails-digest")(digest)
+        declare()
+        client = client_of(ab.CHANGE)
+        page = ab.text(client.get(ab.url("schedules", "default")))
+        assert 'id="schedule-nightly-add"' in page
+        assert "emails-digest" not in page
+        page = ab.text(client.get(ab.url("schedules", "emails")))
+        assert 'id="schedule-emails-digest"' in page
+        assert NAME not in page
+        for verb, done in (("pause", "not paused"), ("resume", "not resumed"), ("run", "")):
+            response = client.post(ab.url(f"{verb}_schedule", "default", "emails-digest"),
+                                   follow=True)  # fmt: skip
+            [message] = messages_of(response)
+            assert message.startswith("error: Schedule ")
+            assert done in message
+            assert "no schedule 'emails-digest' in TASKS['default'] (it is TASKS['emails']'s)" in (
+                message
+            )
+        assert bench.broker.backend.schedule_pauses() == {}
+        assert bench.broker.backend.peek("default", TaskResultStatus.READY) == []
+        assert not LogEntry.objects.exists()
+        client.post(ab.url("run_schedule", "emails", "emails-digest"))
+        [run] = emails.backend.peek("default", TaskResultStatus.READY)
+        assert run.task_path == "tests.django.djapp.tasks:send_digest"
 
 
 def test_a_registered_worker_appears_with_its_running_task_linked(bench: Bench) -> None:

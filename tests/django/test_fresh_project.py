@@ -4,8 +4,10 @@ each event of ``manage.py threadmill`` is one line."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -14,6 +16,7 @@ import pytest
 
 from tests.conftest import RedisServer
 from tests.django.servers import psycopg_connect
+from threadmill_core import TaskResultStatus, connect
 
 pytestmark = pytest.mark.redis
 
@@ -75,6 +78,78 @@ def test_each_task_event_of_a_worker_is_logged_once(
         running = [line for line in about if "state=RUNNING" in line]
         successful = [line for line in about if "state=SUCCESSFUL" in line]
         assert (len(running), len(successful)) == (1, 1), ran.stdout
+
+
+#: Appended to shop/tasks.py: a schedule on a task of the ``emails`` alias, and one declared
+#: with threadmill_core's own @periodic (the default alias's).
+SCHEDULED = """
+from datetime import timedelta
+
+from threadmill_core import periodic as core_periodic, task as core_task
+from threadmill_django import periodic
+
+
+@periodic(every=timedelta(seconds=1), catch_up=timedelta(0), name="digest")
+@task(backend="emails")
+def digest():
+    return "sent"
+
+
+@core_periodic(every=timedelta(seconds=1), catch_up=timedelta(0), name="core-beat")
+@core_task()
+def beat():
+    return "beat"
+"""
+
+
+def test_each_aliases_worker_stores_and_runs_its_own_schedules_only(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    """Two aliases on two namespaces: `manage.py threadmill worker` stores the ticks of the
+    default alias's schedules (threadmill_core's own included), `--backend emails worker`
+    those of the emails alias's; neither stores the other's."""
+    urls = {alias: f"{redis_server.url}?namespace={alias}-{uuid.uuid4().hex[:10]}"
+            for alias in ("default", "emails")}  # fmt: skip
+    project = FreshProject(tmp_path, urls["default"])
+    settings = tmp_path / "site_" / "settings.py"
+    settings.write_text(
+        f'{settings.read_text()}TASKS["emails"] = {{"BACKEND": "threadmill_django.TaskBackend", '
+        f'"OPTIONS": {{"url": {urls["emails"]!r}}}}}\n'
+    )
+    tasks = tmp_path / "shop" / "tasks.py"
+    tasks.write_text(tasks.read_text() + SCHEDULED)
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "manage.py", "threadmill", *backend, "worker", "-p", "1"],
+            cwd=tmp_path,
+            env=project.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        for backend in ((), ("--backend", "emails"))
+    ]
+    try:
+        time.sleep(5)
+    finally:
+        for worker in workers:
+            if worker.poll() is None:
+                worker.send_signal(signal.SIGTERM)
+        outputs = [worker.communicate(timeout=60)[0] for worker in workers]
+    assert [worker.returncode for worker in workers] == [0, 0], outputs
+    stored: dict[str, set[str]] = {}
+    for alias, url in urls.items():
+        with connect(url) as broker:
+            records = [
+                record
+                for status in TaskResultStatus
+                for record in broker.backend.peek("default", status, limit=1000)
+            ]
+        stored[alias] = {record.task_path for record in records}
+        ran = [r for r in records if r.status is TaskResultStatus.SUCCESSFUL]
+        assert ran, (alias, outputs)
+    assert stored == {"default": {"shop.tasks:beat"}, "emails": {"shop.tasks:digest"}}, outputs
 
 
 def test_a_missing_postgresql_database_is_one_line(tmp_path: Path) -> None:

@@ -8,13 +8,17 @@ from datetime import timedelta
 
 import pytest
 from django.core.management import call_command
+from django.tasks import task, task_backends
 
-from tests.django.bench import Bench
+from tests.core import periodic_tasks
+from tests.django.bench import Bench, two_aliases
 from tests.django.djapp import tasks
-from threadmill_core import InvalidSchedule, TaskResultStatus, Tick
+from threadmill_core import Broker, InvalidSchedule, TaskResultStatus, Tick
+from threadmill_core.periodic import periodic as core_periodic
 from threadmill_core.periodic import registered_schedules, unregister_schedule
 from threadmill_core.worker.scheduling import Scheduler
 from threadmill_django import periodic
+from threadmill_django.worker import parse_worker_args, worker_settings
 
 
 @pytest.fixture(autouse=True)
@@ -88,3 +92,82 @@ def test_manage_py_threadmill_schedules_lists_and_pauses(
     assert row["task"] == "tests.django.djapp.tasks:add"
     assert row["tz"] == "Europe/Berlin"
     assert row["paused"] is True
+
+
+@pytest.fixture
+def emails(bench: Bench) -> Iterator[Broker]:
+    """TASKS with a second alias, ``emails``, on a memory broker of its own (returned), and
+    three schedules: ``emails-digest`` on an emails task, ``dj-add`` on a default task, and
+    ``core-poll`` declared with threadmill_core's own @periodic."""
+    with two_aliases(bench) as broker:
+        now = {"every": timedelta(minutes=5), "catch_up": timedelta(0)}
+        periodic(name="emails-digest", **now)(task(backend="emails")(tasks.send_digest))
+        periodic(name="dj-add", args=[1, 2], **now)(tasks.add)
+        core_periodic(name="core-poll", **now)(periodic_tasks.poll)
+        yield broker
+
+
+def kept(alias: str) -> list[str]:
+    """The names of the schedules ``manage.py threadmill --backend ALIAS worker`` keeps."""
+    options = task_backends[alias].options_checked
+    settings = worker_settings(options, parse_worker_args(options, [])[0])
+    assert settings.kept_schedules is not None
+    return sorted(settings.kept_schedules())
+
+
+def stored(broker: Broker) -> list[str]:
+    return sorted(
+        record.task_path
+        for queue in ("default", "high")
+        for record in broker.backend.peek(queue, TaskResultStatus.READY)
+    )
+
+
+def test_each_aliases_worker_keeps_its_own_schedules(bench: Bench, emails: Broker) -> None:
+    """A worker of an alias keeps the schedules of that alias's tasks only; a schedule
+    declared with threadmill_core's @periodic is the default alias's."""
+    assert kept("emails") == ["emails-digest"]
+    assert kept("default") == ["core-poll", "dj-add"]
+    for alias, broker in (("default", bench.broker), ("emails", emails)):
+        settings = worker_settings(
+            task_backends[alias].options_checked,
+            parse_worker_args(task_backends[alias].options_checked, [])[0],
+        )
+        assert settings.kept_schedules is not None
+        Scheduler(broker.backend, settings.kept_schedules().values()).run_pass(bench.clock.now())
+    assert stored(emails) == ["tests.django.djapp.tasks:send_digest"]
+    assert stored(bench.broker) == [
+        "tests.core.periodic_tasks:poll",
+        "tests.django.djapp.tasks:add",
+    ]
+
+
+def test_the_schedules_command_of_an_alias_lists_and_steers_its_own_only(
+    bench: Bench, emails: Broker, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """manage.py threadmill [--backend A] schedules lists A's schedules; pausing or running
+    another alias's is refused (exit 3), and nothing is stored in A's broker."""
+    call_command("threadmill", "--backend", "emails", "schedules", "--json")
+    assert [row["name"] for row in json.loads(capsys.readouterr().out)] == ["emails-digest"]
+    call_command("threadmill", "schedules", "--json")
+    listed = [row["name"] for row in json.loads(capsys.readouterr().out)]
+    assert listed == ["core-poll", "dj-add"]
+    for action in ("pause", "resume", "run"):
+        with pytest.raises(SystemExit) as exited:
+            call_command("threadmill", "schedules", action, "emails-digest")
+        assert exited.value.code == 3
+        assert "no schedule 'emails-digest' in TASKS['default'] (it is TASKS['emails']'s" in (
+            capsys.readouterr().err
+        )
+    assert bench.broker.backend.schedule_pauses() == {}
+    assert stored(bench.broker) == []
+    call_command("threadmill", "--backend", "emails", "schedules", "run", "emails-digest")
+    assert stored(emails) == ["tests.django.djapp.tasks:send_digest"]
+
+
+def test_a_schedule_name_is_one_aliass_only(emails: Broker) -> None:
+    """The same schedule declared for a second alias under one name is refused."""
+    again = task(backend="default")(tasks.send_digest)
+    with pytest.raises(InvalidSchedule, match=r"two schedules are named 'emails-digest' \(of "):
+        periodic(every=timedelta(minutes=5), catch_up=timedelta(0), name="emails-digest")(again)
+    assert kept("emails") == ["emails-digest"]

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections import Counter
@@ -17,7 +18,10 @@ import pytest
 import redis
 
 from tests.conftest import PostgresDatabase, RedisServer
+from tests.worker import kept_schedule_tasks
 from threadmill_core import TaskResultStatus, connect
+from threadmill_core.periodic import unregister_schedule
+from threadmill_core.worker.supervisor import Supervisor, WorkerSettings
 
 pytestmark = [pytest.mark.redis, pytest.mark.postgres, pytest.mark.slow]
 
@@ -130,3 +134,36 @@ def test_a_worker_told_not_to_schedule_stores_no_tick(
         counts = broker.backend.counts()
     stored = sum(c.pending + c.of(TaskResultStatus.SUCCESSFUL) for c in counts.values())
     assert stored == 0, output
+
+
+def test_a_supervisor_schedules_the_schedules_its_settings_keep(redis_server: RedisServer) -> None:
+    """`WorkerSettings.kept_schedules` picks which of the process's schedules the
+    supervisor's scheduler keeps: ticks of the kept one are stored and run, none of the
+    other's (threadmill_django gives each alias's worker its own this way)."""
+    url = f"{redis_server.url}?namespace=periodic_{uuid.uuid4().hex[:10]}"
+    kept_schedule_tasks.declare()
+    settings = WorkerSettings(
+        broker_url=url,
+        modules=("tests.worker.kept_schedule_tasks",),
+        queues=("default",),  # a tick of left-beat, if stored, would stay READY
+        processes=1,
+        poll_interval=timedelta(milliseconds=200),
+        log_level="WARNING",
+        kept_schedules=kept_schedule_tasks.only_kept,
+    )
+    supervisor = Supervisor(settings)
+    codes: list[int] = []
+    runner = threading.Thread(target=lambda: codes.append(supervisor.run()))
+    runner.start()
+    try:
+        time.sleep(3)
+    finally:
+        supervisor.request_stop()
+        runner.join(timeout=60)
+        for name in ("kept-beat", "left-beat"):
+            unregister_schedule(name)
+    assert codes == [0]
+    with connect(url) as broker:
+        counts = broker.backend.counts()
+    assert counts["default"].of(TaskResultStatus.SUCCESSFUL) >= 2, counts
+    assert "left" not in counts or counts["left"].pending == 0, counts

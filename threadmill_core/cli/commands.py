@@ -9,7 +9,9 @@ TUI in `threadmill_core.cli.tui`). The commands' arguments are parsed by
 `threadmill_core.cli.arguments`. `main` takes an optional `Broker` so tests and
 embedding programs can run the inspecting commands on a backend they hold,
 such as a memory backend on a fake clock, which no URL could reach from
-another process.
+another process, and optionally the schedules that ``schedules`` and
+``inspect`` know, for an embedding program whose process declares the
+schedules of several brokers (threadmill_django's aliases).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
@@ -31,6 +33,7 @@ from threadmill_core.models import TaskResultStatus
 if TYPE_CHECKING:
     from threadmill_core.broker import Broker
     from threadmill_core.cli.inspector import Report
+    from threadmill_core.periodic import Schedule
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -345,6 +348,7 @@ def _inspect(args: argparse.Namespace) -> int:
             broker,
             refresh_interval=args.interval,
             window=timedelta(seconds=args.window),
+            schedules=args.given_schedules,
         )
         app.run()
     return 0
@@ -368,12 +372,20 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 }
 
 
-def main(argv: Sequence[str] | None = None, *, broker: Broker | None = None) -> int:
+def main(
+    argv: Sequence[str] | None = None,
+    *,
+    broker: Broker | None = None,
+    schedules: Callable[[], Mapping[str, Schedule]] | None = None,
+) -> int:
     """Run the ``threadmill`` command line; returns the exit code.
 
     `broker`, if given, is what the inspecting commands (``stats``, ``ls``,
     ``show``, ``requeue``, ``cancel``, ``purge``, ``inspect``, ``workers``) use instead of
-    connecting to ``--broker``; it is left open.
+    connecting to ``--broker``; it is left open. `schedules`, if given, says which
+    schedules ``schedules`` and ``inspect`` list and run (called once the modules named
+    are imported, it returns them by name) instead of every schedule declared in the
+    process (`threadmill_core.periodic.registered_schedules`).
     """
     parser = build_parser()
     given = sys.argv[1:] if argv is None else list(argv)
@@ -383,6 +395,7 @@ def main(argv: Sequence[str] | None = None, *, broker: Broker | None = None) -> 
             return 2
         args = parser.parse_args(given)
         args.given_broker = broker
+        args.given_schedules = schedules
         return int(COMMANDS[args.command](args))
     except _UsageError as exc:
         print(exc, file=sys.stderr)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
@@ -81,7 +81,7 @@ def run(args: argparse.Namespace, opened: Callable[[], AbstractContextManager[Br
         except ValueError as exc:
             print(f"threadmill schedules {action}: {exc}", file=sys.stderr)
             return ExitCode.ERROR
-    declared = _declared(words)
+    declared = _declared(words, args.given_schedules)
     from threadmill_core.cli.inspector.schedules import run_now, set_paused
 
     with opened() as broker:
@@ -114,14 +114,17 @@ def run(args: argparse.Namespace, opened: Callable[[], AbstractContextManager[Br
     return ExitCode.DONE
 
 
-def _declared(modules: list[str]) -> dict[str, Schedule]:
+def _declared(
+    modules: list[str], given: Callable[[], Mapping[str, Schedule]] | None
+) -> dict[str, Schedule]:
+    """The schedules known once `modules` are imported: `given`'s (see `main`), else all."""
     from threadmill_core.periodic import registered_schedules
     from threadmill_core.worker.startup import import_task_modules, put_on_import_path
 
     if modules:
         put_on_import_path([os.getcwd()])
         import_task_modules(modules)
-    return registered_schedules()
+    return dict((given or registered_schedules)())
 
 
 def _say(args: argparse.Namespace, data: object, text: str) -> None:

@@ -21,7 +21,7 @@ workers (`threadmill_core.cli.tui_workers`); ``q`` quits.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import ClassVar
 
@@ -39,6 +39,7 @@ from threadmill_core.cli import inspector
 from threadmill_core.cli.inspector import STATUSES, Listed, Overview, Report
 from threadmill_core.errors import PayloadError
 from threadmill_core.models import TaskResult, TaskResultStatus
+from threadmill_core.periodic import Schedule
 
 #: Tasks shown per segment; the title says when there are more.
 PAGE_SIZE = 200
@@ -186,9 +187,12 @@ class InspectorApp(App[None]):
         *,
         refresh_interval: float = 1.0,
         window: timedelta = timedelta(seconds=60),
+        schedules: Callable[[], Mapping[str, Schedule]] | None = None,
     ) -> None:
         super().__init__()
         self.broker = broker
+        #: The schedules the schedules screen lists (see `threadmill_core.cli.main`).
+        self.schedules = schedules
         self.refresh_interval = refresh_interval
         self.window = window
         self.queue: str | None = None
@@ -233,7 +237,7 @@ class InspectorApp(App[None]):
         """The schedules screen (`threadmill_core.cli.tui_schedules`)."""
         from threadmill_core.cli.tui_schedules import SchedulesScreen
 
-        self.push_screen(SchedulesScreen(self.broker))
+        self.push_screen(SchedulesScreen(self.broker, self.schedules))
 
     def action_workers(self) -> None:
         """The workers screen (`threadmill_core.cli.tui_workers`)."""

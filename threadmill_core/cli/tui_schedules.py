@@ -9,6 +9,7 @@ resumes the one under the cursor, for every worker (stored in the backend).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.text import Text
@@ -22,6 +23,7 @@ from threadmill_core.periodic import registered_schedules
 
 if TYPE_CHECKING:
     from threadmill_core.broker import Broker
+    from threadmill_core.periodic import Schedule
 
 COLUMNS = (
     ("name", "NAME"),
@@ -44,9 +46,13 @@ class SchedulesScreen(Screen[None]):
         Binding("ctrl+r", "reload", "Refresh"),
     ]
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(
+        self, broker: Broker, schedules: Callable[[], Mapping[str, Schedule]] | None = None
+    ) -> None:
         super().__init__()
         self.broker = broker
+        #: The schedules listed, by name; None: every one declared in the process.
+        self.schedules = schedules or registered_schedules
         self.rows: list[dict[str, Any]] = []
 
     def compose(self) -> ComposeResult:
@@ -69,7 +75,7 @@ class SchedulesScreen(Screen[None]):
         note = self.query_one("#schedules-note", Static)
         try:
             self.rows = await asyncio.to_thread(
-                lambda: list(rows(self.broker, registered_schedules()))
+                lambda: list(rows(self.broker, dict(self.schedules())))
             )
         except Exception as exc:  # a live view outlives an outage; shown, tried again
             note.update(Text(f"backend error: {exc}", style="red"))

@@ -20,9 +20,15 @@ caught up: it was paused.
 Paused schedules (`Backend.set_schedule_paused`) store no ticks, for every
 scheduler: each pass with a tick due reads the pauses in one call.
 
-Overlap. A schedule with ``overlap=False`` skips a tick while the task of
-its previous tick (or of the last tick this scheduler stored for it) is
-pending or running, asked with `Backend.get` of their ids, and logs it.
+Overlap. A schedule with ``overlap=False`` has at most one tick stored per
+pass: of the ticks due, only the latest (the others are skipped and
+logged). That tick is skipped too while the task of the latest tick stored
+before it, or of the last tick this scheduler stored, is pending or
+running. Tick ids are derived from the ticks, so the stored one is found
+by asking `Backend.get` for the ids of the ticks before it, latest first,
+over skipped (never stored) ones, at most `OVERLAP_LOOK_BACK` of them: a
+scheduler that did not store the pending tick (one restarted, or added)
+sees it as well as the one that did.
 """
 
 from __future__ import annotations
@@ -59,6 +65,9 @@ LATE_GRACE = timedelta(seconds=10)
 BATCH = 10_000
 #: The longest a scheduler sleeps without looking at the backend's clock again.
 MAX_SLEEP = 60.0
+#: How many ticks before a tick an ``overlap=False`` schedule looks back for the latest
+#: one stored, one `Backend.get` each (while the latest is stored, one get in all).
+OVERLAP_LOOK_BACK = 100
 _PENDING = frozenset({TaskResultStatus.READY, TaskResultStatus.DEFERRED, TaskResultStatus.RUNNING})
 
 
@@ -213,29 +222,58 @@ class Scheduler:
                 log.log(level, "schedule %s: %d missed tick(s) older than its catch-up window "
                         "(%s, at most %d ticks) skipped", name, found.skipped, schedule.catch_up,
                         CATCH_UP_TICKS)  # fmt: skip
-            for tick in found.ticks:
-                if not schedule.overlap and self._overlaps(schedule, tick):
-                    continue
-                records.append((schedule, tick_record(schedule, tick)))
+            ticks = found.ticks
+            if not schedule.overlap and ticks:
+                ticks = self._without_overlap(schedule, ticks)
+            records.extend((schedule, tick_record(schedule, tick)) for tick in ticks)
         return records, nexts
 
     def _pauses(self) -> Mapping[str, SchedulePause]:
         return self.backend.schedule_pauses()
 
+    def _without_overlap(self, schedule: Schedule, ticks: list[datetime]) -> list[datetime]:
+        """The due `ticks` (oldest first) an ``overlap=False`` schedule stores: the latest,
+        unless an earlier tick's task is pending or running; at most one, in any case."""
+        latest = ticks[-1]
+        if len(ticks) > 1:
+            log.info("schedule %s: %d earlier due tick(s) not stored, only the latest (%s) "
+                     "(overlap=False)", schedule.name, len(ticks) - 1,
+                     latest.isoformat())  # fmt: skip
+        return [] if self._overlaps(schedule, latest) else [latest]
+
     def _overlaps(self, schedule: Schedule, tick: datetime) -> bool:
-        """Whether the task of the previous tick (or of our last) is still pending or running."""
-        previous = schedule.previous_tick(tick)
-        ids = {self._last.get(schedule.name)}
-        if previous is not None:
-            ids.add(tick_id(schedule.name, previous))
-        for task_id in sorted(i for i in ids if i is not None):
+        """Whether the task of the latest tick stored before `tick` (of the `OVERLAP_LOOK_BACK`
+        before it), or of the last tick this scheduler stored, is still pending or running."""
+        own = tick_id(schedule.name, tick)
+        last = self._last.get(schedule.name)
+        if last is not None and last != own and self._pending(schedule, tick, last):
+            return True
+        earlier = schedule.previous_tick(tick)
+        for _ in range(OVERLAP_LOOK_BACK):
+            if earlier is None:
+                break
+            task_id = tick_id(schedule.name, earlier)
+            if task_id == last:  # asked already
+                return False
             record = self.backend.get(task_id)
-            if record is not None and record.status in _PENDING:
-                log.info("schedule %s: tick %s skipped, the task of an earlier tick (%s) is %s "
-                         "(overlap=False)", schedule.name, tick.isoformat(), task_id,
-                         record.status.value)  # fmt: skip
-                return True
+            if record is not None:  # the latest tick stored: it alone decides
+                return self._pending(schedule, tick, task_id, record)
+            earlier = schedule.previous_tick(earlier)
         return False
+
+    def _pending(
+        self, schedule: Schedule, tick: datetime, task_id: str, record: TaskResult | None = None
+    ) -> bool:
+        """Whether task `task_id` (its `record`, if read already) is pending or running; if so,
+        `tick` is skipped, and the skip logged."""
+        if record is None:
+            record = self.backend.get(task_id)
+        if record is None or record.status not in _PENDING:
+            return False
+        log.info("schedule %s: tick %s skipped, the task of an earlier tick (%s) is %s "
+                 "(overlap=False)", schedule.name, tick.isoformat(), task_id,
+                 record.status.value)  # fmt: skip
+        return True
 
     def _store(self, records: list[tuple[Schedule, TaskResult]]) -> None:
         for start in range(0, len(records), BATCH):

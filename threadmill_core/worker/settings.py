@@ -35,8 +35,9 @@ import logging
 import pickle
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 import attrs
 
@@ -53,6 +54,9 @@ from threadmill_core.worker.startup import (
     import_task_modules,
     put_on_import_path,
 )
+
+if TYPE_CHECKING:
+    from threadmill_core.periodic import Schedule
 
 # The supervisor's logger, in its worker processes too: a process that cannot start says so there.
 log = logging.getLogger("threadmill.supervisor")
@@ -138,6 +142,12 @@ class WorkerSettings:
     #: Run a scheduler of the modules' `@periodic` schedules in the supervisor
     #: (see `threadmill_core.worker.scheduling`), unless `burst`; False: ``--no-schedules``.
     schedules: bool = True
+    #: Which schedules that scheduler keeps: called with no arguments in the supervisor,
+    #: once `modules` are imported, it returns them by name. None: every schedule
+    #: declared in the process (`threadmill_core.periodic.registered_schedules`). An
+    #: integration with several brokers in one process keeps each one's own here
+    #: (threadmill_django: an alias's). Picklable, as `setup` is.
+    kept_schedules: Callable[[], Mapping[str, Schedule]] | None = None
 
     def __attrs_post_init__(self) -> None:
         for module in self.modules:
@@ -164,18 +174,20 @@ class WorkerSettings:
             raise InvalidOption(f"max_tasks_jitter must be 0 or more, got {self.max_tasks_jitter}")
         check_log_format(self.log_format)
         if self.setup is not None:
-            _check_setup(self.setup)
+            _check_callable("setup", self.setup)
+        if self.kept_schedules is not None:
+            _check_callable("kept_schedules", self.kept_schedules)
 
 
-def _check_setup(setup: object) -> None:
-    """Refuse a setup that is not callable, or that a spawned process could not receive."""
-    if not callable(setup):
-        raise InvalidOption(f"setup must be a callable taking no arguments, got {setup!r}")
+def _check_callable(name: str, value: object) -> None:
+    """Refuse a `name` that is not callable, or that a spawned process could not receive."""
+    if not callable(value):
+        raise InvalidOption(f"{name} must be a callable taking no arguments, got {value!r}")
     try:
-        pickle.dumps(setup)
+        pickle.dumps(value)
     except Exception as exc:
         raise InvalidOption(
-            f"setup {setup!r} cannot be sent to a spawned worker process ({exc}); use a "
+            f"{name} {value!r} cannot be sent to a spawned worker process ({exc}); use a "
             "module-level function, or functools.partial of one with picklable arguments"
         ) from exc
 

@@ -201,7 +201,10 @@ class Supervisor(WorkerProcesses):
         backend = broker.backend
         # After the fork (a forked child must not inherit the thread); a burst drains, and
         # stores no new ticks. See `scheduling`.
-        scheduler = start_scheduler(backend) if settings.schedules and not settings.burst else None
+        scheduler = None
+        if settings.schedules and not settings.burst:
+            kept = settings.kept_schedules
+            scheduler = start_scheduler(backend, None if kept is None else kept().values())
         # The children and the signals are looked after every poll interval (that
         # costs the backend nothing); the backend is called when maintenance is due.
         tick = settings.poll_interval.total_seconds()

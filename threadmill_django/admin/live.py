@@ -2,13 +2,16 @@
 
 Under ``<admin>/threadmill_django/taskqueue/<alias>/``:
 
-- ``schedules/``: every ``@periodic`` schedule the installed apps' task
-  modules declare, and every name paused or resumed in the alias's backend,
-  as ``manage.py threadmill schedules`` lists them (name, task, expression,
-  time zone, next tick, the last tick stored and its status, paused);
+- ``schedules/``: every ``@periodic`` schedule of the alias that the
+  installed apps' task modules declare (`threadmill_django.periodic.
+  alias_schedules`), and every name paused or resumed in the alias's
+  backend, as ``manage.py threadmill schedules`` lists them (name, task,
+  expression, time zone, next tick, the last tick stored and its status,
+  paused);
 - ``schedules/<name>/pause/``, ``.../resume/``, ``.../run/``: POST only,
   change permission; pausing is stored in the backend for every worker, a
-  run is enqueued now under an id of its own;
+  run is enqueued now under an id of its own; a schedule of another alias
+  is refused, as no schedule of this one;
 - ``workers/``: the live worker processes, as ``threadmill workers`` lists
   them, each running task linking to its page.
 
@@ -31,9 +34,10 @@ from django.views.decorators.http import require_POST
 
 from threadmill_core.cli.inspector import live_workers, run_now, schedule_rows, set_paused
 from threadmill_core.errors import ThreadmillError
-from threadmill_core.periodic import Schedule, registered_schedules
+from threadmill_core.periodic import Schedule
 from threadmill_core.worker.startup import import_task_modules
 from threadmill_django.backend import TaskBackend
+from threadmill_django.periodic import alias_schedules, other_alias
 
 if TYPE_CHECKING:
     from threadmill_django.admin.pages import TaskQueueAdmin
@@ -42,17 +46,28 @@ TEMPLATES = "threadmill_django/admin/"
 
 
 def declared_schedules(backend: TaskBackend) -> tuple[dict[str, Schedule], str]:
-    """The schedules this process knows once the task modules are imported (the installed
-    apps' ``tasks`` modules and the alias's ``task_modules``, as ``manage.py threadmill
-    schedules`` imports them), and why a module could not be imported ("" if none)."""
+    """The alias's schedules this process knows once the task modules are imported (the
+    installed apps' ``tasks`` modules and the alias's ``task_modules``, as ``manage.py
+    threadmill schedules`` imports them), and why a module could not be imported ("" if
+    none)."""
     from threadmill_django.worker import discover_task_modules
 
     modules = [*discover_task_modules(), *backend.options_checked.task_modules]
     try:
         import_task_modules(list(dict.fromkeys(modules)))
     except ThreadmillError as exc:
-        return registered_schedules(), f"{type(exc).__name__}: {exc}"
-    return registered_schedules(), ""
+        return alias_schedules(backend.alias), f"{type(exc).__name__}: {exc}"
+    return alias_schedules(backend.alias), ""
+
+
+def elsewhere(backend: TaskBackend, name: str) -> str:
+    """Why schedule `name` is no schedule of the backend's alias ("" if it may be): it is
+    another alias's."""
+    declared_schedules(backend)  # the task modules imported, so every alias's are known
+    owner = other_alias(name, backend.alias)
+    if owner is None:
+        return ""
+    return f"no schedule {name!r} in TASKS[{backend.alias!r}] (it is TASKS[{owner!r}]'s)"
 
 
 def live_urls(admin: TaskQueueAdmin, wrap: Any, name: str) -> list[URLPattern]:
@@ -148,6 +163,10 @@ def steer(
     name = unquote(schedule)
     done = "paused" if paused else "resumed"
     back = admin.url("schedules", backend.alias)
+    refusal = elsewhere(backend, name)
+    if refusal:
+        messages.error(request, f"Schedule not {done}: {refusal}.")
+        return HttpResponseRedirect(back)
     try:
         state = set_paused(backend.broker, name, paused)
     except ValueError as exc:
@@ -170,7 +189,8 @@ def run_schedule_view(
     declared, _problem = declared_schedules(backend)
     found = declared.get(name)
     if found is None:
-        messages.error(request, f"Schedule {name!r} not run: no task module declares it.")
+        refusal = elsewhere(backend, name) or "no task module declares it"
+        messages.error(request, f"Schedule {name!r} not run: {refusal}.")
         return HttpResponseRedirect(back)
     record = run_now(backend.broker, found)
     admin.log(request, f"{backend.alias}:task:{record.id}", f"ran schedule {name!r} now")

@@ -1,18 +1,22 @@
 """``manage.py threadmill [--backend ALIAS] COMMAND [ARGS...]``: threadmill's CLI on an alias.
 
 ``worker`` runs threadmill's supervisor with Django in every process (see
-`threadmill_django.worker`), and keeps the ``@periodic`` schedules of its
-task modules. ``stats``, ``workers``, ``ls``, ``show``, ``requeue``, ``cancel``,
-``purge``, ``inspect`` and ``schedules`` (which imports the task modules
-first) are the ``threadmill`` command's own,
+`threadmill_django.worker`), and keeps the alias's ``@periodic`` schedules
+among those its task modules declare. ``stats``, ``workers``, ``ls``, ``show``,
+``requeue``, ``cancel``, ``purge``, ``inspect`` and ``schedules`` (which imports
+the task modules first) are the ``threadmill`` command's own,
 run on the alias's broker: the same output, ``--json`` and exit codes, by
-construction. Django's options (``--settings``, ``--verbosity``) go before
+construction. ``schedules`` and ``inspect`` know the alias's schedules only
+(`threadmill_django.periodic.alias_schedules`): pausing, resuming or running
+another alias's schedule is refused (exit 3, nothing done) as no schedule of
+this alias. Django's options (``--settings``, ``--verbosity``) go before
 COMMAND; everything after it is the threadmill command's.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 from typing import Any
@@ -22,11 +26,13 @@ from django.tasks import DEFAULT_TASK_BACKEND_ALIAS, task_backends
 from django.tasks.exceptions import InvalidTaskBackend
 
 from threadmill_core import cli
+from threadmill_core.cli.exit_codes import ExitCode
 from threadmill_core.errors import ThreadmillError
 from threadmill_core.worker.logs import configure_worker_logging
 from threadmill_core.worker.startup import import_task_modules
 from threadmill_core.worker.supervisor import Supervisor
 from threadmill_django.backend import TaskBackend
+from threadmill_django.periodic import alias_schedules, other_alias
 from threadmill_django.worker import (
     WorkerUsageError,
     discover_task_modules,
@@ -93,7 +99,12 @@ class Command(BaseCommand):
                 sys.exit(2)
             if subcommand == "schedules":  # the schedules are declared by the task modules
                 import_task_modules([*discover_task_modules(), *options.task_modules])
-            code = cli.main([subcommand, *arguments], broker=broker)
+                _refuse_another_alias(options.alias, arguments)
+            code = cli.main(
+                [subcommand, *arguments],
+                broker=broker,
+                schedules=functools.partial(alias_schedules, options.alias),
+            )
         if code:
             sys.exit(code)
 
@@ -112,3 +123,19 @@ class Command(BaseCommand):
             raise CommandError(str(exc), returncode=2) from exc
         configure_worker_logging(args.log_level, args.log_format)
         return Supervisor(settings).run()
+
+
+def _refuse_another_alias(alias: str, arguments: list[str]) -> None:
+    """Exit 3 (nothing done) if ``schedules pause|resume|run NAME`` names a schedule of
+    another alias: to `alias` it is no schedule of its own."""
+    words = [word for word in arguments if not word.startswith("-")]  # --json, --help
+    if len(words) < 2 or words[0] not in ("pause", "resume", "run"):
+        return
+    owner = other_alias(words[1], alias)
+    if owner is not None:
+        print(
+            f"threadmill schedules {words[0]}: no schedule {words[1]!r} in TASKS[{alias!r}] "
+            f"(it is TASKS[{owner!r}]'s: use --backend {owner})",
+            file=sys.stderr,
+        )
+        sys.exit(ExitCode.NOTHING_DONE)
