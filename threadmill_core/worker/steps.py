@@ -247,9 +247,20 @@ class TaskThreads:
             self._held.forget_all(dropped)
             self._cond.notify_all()
 
+    def _count_processed(self, taken: int) -> None:
+        """Add `taken` acknowledged outcomes to `processed`.
+
+        Under the lock, and only once the round trip is over: a ``+=`` around
+        the call would read `processed` before it, and an acknowledgement made
+        meanwhile by another thread (`Worker.stop_now`, the heartbeat thread)
+        would be lost.
+        """
+        with self._lock:
+            self.processed += taken
+
     def _acknowledge(self, run: WorkerRun, outcomes: tuple[Outcome, ...]) -> None:
         def send() -> None:
-            self.processed += send_outcomes(self.backend, outcomes, self._held)
+            self._count_processed(send_outcomes(self.backend, outcomes, self._held))
 
         reached = self._call_backend(run, send)
         with self._lock:

@@ -290,7 +290,7 @@ class Worker(TaskThreads):
         self._held.forget_all(stop.give_back)
         if stop.outcomes:
             try:
-                self.processed += send_outcomes(self.backend, stop.outcomes, self._held)
+                self._count_processed(send_outcomes(self.backend, stop.outcomes, self._held))
             except Exception as exc:
                 log.warning(
                     "could not send the outcomes of %d finished task(s) (%s: %s); their leases "
