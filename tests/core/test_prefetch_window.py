@@ -4,10 +4,12 @@ The table tests pin one rule each; a Hypothesis property holds the bounds
 over any sequence of observations. A deterministic discrete-event
 simulation then runs workers that claim as the scheduler does
 (`Settings.for_worker`'s refill rule) with the window sizing their
-prefetch, on virtual time: one thread of 0.1 ms tasks against a 0.3 ms
-claim grows a large window and drains near a fixed prefetch of 64, and
-40 tasks of 100 ms on two one-thread workers finish within 1.15x of the
-ideal makespan, where a fixed prefetch of 64 hoards them.
+prefetch and giving back what `excess` says, on virtual time: one thread
+of 0.1 ms tasks against a 0.3 ms claim grows a large window and drains
+near a fixed prefetch of 64; 40 tasks of 100 ms on two one-thread workers
+finish within 1.15x of the ideal makespan, where a fixed prefetch of 64
+hoards them; and 40 such tasks after 2,000 short ones, which grown
+windows claim in bulk, are given back and shared.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from threadmill_core.worker.prefetch_window import (
     CEILING,
     Window,
     capacity,
+    excess,
     observe_claim,
     observe_run,
     target,
@@ -126,6 +129,102 @@ def test_the_target_scales_with_the_threads() -> None:
     assert (target(one), target(four)) == (6, 24)
 
 
+# --- giving back what a shrunk room no longer holds -----------------------------------
+
+
+def grown(threads: int) -> Window:
+    """A window grown to its target of 60-odd on short tasks."""
+    return full_claims(warmed(Window.start(threads), run=SHORT), 8)
+
+
+def test_long_runs_in_a_row_give_back_all_beyond_the_shrunk_room() -> None:
+    """One thread holding 60 short-task claims: after two 100 ms runs in a row the room is
+    the thread alone, so all 60 waiting go back but the one the free thread runs next."""
+    window = observe_run(grown(1), SHORT)
+    first = observe_run(window, LONG)
+    assert first.size == 0
+    assert excess(first, waiting=60, running=0) == 0  # one slow run may be a stall
+    second = observe_run(first, LONG)
+    assert excess(second, waiting=59, running=0) == 58
+
+
+def test_one_stall_among_short_tasks_gives_nothing_back() -> None:
+    """A 5 ms run among 0.1 ms ones shrinks the window below half of what waits, but the
+    runs around it are short: nothing goes back, before or after the next short run."""
+    window = observe_run(grown(1), SHORT)
+    stalled = observe_run(window, 0.005)
+    assert 2 * capacity(stalled) <= 40  # the window alone would give back
+    assert excess(stalled, waiting=40, running=0) == 0
+    assert excess(observe_run(stalled, SHORT), waiting=39, running=0) == 0
+
+
+def test_a_pause_that_slows_every_running_task_gives_nothing_back() -> None:
+    """Four threads, a pause that slows the four tasks running: four slow runs in a row, one
+    short before them among the last five: nothing goes back. A fifth slow run does it."""
+    window = observe_run(grown(4), SHORT)
+    for _ in range(4):
+        window = observe_run(window, LONG)
+    assert excess(window, waiting=60, running=3) == 0
+    window = observe_run(window, LONG)
+    assert excess(window, waiting=60, running=3) == 60 - (capacity(window) - 3)
+
+
+def test_a_room_that_keeps_more_than_half_of_what_waits_gives_nothing_back() -> None:
+    """Long runs that shrink the room to more than half of what waits give nothing back:
+    what is held runs soon enough here."""
+    window = observe_claim(Window.start(2), asked=1, got=1, round_trip=ROUND_TRIP)
+    for _ in range(3):
+        window = observe_run(window, LONG)
+    assert capacity(window) == 2
+    assert excess(window, waiting=3, running=0) == 0
+    assert excess(window, waiting=4, running=0) == 2
+    assert excess(window, waiting=2, running=2) == 2
+
+
+def test_the_room_kept_follows_the_shortest_recent_run() -> None:
+    """Runs of 1 ms after a 100 ms one: the window's average says none beyond the thread, the
+    shortest of the last two runs says 6; so 7 of 20 waiting are kept, and 13 all."""
+    window = observe_run(grown(1), LONG)
+    for _ in range(2):
+        window = observe_run(window, 0.001)
+    assert window.size == 0
+    assert target(attrs.evolve(window, run_ewma=0.001)) == 6
+    assert excess(window, waiting=20, running=0) == 20 - 7
+    assert excess(window, waiting=13, running=0) == 0
+
+
+def test_nothing_goes_back_before_threads_plus_one_runs_are_seen() -> None:
+    """A fresh window's room is the threads and as many again; an idle peer's claims fill it."""
+    window = observe_claim(Window.start(2), asked=4, got=4, round_trip=ROUND_TRIP)
+    window = observe_run(observe_run(window, LONG), LONG)
+    assert excess(window, waiting=20, running=0) == 0
+    assert excess(observe_run(window, LONG), waiting=20, running=0) == 18
+
+
+@given(
+    threads=st.integers(1, 8),
+    runs=st.lists(st.floats(min_value=0, max_value=1.0), max_size=20),
+    waiting=st.integers(0, 100),
+    running=st.integers(0, 8),
+)
+def test_what_goes_back_is_what_waits_beyond_a_room_of_half_of_it_or_less(
+    threads: int, runs: list[float], waiting: int, running: int
+) -> None:
+    """Whatever was observed: 0, or all but a room that is at most half of what waits and
+    at least the window's."""
+    window = full_claims(warmed(Window.start(threads), run=SHORT), 3)
+    for run in runs:
+        window = observe_run(window, run)
+    running = min(running, threads)
+    back = excess(window, waiting=waiting, running=running)
+    assert 0 <= back <= waiting
+    if back:
+        kept = waiting - back
+        assert 2 * kept <= waiting
+        assert kept >= capacity(window) - running
+    assert len(window.recent) == min(len(runs) + 1, threads + 1)
+
+
 @pytest.mark.parametrize(
     ("call", "error", "message"),
     [
@@ -168,6 +267,8 @@ def test_the_target_scales_with_the_threads() -> None:
         (lambda w: Window.start(2, floor=5, ceiling=4), ValueError, "floor must not exceed"),
         (lambda w: attrs.evolve(w, size=65), ValueError, r"size must be within floor..ceiling"),
         (lambda w: attrs.evolve(w, run_ewma=-1.0), ValueError, "run_ewma must be finite"),
+        (lambda w: excess(w, waiting=-1, running=0), ValueError, "waiting must be an integer"),
+        (lambda w: excess(w, waiting=1, running=True), ValueError, "running must be an integer"),
     ],
 )
 def test_bad_input_is_refused_with_a_clear_error(
@@ -235,6 +336,8 @@ class SimWorker:
     running: int = 0
     claiming: bool = False
     done: bool = False
+    #: A lingering worker's claim found nothing: it claims again at this time.
+    idle_until: float = 0.0
 
     @property
     def prefetch(self) -> int:
@@ -247,6 +350,8 @@ class Outcome:
     largest_prefetch: int
     ran: list[int]
     windows: list[Window]
+    #: Seconds of tasks each worker ran.
+    busy: list[float]
 
 
 def simulate(
@@ -257,21 +362,30 @@ def simulate(
     round_trip: float,
     fixed: int | None = None,
     offsets: tuple[float, ...] = (),
+    linger: float | None = None,
+    give_back: bool = True,
 ) -> Outcome:
     """Run `durations` (a FIFO queue, all enqueued at 0) on `workers` processes.
 
     A claim occupies a thread for `round_trip` and takes its tasks at its
     midpoint (when the server runs it); a worker claims when it has room
     of at least the scheduler's `refill_at`, or room and nothing ready. A
-    claim that finds nothing ends the worker (a burst). Deterministic: ties
-    fall to the order events were scheduled. Acknowledgements are not
-    modelled: they cost the same per task whatever the window.
+    claim that finds nothing ends the worker (a burst), or with `linger`,
+    makes it claim again that many seconds later until every task has run
+    (a worker that keeps running). Deterministic: ties fall to the order
+    events were scheduled. Acknowledgements are not modelled: they cost the
+    same per task whatever the window.
+
+    With an adaptive window and `give_back`, after each run the worker gives
+    back what `excess` says, newest first, to READY's tail, at once; the
+    call occupies the thread that ran the task for a round trip.
     """
     queue = list(reversed(durations))
     sims = [SimWorker(threads, Window.start(threads), fixed) for _ in range(workers)]
     events: list[tuple[float, int, int, str, float]] = []
     order = itertools.count()
     ran = [0] * workers
+    busy = [0.0] * workers
     taken = [0] * workers
     largest, finished = 0, 0.0
 
@@ -285,7 +399,12 @@ def simulate(
             prefetch = worker.prefetch
             refill_at = 1 + prefetch if threads == 1 else max(1, (prefetch + 1) // 2)
             room = threads + prefetch - worker.ready - worker.running
-            if not worker.claiming and room > 0 and (room >= refill_at or not worker.ready):
+            if (
+                not worker.claiming
+                and room > 0
+                and (room >= refill_at or not worker.ready)
+                and now >= worker.idle_until
+            ):
                 largest = max(largest, prefetch)
                 worker.claiming, worker.free = True, worker.free - 1
                 push(now + round_trip / 2, index, "take", room)
@@ -308,6 +427,11 @@ def simulate(
         worker = sims[index]
         if kind == "start":
             worker.free = threads
+        elif kind == "wake":  # a lingering worker claims again
+            if sum(ran) == len(durations):
+                continue
+        elif kind == "released":  # the give-back call is over
+            worker.free += 1
         elif kind == "take":  # the server runs the claim
             asked = int(value)
             took = [queue.pop() for _ in range(min(asked, len(queue)))]
@@ -322,15 +446,28 @@ def simulate(
             )
             worker.ready += got
             worker.claiming, worker.free = False, worker.free + 1
-            worker.done = got == 0 and not worker.ready and not worker.running
+            if got == 0 and linger is not None:
+                worker.idle_until = now + linger
+                push(worker.idle_until, index, "wake")
+            else:
+                worker.done = got == 0 and not worker.ready and not worker.running
         elif kind == "ran":
             worker.window = observe_run(worker.window, value)
             worker.running, worker.free = worker.running - 1, worker.free + 1
             ran[index] += 1
+            busy[index] += value
             finished = now
+            back = excess(worker.window, waiting=worker.ready, running=worker.running)
+            if back and give_back and worker.fixed is None:
+                held = queue_of[index]
+                queue[0:0] = reversed(held[-back:])  # READY's tail, in the order given
+                del held[-back:]
+                worker.ready -= back
+                worker.free -= 1
+                push(now + round_trip, index, "released")
         act(now, index)
     assert sum(ran) == len(durations)
-    return Outcome(finished, largest, ran, [worker.window for worker in sims])
+    return Outcome(finished, largest, ran, [worker.window for worker in sims], busy)
 
 
 def test_simulation_short_tasks_on_one_thread_grow_a_large_window() -> None:
@@ -365,6 +502,37 @@ def test_simulation_a_fixed_large_prefetch_hoards_long_tasks() -> None:
     hoarded = simulate([LONG] * 40, workers=2, threads=1, round_trip=ROUND_TRIP, fixed=64)
     assert hoarded.ran == [40, 0]
     assert hoarded.makespan >= 1.9 * 20 * LONG
+
+
+def test_simulation_long_tasks_after_short_ones_are_given_back_and_shared() -> None:
+    """2,000 short tasks then 40 of 100 ms on two one-thread workers that keep running: each
+    window grows to 60 and claims long tasks in bulk, then gives back what its shrunk room
+    no longer holds, and the drain ends within 1.05x of the ideal makespan. Without the
+    give-back, one worker runs its hoard alone: 1.5x the ideal or more."""
+    tasks = [SHORT] * 2_000 + [LONG] * 40
+    ideal = sum(tasks) / 2
+    shared = simulate(tasks, workers=2, threads=1, round_trip=ROUND_TRIP, linger=0.05)
+    hoarded = simulate(
+        tasks, workers=2, threads=1, round_trip=ROUND_TRIP, linger=0.05, give_back=False
+    )
+    assert shared.largest_prefetch == hoarded.largest_prefetch == 60
+    assert shared.makespan <= 1.05 * ideal
+    assert hoarded.makespan >= 1.5 * ideal
+
+
+@pytest.mark.parametrize("threads", [1, 4])
+@pytest.mark.parametrize("round_trip", [0.0003, 0.001, 0.005])
+def test_simulation_what_is_given_back_is_shared_evenly(threads: int, round_trip: float) -> None:
+    """The same drain, one or four threads a worker, claims of 0.3 to 5 ms: each worker runs
+    within 10% of half the work, and the drain never ends more than 5% later than without
+    a give-back (its call costs a round trip where nothing was hoarded)."""
+    tasks = [SHORT] * 2_000 + [LONG] * 40
+    shared = simulate(tasks, workers=2, threads=threads, round_trip=round_trip, linger=0.05)
+    hoarded = simulate(
+        tasks, workers=2, threads=threads, round_trip=round_trip, linger=0.05, give_back=False
+    )
+    assert max(shared.busy) <= 0.55 * sum(shared.busy)
+    assert shared.makespan <= 1.05 * hoarded.makespan
 
 
 def test_simulation_many_threads_of_mixed_tasks_stay_within_bounds() -> None:

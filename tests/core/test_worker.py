@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -24,10 +25,12 @@ from threadmill_core import (
     task,
 )
 from threadmill_core.ids import new_task_id
+from threadmill_core.models import Decision
 from threadmill_core.retry import INTERRUPTION_RETRIES
 from threadmill_core.worker import scheduler
 from threadmill_core.worker.execution import UNKNOWN_TASK_DELAY, UNKNOWN_TASK_GRACE
 from threadmill_core.worker.maintenance import reap
+from threadmill_memory import MemoryBackend
 
 READY, DEFERRED, SUCCESSFUL, FAILED = (
     TaskResultStatus.READY,
@@ -621,6 +624,47 @@ def test_stop_now_gives_back_the_prefetch_and_abandons_the_running_task(
     clock.advance(timedelta(seconds=31))
     assert reap(broker.backend) == 1  # started, so charged, under no_retry: FAILED
     assert broker.get_result(running.id).status is FAILED
+
+
+class StopsDuringAnAcknowledgement(MemoryBackend):
+    """A memory backend that calls `during` inside its first `decide_many`, before it
+    decides: whatever `during` does happens while that acknowledgement is on its way."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__(clock=clock)
+        self.during: Callable[[], object] | None = None
+
+    def decide_many(self, decisions: Sequence[Decision]) -> list[TaskResult | None]:
+        during, self.during = self.during, None
+        if during is not None:
+            during()
+        return super().decide_many(decisions)
+
+
+def test_outcomes_sent_by_stop_now_during_an_acknowledgement_are_all_counted(
+    clock: FakeClock,
+) -> None:
+    """A forced stop that sends the outcome waiting for its batch while another batch is on
+    its way: both tasks are acknowledged, and `processed` and `run` count both."""
+    backend = StopsDuringAnAcknowledgement(clock)
+    broker = Broker(backend, url="memory://")
+    quick = tasks.echo.using(broker=broker).enqueue(1)
+    slow = tasks.wait_for_release_without_context.using(broker=broker).enqueue()
+    w = worker(broker, threads=2, prefetch=0, maintenance=False)
+
+    def stop_now_once_the_slow_outcome_waits() -> None:
+        tasks.release.set()  # the slow task ends; its outcome waits for this one to land
+        wait_until(lambda: w.census() == (0, 0), 30, "the slow task to end")
+        assert w.stop_now() == []
+
+    backend.during = stop_now_once_the_slow_outcome_waits
+    ran: list[int] = []
+    runner = threading.Thread(target=lambda: ran.append(w.run()))
+    runner.start()
+    runner.join(timeout=30)
+    assert not runner.is_alive()
+    assert [broker.get_result(r.id).status for r in (quick, slow)] == [SUCCESSFUL, SUCCESSFUL]
+    assert (w.processed, ran) == (2, [2])
 
 
 def test_heartbeats_renew_prefetched_leases_too(broker: Broker, clock: FakeClock) -> None:

@@ -1,10 +1,12 @@
 """The scheduler's room under an adaptive prefetch, as pure functions: no threads, no backend.
 
 A worker with an adaptive prefetch swaps in `Settings.resized` each time
-its window (`threadmill_core.worker.prefetch_window`) changes; these tests
-drive the scheduler the same way and check that each claim asks for the
-window's room, and that a room that shrank to half of what waits or less
-gives the newest back (a `Release`), while a fixed room never does.
+its window (`threadmill_core.worker.prefetch_window`) changes, and after
+each run hands what `prefetch_window.excess` says to `scheduler.give_back`;
+these tests drive the scheduler the same way and check that each claim
+asks for the window's room, that what waits beyond a room shrunk to half
+of it or less by long runs in a row goes back newest first (a `Release`),
+that one long run gives nothing back, and that a fixed room never does.
 """
 
 from __future__ import annotations
@@ -16,8 +18,14 @@ from hypothesis import strategies as st
 from tests.worker.test_scheduler import POLL, ask, held_task, tasks
 from threadmill_core.worker import prefetch_window, scheduler
 from threadmill_core.worker.held import HeldTask, Outcome
-from threadmill_core.worker.prefetch_window import Window, capacity, observe_claim, observe_run
-from threadmill_core.worker.scheduler import Claim, Release, Run, Running, Schedule, Settings
+from threadmill_core.worker.prefetch_window import (
+    Window,
+    capacity,
+    excess,
+    observe_claim,
+    observe_run,
+)
+from threadmill_core.worker.scheduler import Calls, Claim, Release, Run, Running, Schedule, Settings
 
 SHORT = 0.0001  # a 0.1 ms task
 LONG = 0.1  # a 100 ms task
@@ -74,20 +82,67 @@ def test_a_claim_asks_for_the_room_the_window_leaves_beside_what_is_held() -> No
     assert step == Claim(18)
 
 
-def test_a_long_task_among_short_ones_keeps_what_is_held_and_claims_less() -> None:
-    """One thread holds 64 after short tasks; a 100 ms run shrinks the window to none
-    beyond the thread. What is held stays and runs (no give-back: a call, and a trip to
-    READY's tail, each time the averages move); the next claim asks for one task."""
-    window = Window(threads=1, size=64, run_ewma=SHORT, claim_ewma=ROUND_TRIP)
-    window = observe_run(window, LONG)
+def finished_run(window: Window, schedule: Schedule, seconds: float) -> tuple[Window, Schedule]:
+    """A run of `seconds` ended, as `TaskThreads._run_task` takes it: observed, the room
+    resized, then what `excess` says given back (the finished task is no longer running)."""
+    window = observe_run(window, seconds)
+    back = excess(window, waiting=len(schedule.ready), running=len(schedule.running))
+    return window, scheduler.give_back(schedule, back)
+
+
+def test_one_long_task_among_short_ones_keeps_what_is_held_and_claims_less() -> None:
+    """One thread holds 63 after short tasks; a 100 ms run shrinks the window to none
+    beyond the thread. One slow run may be a stall: what is held stays and runs, and the
+    next claim asks for one task."""
+    window = Window(threads=1, size=64, run_ewma=SHORT, claim_ewma=ROUND_TRIP, recent=(SHORT,))
+    ready = tasks(63)
+    window, schedule = finished_run(window, Schedule(ready=ready), LONG)
     assert window.size == 0
     settings = sized(window, threads=1)
-    ready = tasks(63)
-    step, after = ask(Schedule(ready=ready), settings, held=63)
+    step, after = ask(schedule, settings, held=63)
     assert step == Run(ready[0])
     assert after.calls.give_back == ()
     step, _ = ask(Schedule(), settings, held=0)
     assert step == Claim(1)
+
+
+def test_long_tasks_in_a_row_after_short_ones_give_back_the_newest() -> None:
+    """A second 100 ms run in a row: the thread keeps the oldest task waiting, to run next,
+    and the next step gives back the other 61 in one call; they no longer count as claimed."""
+    window = Window(threads=1, size=64, run_ewma=SHORT, claim_ewma=ROUND_TRIP, recent=(SHORT,))
+    ready = tasks(63)
+    claimed = Schedule(ready=ready, calls=Calls(claimed=200))
+    window, schedule = finished_run(window, claimed, LONG)
+    window, schedule = finished_run(window, schedule._replace(ready=ready[1:]), LONG)
+    assert schedule.ready == ready[1:2]
+    assert schedule.calls.claimed == 200 - 61
+    settings = sized(window, threads=1)
+    step, after = ask(schedule, settings, held=62)
+    assert step == Release(ready[2:])
+    step, after = ask(after, settings, held=62)
+    assert step == Run(ready[1])
+
+
+def test_four_threads_give_back_beyond_the_room_left_beside_what_runs() -> None:
+    """Four threads, three still running: the room is the four threads and no prefetch, so
+    the finished thread's next task is kept and the rest of what waits goes back."""
+    window = Window(threads=4, size=64, run_ewma=SHORT, claim_ewma=ROUND_TRIP)
+    running = tuple(Running(since=99.0, task=held_task()) for _ in range(3))
+    ready = tasks(40)
+    schedule = Schedule(ready=ready, running=running)
+    for _ in range(5):
+        window, schedule = finished_run(window, schedule, LONG)
+    assert schedule.ready == ready[:1]
+    assert schedule.calls.give_back == ready[1:]
+
+
+def test_giving_back_nothing_or_more_than_waits() -> None:
+    """`give_back` of 0 changes nothing; of more than waits, gives back what waits."""
+    ready = tasks(3)
+    schedule = Schedule(ready=ready, calls=Calls(claimed=3))
+    assert scheduler.give_back(schedule, 0) is schedule
+    emptied = scheduler.give_back(schedule, 5)
+    assert (emptied.ready, emptied.calls.give_back, emptied.calls.claimed) == ((), ready, 0)
 
 
 @given(

@@ -4,7 +4,8 @@ The table tests pin one rule each. The simulation runs a worker's task
 threads step by step (Hypothesis picks which thread moves, what the backend
 answers and when time passes) and checks the promises of the schedule
 after every move: one call of a kind at a time, no claim once stopping, the
-prefetch given back, outcomes sent within the delay or once the batch is
+prefetch given back (a stopping worker's, or what an adaptive room no longer
+holds), outcomes sent within the delay or once the batch is
 full (by the heartbeat thread when every task thread runs a task), marks
 and outcomes never due before the heartbeat thread looks, no call during a
 backoff, no wait of zero seconds (a spinning thread), no end of the run
@@ -522,6 +523,17 @@ class WorkerSimulation(RuleBasedStateMachine):
             self.backlog += len(stop.give_back)
             self.acknowledged.extend(id(o.held) for o in stop.outcomes)
             self.stopping = self.forced = True
+
+    @precondition(lambda self: bool(self.schedule.ready) and not self.schedule.calls.exiting)
+    @rule(data=st.data())
+    def the_adaptive_room_shrinks(self, data: st.DataObject) -> None:
+        """A run's end left an adaptive room short of what waits (`prefetch_window.excess`):
+        the newest prefetched tasks are to be given back."""
+        count = data.draw(st.integers(1, len(self.schedule.ready)), label="given back")
+        before = self.schedule
+        self.schedule = scheduler.give_back(before, count)
+        assert self.schedule.ready == before.ready[:-count]
+        assert self.schedule.calls.give_back == before.calls.give_back + before.ready[-count:]
 
     # --- the threads -----------------------------------------------------------------
 

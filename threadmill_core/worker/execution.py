@@ -255,7 +255,7 @@ def call(
         return decide(lease, TaskError.from_exception(exc))
     except BaseException as exc:  # the task's, every kind of it: see above
         if attempt is not None and attempt.sent is not None:
-            if watch is not None and attempt.in_task:  # the stop landed inside `leave`
+            if watch is not None:  # the stop may have landed inside `leave`: finish it
                 watch.leave(attempt)
             return stopped(lease, attempt, exc, traceback.format_exc())
         return decide(lease, TaskError.from_exception(exc, traceback.format_exc()))

@@ -21,10 +21,14 @@ with `TimeLimitExceeded` through the retry policy; CANCELLED for a cancel),
 abandons its thread, and the worker stops (see `Worker.stuck_threads`): a
 thread cannot be killed, so only a fresh process gets it back.
 
-The exception is only ever raised while the thread is inside the task's own
-code. `Watch.enter` and `Watch.leave` bracket it under the same lock the
+The exception is only ever sent while the thread is inside the task's own
+code: `Watch.enter` and `Watch.leave` bracket it under the same lock the
 sender takes, and `leave` withdraws an exception sent but not yet raised, so
-it never lands in the worker's code after the task returned.
+it never lands in the worker's code past `leave`. One sent as the task
+returns, while its thread waits for that lock, is either withdrawn (the
+task's outcome stands) or lands inside `leave` itself: the attempt is then
+recorded as stopped (it did run past its limit), and `leave` is finished
+from `call`'s handler, so the attempt is never left watched as if stuck.
 """
 
 from __future__ import annotations
@@ -165,11 +169,19 @@ class Watch:
     def leave(self, attempt: Attempt) -> None:
         """The task's code returned or raised: withdraw a stop sent but not yet raised.
 
-        The task thread calls it once more if a stop landed inside it (it is idempotent).
+        A stop sent while the thread waited for the lock may land inside
+        `leave` itself, before its withdrawal, and end it there. So the
+        attempt leaves `_watched` before anything else changes: cut short
+        anywhere, `leave` leaves it either as it was (in its task's code,
+        watched: as if the stop landed in the task) or unwatched, never out
+        of its task's code yet watched, which the heartbeat thread would take
+        for a thread stuck past its hard limit. The task thread calls `leave`
+        once more whenever a stop was sent, to finish it: it is idempotent,
+        and no second stop is ever sent to an attempt.
         """
         with self._lock:
-            attempt.in_task = False
             self._watched.pop(id(attempt), None)
+            attempt.in_task = False
             if attempt.sent is not None and attempt.loop is None and attempt.thread is not None:
                 _set_async_exc(_ident(attempt.thread), None)
 
@@ -213,6 +225,9 @@ class Watch:
                 self.look_at = look_at
                 return hard, look_at
             for attempt in list(self._watched.values()):
+                if not attempt.in_task:  # left its task's code: its own thread decides it
+                    del self._watched[id(attempt)]  # (a guard: `leave` unwatches it first)
+                    continue
                 if attempt.sent is None:
                     if attempt.deadline <= now:
                         self._send(attempt, Stop.TIME_LIMIT, now)

@@ -24,7 +24,8 @@ naming any path cannot add a series; ids are never labels):
   ``failed`` too). Corrupt records a backend quarantines inside its own
   scripts never reach a process and are not counted here;
 - ``threadmill_tasks_given_back_total``: claimed tasks given back uncharged
-  without running (a stopping worker's prefetch, a task not loaded here);
+  without running (a stopping worker's prefetch, what an adaptive prefetch
+  shrunk by long tasks no longer holds, a task not loaded here);
 - ``threadmill_task_run_seconds`` (histogram): how long each attempt ran,
   observed when its outcome was acknowledged;
 - ``threadmill_tasks_running`` and ``threadmill_tasks_prefetched`` (gauges,

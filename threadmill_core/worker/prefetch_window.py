@@ -37,6 +37,21 @@ time:
   thread count, today's fixed default), or lower if the target is lower.
   The next burst of work may be of another kind, and a window grown on short
   tasks must not grab a burst of long ones before it has seen one run.
+- **Give back** (`excess`) what is held beyond a room that shrank to half
+  of it or less: the newest prefetched tasks, not started, go back to
+  READY uncharged (the worker releases them at once), for idle workers
+  elsewhere. A claim that came back full before the first long run may
+  have taken up to ``1 + CEILING`` tasks of what came next; held, they
+  would all run here, one after another, while a peer idles. The room
+  kept is the larger of the window's and the one the shortest of the
+  last ``threads + 1`` runs alone would give, so it takes that many slow
+  runs in a row: one stall among short tasks (a few ms on a loaded
+  machine), or one pause that slows every running task at once, shrinks
+  the window but gives nothing back. A give-back costs a call and sends
+  tasks to READY's tail, and giving back on every dip of the averages,
+  then claiming the same tasks again, slowed drains of short tasks. After
+  a give-back the worker holds no more than its room and claims only to
+  fill it, so another give-back takes the room halving again.
 
 Run times weigh more the longer they are (an average of seconds, not of
 rates): one long task among short ones shrinks the window at once, and it
@@ -49,7 +64,7 @@ where tasks are so short that the window sits at its ceiling anyway.
 
 `capacity` is what the scheduler's claims fill: threads plus the prefetch.
 The worker applies the rule's answers and nothing else; a fixed
-``--prefetch N`` bypasses it.
+``--prefetch N`` bypasses it (and never gives back while it runs).
 """
 
 from __future__ import annotations
@@ -108,6 +123,8 @@ class Window:
     #: trip; None until the first observation.
     run_ewma: float | None = attrs.field(default=None, validator=_optional_seconds)
     claim_ewma: float | None = attrs.field(default=None, validator=_optional_seconds)
+    #: The last ``threads + 1`` run times (seconds), oldest first, for `excess`.
+    recent: tuple[float, ...] = ()
 
     def __attrs_post_init__(self) -> None:
         if self.floor > self.ceiling:
@@ -168,7 +185,30 @@ def observe_run(window: Window, seconds: float) -> Window:
         size=min(window.size, _target(window, run, window.claim_ewma)),
         run_ewma=run,
         claim_ewma=window.claim_ewma,
+        recent=(*window.recent[-window.threads :], seconds),
     )
+
+
+def excess(window: Window, *, waiting: int, running: int) -> int:
+    """How many of the `waiting` prefetched tasks (claimed, not started) to give back now,
+    newest first, while `running` tasks run: 0, or all beyond the room kept once that is
+    half of what waits or less.
+
+    The room kept for waiting tasks is the capacity less what runs (a
+    thread that just finished a task counts as free), by the window, or by
+    the shortest of its last ``threads + 1`` runs if that gives more (see
+    the module docstring). Until that many runs are seen, nothing goes
+    back. Raises ValueError for a negative count.
+    """
+    for name, value in (("waiting", waiting), ("running", running)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
+    keep = max(0, capacity(window) - running)
+    if 2 * keep > waiting or len(window.recent) <= window.threads:
+        return 0  # the usual answers first: a worker asks after every task
+    generous = _target(window, min(window.recent), window.claim_ewma)
+    keep = max(keep, window.threads + generous - running)
+    return waiting - keep if 2 * keep <= waiting else 0
 
 
 def observe_claim(window: Window, *, asked: int, got: int, round_trip: float) -> Window:

@@ -14,7 +14,8 @@ without threads.
 
 The steps of a task thread, in the order they are considered:
 
-1. `Release`: give back the prefetched tasks of a stopping worker, in one call.
+1. `Release`: give back the prefetched tasks of a stopping worker, in one call;
+   or, while it runs, those an adaptive prefetch no longer holds (`give_back`).
 2. `Acknowledge`: send the outcomes that have gathered, in one call, once
    `Settings.ack_batch` have gathered, the oldest has waited
    `Settings.ack_delay`, a claim is due (it goes in the same breath), the
@@ -130,9 +131,11 @@ class Settings:
 
         A worker with an adaptive prefetch (`threadmill_core.worker.prefetch_window`)
         swaps them in as its window changes; the next claim follows the new room.
-        Tasks already held beyond a room that shrank are kept and run: giving them
-        back would cost a call each time and send them to the tail of READY, and
-        a room shrinks on one slow run (see `prefetch_window`).
+        Tasks already held beyond a room that shrank are kept and run, unless slow
+        runs in a row shrank it to half of them or less (`prefetch_window.excess`):
+        the worker then hands the excess to `give_back`. A room also shrinks on one
+        slow run, and giving back then would cost a call each time and send the
+        tasks to the tail of READY.
         """
         capacity, refill_at, ack_batch = _room(threads, prefetch)
         return attrs.evolve(self, capacity=capacity, refill_at=refill_at, ack_batch=ack_batch)
@@ -155,9 +158,10 @@ class Calls(NamedTuple):
     acknowledging: bool = False
     releasing: bool = False
     idle_waiting: bool = False
-    #: Prefetched tasks the next release call gives back (the worker is stopping).
+    #: Prefetched tasks the next release call gives back (the worker is stopping,
+    #: or its adaptive room shrank: see `give_back`).
     give_back: tuple[HeldTask, ...] = ()
-    #: Tasks claimed so far in this run.
+    #: Tasks claimed so far in this run, less those given back while it runs.
     claimed: int = 0
     #: A claim found nothing: the next waits until then.
     nothing_until: float = 0.0
@@ -421,6 +425,21 @@ def released(
         return schedule._replace(calls=c._replace(releasing=False)), tasks
     calls = c._replace(releasing=False, give_back=tasks + c.give_back)
     return schedule._replace(calls=calls), ()
+
+
+def give_back(schedule: Schedule, count: int) -> Schedule:
+    """The newest `count` prefetched tasks go back, not started (the next free thread's
+    `Release`, then `released`): an adaptive room shrank under them (see
+    `prefetch_window.excess`). They no longer count as claimed in this run, so
+    `Settings.max_tasks` counts the tasks kept. Nothing changes for `count` <= 0.
+    """
+    ready = schedule.ready
+    count = min(count, len(ready))
+    if count <= 0:
+        return schedule
+    c = schedule.calls
+    calls = c._replace(give_back=c.give_back + ready[-count:], claimed=c.claimed - count)
+    return schedule._replace(ready=ready[:-count], calls=calls)
 
 
 def idle_wait_ended(schedule: Schedule) -> Schedule:

@@ -12,7 +12,9 @@ With an adaptive prefetch (`WorkerRun.window`), each task's run time
 (`prefetch_window.observe_run`) and each claim's round trip, with how many
 tasks it asked for and got (`observe_claim`), are observed on
 `time.monotonic()`, and the run's settings follow the window's room
-(`scheduler.Settings.resized`).
+(`scheduler.Settings.resized`); after each run, the prefetched tasks the
+window no longer holds (`prefetch_window.excess`) are given back
+(`scheduler.give_back`, then a `Release`).
 """
 
 from __future__ import annotations
@@ -247,9 +249,20 @@ class TaskThreads:
             self._held.forget_all(dropped)
             self._cond.notify_all()
 
+    def _count_processed(self, taken: int) -> None:
+        """Add `taken` acknowledged outcomes to `processed`.
+
+        Under the lock, and only once the round trip is over: a ``+=`` around
+        the call would read `processed` before it, and an acknowledgement made
+        meanwhile by another thread (`Worker.stop_now`, the heartbeat thread)
+        would be lost.
+        """
+        with self._lock:
+            self.processed += taken
+
     def _acknowledge(self, run: WorkerRun, outcomes: tuple[Outcome, ...]) -> None:
         def send() -> None:
-            self.processed += send_outcomes(self.backend, outcomes, self._held)
+            self._count_processed(send_outcomes(self.backend, outcomes, self._held))
 
         reached = self._call_backend(run, send)
         with self._lock:
@@ -359,7 +372,9 @@ class TaskThreads:
             if live:
                 released = give_back_leases(self.backend, [held.lease for held in live])
                 given = sum(record is not None for record in released)
-                log.info("gave back %d prefetched task(s) not started", given)
+                # A stop's give-back at INFO; an adaptive prefetch's, part of its sizing, at DEBUG.
+                level = logging.INFO if self._stop.is_set() else logging.DEBUG
+                log.log(level, "gave back %d prefetched task(s) not started", given)
             self._held.forget_all(tasks)
 
         reached = self._call_backend(run, give_back)
@@ -413,9 +428,22 @@ class TaskThreads:
             run.schedule, news = scheduler.finished(
                 run.schedule, run.settings, Outcome(held, decision), now=now
             )
+            if run.window is not None:
+                news |= self._give_back_excess(run, run.window)
             if news:
                 self._cond.notify_all()
         return True
+
+    def _give_back_excess(self, run: WorkerRun, window: prefetch_window.Window) -> bool:
+        """Have the prefetched tasks that long runs left beyond the room given back (see
+        `prefetch_window.excess`); whether any are. Under the lock."""
+        schedule = run.schedule
+        count = prefetch_window.excess(
+            window, waiting=len(schedule.ready), running=len(schedule.running)
+        )
+        if count:
+            run.schedule = scheduler.give_back(schedule, count)
+        return count > 0
 
     def _idle_wait(self) -> None:
         """Nothing held, nothing ready: block until a task may be ready (or `stop()`).

@@ -117,9 +117,11 @@ class Worker(TaskThreads):
     (`threadmill_core.worker.prefetch_window`): from `threads` at the start
     of each `run`, up to `prefetch_window.CEILING` while tasks are short
     against a claim's round trip and the queue has more, down to none
-    beyond the threads when they are long, so that they are not hoarded
-    (the prefetched tasks beyond a room shrunk by half or more are given
-    back at once). An int fixes it. Prefetched tasks are claimed
+    beyond the threads when they are long, so that they are not hoarded:
+    once ``threads + 1`` slow runs in a row have shrunk the room to half of
+    the prefetched tasks or less, those beyond it are given back at once,
+    newest first, uncharged (`prefetch_window.excess`). An int fixes it
+    (and never gives back while running). Prefetched tasks are claimed
     (their leases renewed by the heartbeat); a stop gives back the ones not
     started (`Backend.release`), and a killed worker's lapse and go back to
     READY uncharged (no attempt, no error: they never started), while the
@@ -290,7 +292,7 @@ class Worker(TaskThreads):
         self._held.forget_all(stop.give_back)
         if stop.outcomes:
             try:
-                self.processed += send_outcomes(self.backend, stop.outcomes, self._held)
+                self._count_processed(send_outcomes(self.backend, stop.outcomes, self._held))
             except Exception as exc:
                 log.warning(
                     "could not send the outcomes of %d finished task(s) (%s: %s); their leases "
