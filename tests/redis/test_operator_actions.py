@@ -19,7 +19,7 @@ import attrs
 import pytest
 
 from tests.redis.cancel_progress_checks import one_task
-from threadmill_core.models import Decision, TaskResultStatus
+from threadmill_core.models import Decision, Lease, TaskResultStatus
 from threadmill_core.testing import Harness
 from threadmill_redis import RedisBackend
 
@@ -47,6 +47,15 @@ def meddle(
     return ran
 
 
+def claimed(harness: Harness) -> tuple[RedisBackend, Lease]:
+    """The harness's Redis backend, holding the lease of its one task, "t1"."""
+    backend = harness.backend
+    assert isinstance(backend, RedisBackend)
+    backend.enqueue([one_task("t1")])
+    [lease] = backend.claim(["default"], worker="w", lease_ttl=LEASE)
+    return backend, lease
+
+
 def test_a_cancel_of_a_task_claimed_meanwhile_is_refused(
     harness: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -72,10 +81,7 @@ def test_a_cancel_of_a_task_claimed_meanwhile_is_refused(
 def test_a_requeue_of_a_task_purged_meanwhile_finds_none(
     harness: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    backend = harness.backend
-    assert isinstance(backend, RedisBackend)
-    backend.enqueue([one_task("t1")])
-    [lease] = backend.claim(["default"], worker="w", lease_ttl=LEASE)
+    backend, lease = claimed(harness)
     backend.decide_many([Decision(lease=lease, record=attrs.evolve(lease.record, status=FAILED))])
     ran = meddle(monkeypatch, backend, "requeue", lambda: backend.purge("default", FAILED))
     assert backend.requeue("t1") is None
@@ -87,10 +93,7 @@ def test_a_requeue_of_a_task_purged_meanwhile_finds_none(
 def test_a_cancel_request_for_a_task_finished_meanwhile_is_refused(
     harness: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    backend = harness.backend
-    assert isinstance(backend, RedisBackend)
-    backend.enqueue([one_task("t1")])
-    [lease] = backend.claim(["default"], worker="w", lease_ttl=LEASE)
+    backend, lease = claimed(harness)
     done = attrs.evolve(lease.record, status=SUCCESSFUL)
     ran = meddle(monkeypatch, backend, "request_cancel", lambda: backend.complete(lease, done))
     assert backend.request_cancel("t1") is None
