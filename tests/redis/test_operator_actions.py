@@ -103,10 +103,13 @@ def test_a_cancel_request_for_a_task_finished_meanwhile_is_refused(
     assert (stored.status, stored.cancel_requested_at) == (SUCCESSFUL, None)
 
 
-def test_an_unchanged_task_is_acted_on_after_one_read(harness: Harness) -> None:
+def test_an_unchanged_task_is_acted_on_after_one_read(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
     backend = harness.backend
     assert isinstance(backend, RedisBackend)
     backend.enqueue([one_task("t1"), one_task("t2")])
+    ran = meddle(monkeypatch, backend, "no script is named so", lambda: None)
     cancelled = backend.cancel("t1")
     assert cancelled is not None
     assert cancelled.status is TaskResultStatus.CANCELLED
@@ -117,3 +120,4 @@ def test_an_unchanged_task_is_acted_on_after_one_read(harness: Harness) -> None:
     requested = backend.request_cancel(lease.task_id)
     assert requested is not None
     assert requested.cancel_requested_at is not None
+    assert ran == ["get", "cancel", "get", "requeue", "claim", "get", "request_cancel"]
