@@ -70,10 +70,15 @@ def _landing_at(line: int, landed: list[int]) -> Tracer:
 
 @pytest.fixture
 def sent(monkeypatch: pytest.MonkeyPatch) -> list[type[BaseException] | None]:
-    """What `Watch` sends to the task thread (None: a withdrawal), recorded, not sent."""
+    """What `Watch` sends to the task thread, this test's (None: a withdrawal), recorded,
+    not sent. Sends to other threads (a worker some earlier test left winding down) go
+    through as they would, unrecorded."""
     made: list[type[BaseException] | None] = []
+    this_thread, send = threading.get_ident(), interrupts._set_async_exc
 
     def record(thread_id: int, exc: type[BaseException] | None) -> int:
+        if thread_id != this_thread:
+            return send(thread_id, exc)
         made.append(exc)
         return 1
 
