@@ -86,13 +86,13 @@ state before it or after it, never between. A method that takes many tasks
 `record_progress`, `release`, `promote_due`, `purge`) may be atomic per task
 instead, as long as each task's change is atomic.
 
-Bad arguments. A `limit` that is not an int of at least 1 (`True` and
-``"1"`` included), a `lease_ttl` or `claim_ttl` that is not a positive
+Bad arguments. A `limit` that is not an int from 1 to `MAX_COUNT` (a
+trillion; `True` and ``"1"`` included), a `lease_ttl` or `claim_ttl` that is not a positive
 `timedelta`, a retry delay that is not a `timedelta` of zero or more, a
 `complete` status other than SUCCESSFUL, FAILED or CANCELLED, a progress
 update that is not a (`Lease`, `Progress`) pair, a decision whose
-`record.id` is not its lease's task, a `peek` offset that is not an int of
-zero or more, purging RUNNING: each raises `ValueError` before anything
+`record.id` is not its lease's task, a `peek` offset that is not an int
+from 0 to `MAX_COUNT`, purging RUNNING: each raises `ValueError` before anything
 changes (for a batch, before any of it changes). A bare str where a
 sequence of queues is expected is a `TypeError`. A record to enqueue that
 the codec cannot carry, or a SUCCESSFUL return value it cannot carry, is an
@@ -137,6 +137,7 @@ from datetime import datetime, timedelta
 # The bad-argument rules live in `checks`; they are re-exported here (see `__all__`),
 # where backends imported them before that module existed.
 from threadmill_core.checks import (
+    MAX_COUNT,
     PURGEABLE_STATUSES,
     check_calls,
     check_decision,
@@ -164,6 +165,7 @@ from threadmill_core.operator_spec import RATE_BUCKET_MAX, RATE_HISTORY, Operato
 from threadmill_core.pauses import SchedulePause, check_schedule_name
 
 __all__ = [
+    "MAX_COUNT",
     "NOTHING_DEFERRED",
     "PURGEABLE_STATUSES",
     "RATE_BUCKET_MAX",

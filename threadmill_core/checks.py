@@ -16,7 +16,8 @@ whole batch; call `check_decision` on each decision first). Each check
 either raises or returns the argument in the form the backend goes on with:
 
 - `check_limit(limit)`, `check_offset(offset)`: the int, else `ValueError`
-  (also for `True` and ``"1"``, which Python would compare with 1).
+  (also for `True` and ``"1"``, which Python would compare with 1, and past
+  `MAX_COUNT`, a trillion).
 - `ttl_ms(name, ttl)`: a `lease_ttl` or `claim_ttl` in whole milliseconds,
   rounded up, else `ValueError` (also past `MAX_WAIT`, a thousand years);
   `check_delay(delay)`: a `release` delay likewise (zero allowed).
@@ -58,6 +59,8 @@ from threadmill_core.models import (
 from threadmill_core.values import check_call, check_record, check_retry, check_task, check_value
 
 __all__ = [
+    "MAX_COUNT",
+    "MAX_WAIT",
     "PURGEABLE_STATUSES",
     "check_calls",
     "check_decision",
@@ -77,17 +80,24 @@ __all__ = [
 PURGEABLE_STATUSES = frozenset(TaskResultStatus) - {TaskResultStatus.RUNNING}
 
 
+#: The largest `limit` or `offset` a backend takes: a trillion, past any store's records, and
+#: small enough that every backend's arithmetic on it is exact (PostgreSQL's bigint, Lua's
+#: doubles and the way Redis's scripts write them back as integers).
+MAX_COUNT = 10**12
+
+
 def check_limit(limit: object) -> int:
-    """`limit` if it is an int of at least 1; else `ValueError` (also for `True` and ``"1"``)."""
-    if type(limit) is not int or limit < 1:
-        raise ValueError(f"limit must be an int of at least 1, got {limit!r}")
+    """`limit` if it is an int from 1 to `MAX_COUNT`; else `ValueError` (also for `True` and
+    ``"1"``)."""
+    if type(limit) is not int or not 1 <= limit <= MAX_COUNT:
+        raise ValueError(f"limit must be an int from 1 to {MAX_COUNT:,}, got {limit!r}")
     return limit
 
 
 def check_offset(offset: object) -> int:
-    """`offset` if it is an int of zero or more; else `ValueError`."""
-    if type(offset) is not int or offset < 0:
-        raise ValueError(f"offset must be an int of zero or more, got {offset!r}")
+    """`offset` if it is an int from 0 to `MAX_COUNT`; else `ValueError`."""
+    if type(offset) is not int or not 0 <= offset <= MAX_COUNT:
+        raise ValueError(f"offset must be an int from 0 to {MAX_COUNT:,}, got {offset!r}")
     return offset
 
 

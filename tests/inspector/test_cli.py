@@ -11,6 +11,7 @@ import pytest
 
 from tests.inspector.conftest import Fleet, Threadmill, shared_start, stored
 from threadmill_core import Backend, Broker, FakeClock, TaskResultStatus, cli
+from threadmill_core.checks import MAX_COUNT
 from threadmill_core.cli import commands
 from threadmill_core.models import QueueRates
 from threadmill_memory import MemoryBackend
@@ -187,6 +188,37 @@ def test_ls_refuses_an_unknown_status(threadmill: Threadmill) -> None:
     with pytest.raises(SystemExit) as exit_:
         threadmill("ls", "emails", "--status", "LOST")
     assert exit_.value.code == 2
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "rule"),
+    [
+        ("--limit", "0", "from 1 to 1,000,000,000,000"),
+        ("--limit", str(2**63), "from 1 to 1,000,000,000,000"),
+        ("--offset", "-1", "from 0 to 1,000,000,000,000"),
+        ("--offset", str(MAX_COUNT + 1), "from 0 to 1,000,000,000,000"),
+    ],
+)
+def test_ls_refuses_a_count_out_of_range(
+    threadmill: Threadmill, capsys: pytest.CaptureFixture[str], option: str, value: str, rule: str
+) -> None:
+    """A --limit or --offset past the backends' range is a usage error naming the range, not
+    an error of the store's."""
+    with pytest.raises(SystemExit) as exit_:
+        threadmill("ls", "emails", option, value)
+    assert exit_.value.code == 2
+    assert f"must be {rule}, got {value}" in capsys.readouterr().err
+
+
+def test_ls_takes_the_largest_offset_and_finds_nothing_there(
+    fleet: Fleet, threadmill: Threadmill
+) -> None:
+    """--offset MAX_COUNT is past the end of any segment: a page with nothing on it."""
+    ran = threadmill("ls", "emails", "-s", "successful", "--offset", str(MAX_COUNT))
+    assert ran.code == 0
+    assert ran.out == (
+        "no SUCCESSFUL tasks in queue 'emails' from offset 1000000000000 (it holds 3)\n"
+    )
 
 
 def test_ls_without_status_lists_the_waiting_tasks_and_counts_the_others(

@@ -13,6 +13,7 @@ import os
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from threadmill_core.checks import MAX_COUNT, check_limit, check_offset
 from threadmill_core.cli import schedules, workers
 from threadmill_core.cli.exit_codes import EXIT_CODES_HELP
 from threadmill_core.models import TaskResultStatus
@@ -44,6 +45,20 @@ def _non_negative_int(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
     return value
+
+
+def _limit(text: str) -> int:
+    try:
+        return check_limit(int(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be from 1 to {MAX_COUNT:,}, got {text}") from None
+
+
+def _offset(text: str) -> int:
+    try:
+        return check_offset(int(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be from 0 to {MAX_COUNT:,}, got {text}") from None
 
 
 def _positive_float(text: str) -> float:
@@ -421,11 +436,11 @@ def _add_inspecting_commands(commands: argparse._SubParsersAction[argparse.Argum
         "READY, the tasks waiting to run, followed by a line counting the other segments)",
     )  # fmt: skip
     ls.add_argument(
-        "--limit", "-n", type=_positive_int, default=20, metavar="N",
+        "--limit", "-n", type=_limit, default=20, metavar="N",
         help="at most N tasks (default: %(default)s)",
     )  # fmt: skip
     ls.add_argument(
-        "--offset", type=_non_negative_int, default=0, metavar="K",
+        "--offset", type=_offset, default=0, metavar="K",
         help="skip the first K (default: %(default)s)",
     )  # fmt: skip
 

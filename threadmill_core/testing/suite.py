@@ -93,5 +93,6 @@ class ConformanceSuite:
 
     @pytest.mark.parametrize("case", sorted(ARGUMENT_CASES))
     def test_bad_limit_or_offset_is_refused(self, threadmill_harness: Harness, case: str) -> None:
-        """A limit or offset of the wrong type (True, "1") raises ValueError and changes nothing."""
+        """A limit or offset of the wrong type (True, "1") or past `MAX_COUNT` raises ValueError
+        and changes nothing; `MAX_COUNT` itself is taken."""
         ARGUMENT_CASES[case](threadmill_harness)
