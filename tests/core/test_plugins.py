@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
@@ -182,6 +183,29 @@ def test_backends_command_lists_schemes(capsys: pytest.CaptureFixture[str]) -> N
     out = capsys.readouterr().out
     assert "memory://" in out
     assert "threadmill 0.1.0" in out
+
+
+def test_backends_json_lists_each_scheme_and_the_extras_not_installed(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`threadmill backends --json`: the rows the table shows, as objects, and the extras its
+    "more with" lines name."""
+    assert main(["backends"]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert main(["backends", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    rows = {row["scheme"]: row for row in listed["backends"]}
+    assert {row.scheme for row in installed_backends()} == set(rows)
+    assert [line.split()[0] for line in table[1:] if not line.startswith("(")] == [
+        f"{scheme}://" for scheme in rows
+    ]
+    assert rows["memory"]["source"] == "threadmill 0.1.0"
+    assert "not durable" in rows["memory"]["description"]
+    more = [line for line in table if line.startswith("(more with")]
+    assert more == [
+        f"(more with: pip install 'threadmill[{extra}]')"
+        for extra in listed["extras_not_installed"]
+    ]
 
 
 def test_demo_shows_every_path_of_the_protocol() -> None:

@@ -377,6 +377,23 @@ def test_health_exits_0_when_the_backend_answers_and_2_when_not(broker_url: str)
     assert len(down.stderr.strip().splitlines()) == 1, down.stderr
 
 
+def test_health_json_says_the_same_on_stdout(broker_url: str) -> None:
+    """`threadmill health --json` prints whether the backend answered, and why not, as JSON on
+    stdout, with the same exit codes."""
+    ok = subprocess.run([THREADMILL, "health", "--broker", broker_url, "--json"],
+                        capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert (ok.returncode, json.loads(ok.stdout), ok.stderr) == (
+        0, {"ok": True, "problem": None}, ""
+    )  # fmt: skip
+    nowhere = f"redis://127.0.0.1:{free_port()}/0"
+    down = subprocess.run([THREADMILL, "health", "--broker", nowhere, "--json"],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert down.returncode == 2
+    answer = json.loads(down.stdout)
+    assert answer["ok"] is False
+    assert answer["problem"].startswith(f"{nowhere}: "), answer
+
+
 def test_without_a_metrics_port_no_metrics_code_is_loaded(
     project: Path, tasks: Any, broker: Broker, broker_url: str
 ) -> None:

@@ -13,76 +13,11 @@ import os
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from threadmill_core.checks import MAX_COUNT, check_limit, check_offset
-from threadmill_core.cli import schedules, workers
+from threadmill_core.cli import schedules, values, workers
 from threadmill_core.cli.exit_codes import EXIT_CODES_HELP
-from threadmill_core.models import TaskResultStatus
 
 if TYPE_CHECKING:
     from threadmill_core.worker.supervisor import WorkerSettings
-
-
-def _status(text: str) -> TaskResultStatus:
-    try:
-        return TaskResultStatus[text.upper()]
-    except KeyError:
-        names = ", ".join(s.value for s in TaskResultStatus)
-        raise argparse.ArgumentTypeError(f"{text!r} is not a status; one of {names}") from None
-
-
-def _purgeable_status(text: str) -> TaskResultStatus:
-    status = _status(text)
-    if status is TaskResultStatus.RUNNING:
-        raise argparse.ArgumentTypeError(
-            "RUNNING cannot be purged: a running task belongs to its lease holder "
-            "(stop the workers, or let the reaper fail it, then purge FAILED)"
-        )
-    return status
-
-
-def _non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
-    return value
-
-
-def _limit(text: str) -> int:
-    try:
-        return check_limit(int(text))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be from 1 to {MAX_COUNT:,}, got {text}") from None
-
-
-def _offset(text: str) -> int:
-    try:
-        return check_offset(int(text))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be from 0 to {MAX_COUNT:,}, got {text}") from None
-
-
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
-    return value
-
-
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if not 1 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"a port is a number from 1 to 65535, got {text!r}")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be 1 or more, got {text}")
-    return value
 
 
 class _Version(argparse.Action):
@@ -155,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument(
         "--processes",
         "-p",
-        type=_positive_int,
+        type=values.positive_int,
         default=os.cpu_count() or 1,
         metavar="N",
         help="worker processes (default: the number of CPUs, here %(default)s)",
@@ -163,14 +98,14 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument(
         "--threads",
         "-t",
-        type=_positive_int,
+        type=values.positive_int,
         default=4,
         metavar="M",
         help="task threads per process (default: %(default)s)",
     )
     worker.add_argument(
         "--prefetch",
-        type=_non_negative_int,
+        type=values.non_negative_int,
         default=None,
         metavar="N",
         help="tasks each process claims ahead of its free threads, so a thread that finishes "
@@ -180,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     worker.add_argument(
         "--lease-ttl",
-        type=_positive_float,
+        type=values.positive_seconds,
         default=30.0,
         metavar="SECONDS",
         help="how long a claim lives without a heartbeat; heartbeats renew it every third of "
@@ -189,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     worker.add_argument(
         "--time-limit",
-        type=_positive_float,
+        type=values.positive_seconds,
         default=None,
         metavar="SECONDS",
         help="the longest one attempt of a task may run when its task or call sets no limit "
@@ -199,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     worker.add_argument(
         "--time-limit-grace",
-        type=_positive_float,
+        type=values.positive_seconds,
         default=5.0,
         metavar="SECONDS",
         help="how long a task told to stop (its time limit passed, or a cancel was requested) "
@@ -207,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     worker.add_argument(
         "--poll-interval",
-        type=_positive_float,
+        type=values.positive_seconds,
         default=1.0,
         metavar="SECONDS",
         help="longest single idle wait for work, so it also bounds how long a stop takes to "
@@ -218,7 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     worker.add_argument(
         "--max-tasks",
-        type=_positive_int,
+        type=values.positive_int,
         default=None,
         metavar="K",
         help="recycle a worker process after K tasks (default: never)",
@@ -253,7 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     worker.add_argument(
         "--shutdown-timeout",
-        type=_positive_float,
+        type=values.positive_seconds,
         default=30.0,
         metavar="SECONDS",
         help="on SIGTERM/Ctrl-C, how long running tasks may take to finish (default: "
@@ -262,7 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     worker.add_argument(
         "--connect-timeout",
-        type=_positive_float,
+        type=values.positive_seconds,
         default=20.0,
         metavar="SECONDS",
         help="at start, how long to wait for the backend's first answer: one that never "
@@ -272,7 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     worker.add_argument(
         "--metrics-port",
-        type=_port,
+        type=values.port,
         metavar="PORT",
         help="serve Prometheus /metrics (every process of this command together), /healthz "
         "and /readyz on this port (needs: pip install 'threadmill[metrics]'); a port in use "
@@ -317,18 +252,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     health.add_argument("--broker", metavar="URL", help="the backend (default: $THREADMILL_URL)")
     health.add_argument(
+        "--json",
+        action="store_true",
+        help='print {"ok": true} or {"ok": false, "problem": "..."} on stdout (same exit codes)',
+    )
+    health.add_argument(
         "--timeout",
-        type=_positive_float,
+        type=values.positive_seconds,
         default=5.0,
         metavar="SECONDS",
         help="how long to wait for the connection and the answer (default: %(default)s)",
     )
 
-    commands.add_parser(
+    backends = commands.add_parser(
         "backends",
         help="list installed backends",
         description="List the URL schemes of the installed backends and where each comes from.",
     )
+    backends.add_argument("--json", action="store_true", help="print JSON for scripts")
 
     _add_inspecting_commands(commands)
     schedules.add_parser(commands)
@@ -408,7 +349,7 @@ def _add_inspecting_commands(commands: argparse._SubParsersAction[argparse.Argum
     stats.add_argument("--watch", "-w", action="store_true", help="refresh until Ctrl-C")
     stats.add_argument(
         "--interval",
-        type=_positive_float,
+        type=values.positive_seconds,
         default=2.0,
         metavar="SECONDS",
         help="with --watch: seconds between refreshes (default: %(default)s); with --json, "
@@ -416,7 +357,7 @@ def _add_inspecting_commands(commands: argparse._SubParsersAction[argparse.Argum
     )
     stats.add_argument(
         "--window",
-        type=_positive_float,
+        type=values.positive_seconds,
         default=60.0,
         metavar="SECONDS",
         help="rates over the last SECONDS (default: %(default)s; backends keep an hour)",
@@ -431,16 +372,16 @@ def _add_inspecting_commands(commands: argparse._SubParsersAction[argparse.Argum
     )
     ls.add_argument("queue", metavar="QUEUE")
     ls.add_argument(
-        "--status", "-s", type=_status, default=None, metavar="STATUS",
+        "--status", "-s", type=values.status, default=None, metavar="STATUS",
         help="READY, DEFERRED, RUNNING, SUCCESSFUL, FAILED or CANCELLED (any case; default: "
         "READY, the tasks waiting to run, followed by a line counting the other segments)",
     )  # fmt: skip
     ls.add_argument(
-        "--limit", "-n", type=_limit, default=20, metavar="N",
+        "--limit", "-n", type=values.limit, default=20, metavar="N",
         help="at most N tasks (default: %(default)s)",
     )  # fmt: skip
     ls.add_argument(
-        "--offset", type=_offset, default=0, metavar="K",
+        "--offset", type=values.offset, default=0, metavar="K",
         help="skip the first K (default: %(default)s)",
     )  # fmt: skip
 
@@ -487,7 +428,7 @@ def _add_inspecting_commands(commands: argparse._SubParsersAction[argparse.Argum
     )
     purge.add_argument("queue", metavar="QUEUE")
     purge.add_argument(
-        "--status", "-s", type=_purgeable_status, required=True, metavar="STATUS",
+        "--status", "-s", type=values.purgeable_status, required=True, metavar="STATUS",
         help="READY, DEFERRED, SUCCESSFUL, FAILED or CANCELLED (any case)",
     )  # fmt: skip
     purge.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
@@ -505,10 +446,10 @@ def _add_inspecting_commands(commands: argparse._SubParsersAction[argparse.Argum
         help="modules whose @periodic schedules the schedules screen shows",
     )  # fmt: skip
     inspect.add_argument(
-        "--interval", type=_positive_float, default=1.0, metavar="SECONDS",
+        "--interval", type=values.positive_seconds, default=1.0, metavar="SECONDS",
         help="seconds between refreshes (default: %(default)s)",
     )  # fmt: skip
     inspect.add_argument(
-        "--window", type=_positive_float, default=60.0, metavar="SECONDS",
+        "--window", type=values.positive_seconds, default=60.0, metavar="SECONDS",
         help="rates over the last SECONDS (default: %(default)s)",
     )  # fmt: skip

@@ -49,12 +49,18 @@ def _backends(args: argparse.Namespace) -> int:
     from threadmill_core.plugins import KNOWN_EXTRAS, installed_backends
 
     rows = installed_backends()
+    installed = {r.scheme for r in rows}
+    missing = sorted({extra for scheme, extra in KNOWN_EXTRAS.items() if scheme not in installed})
+    if args.json:
+        schemes = [
+            {"scheme": r.scheme, "source": r.source, "description": r.description} for r in rows
+        ]
+        _out({"backends": schemes, "extras_not_installed": missing}, args)
+        return 0
     width = max([len(r.scheme) for r in rows] + [6]) + 3
     print(f"{'scheme':<{width}} {'from':<28} description")
     for row in rows:
         print(f"{row.scheme + '://':<{width}} {row.source:<28} {row.description}")
-    installed = {r.scheme for r in rows}
-    missing = sorted({extra for scheme, extra in KNOWN_EXTRAS.items() if scheme not in installed})
     for extra in missing:
         print(f"(more with: pip install 'threadmill[{extra}]')")
     return 0
@@ -82,11 +88,13 @@ def _health(args: argparse.Namespace) -> int:
     if not url:
         raise _UsageError("threadmill health: give --broker URL or set THREADMILL_URL")
     problem = check(url, args.timeout)
-    if problem is not None:
+    if args.json:
+        _out({"ok": problem is None, "problem": problem}, args)
+    elif problem is not None:
         print(f"threadmill health: {problem}", file=sys.stderr)
-        return 2
-    print("ok")
-    return 0
+    else:
+        print("ok")
+    return 0 if problem is None else 2
 
 
 # --- inspecting and steering ---------------------------------------------------------
