@@ -239,7 +239,11 @@ class Backend(MaintenanceSpec, OperatorSpec):
 
         Idempotent on `id`: a record whose id is already stored is not stored
         again, and the stored record is returned in its place; of an id given
-        twice in one call, the first record is stored and answers both.
+        twice in one call, the first record is stored and answers both. A
+        stored record that does not decode is never stored over: the call
+        raises `PayloadError` naming it, its new records stored or not (see
+        "Atomicity"; the kit's
+        `an_enqueue_repeating_a_corrupt_records_id_never_replaces_it`).
 
         Every record is checked (`check_records`) before any is stored: one
         the codec cannot carry raises `UnsupportedValue` and nothing is stored.

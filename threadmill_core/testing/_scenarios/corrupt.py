@@ -9,7 +9,8 @@ ones were not there, and every corrupt one must end FAILED with an error
 (quarantined), or be gone where no record was left to mark; none may be
 handed to a worker. An operator's action on a corrupt record (`cancel`,
 `requeue`, `request_cancel`) raises `PayloadError` naming the task, or
-finds no task, and changes nothing. A backend whose harness lists no
+finds no task, and changes nothing; an `enqueue` repeating its id raises
+`PayloadError` and never stores over it. A backend whose harness lists no
 corruptions passes them trivially.
 """
 
@@ -352,3 +353,69 @@ def an_operator_action_on_a_corrupt_record_changes_nothing(harness: Harness) -> 
             "every corrupt record must end quarantined (FAILED) or gone, as if never acted on",
             got=counts,
         )
+
+
+@scenario
+def an_enqueue_repeating_a_corrupt_records_id_never_replaces_it(harness: Harness) -> None:
+    """enqueue of a batch that repeats the id of a stored corrupt record raises PayloadError
+    naming it and never stores over it; the batch's new tasks are stored as given, once, or
+    not at all (enqueue may be atomic per task), and another enqueue stores them."""
+    if not harness.corruptions:
+        return
+    backend = harness.backend
+    for n, damage in enumerate(harness.corruptions.values()):
+        corrupt, before_it, after_it = f"stored-{n}", f"new-{n}-a", f"new-{n}-b"
+        backend.enqueue([new_task(corrupt)])
+        damage(corrupt)
+        counted = backend.counts().get("default")
+        try:
+            answered = backend.enqueue([new_task(before_it), new_task(corrupt), new_task(after_it)])
+        except PayloadError as exc:
+            expect(
+                corrupt in str(exc),
+                "enqueue() repeating a corrupt record's id: the PayloadError must name it",
+                corrupt,
+                str(exc),
+            )
+        else:
+            expect(
+                False,
+                "enqueue() repeating the id of a record that does not decode must raise "
+                "PayloadError, not answer a record in its place",
+                got=answered,
+            )
+        added = backend.counts().get("default")
+        ready_before = 0 if counted is None else counted.ready
+        ready_after = 0 if added is None else added.ready
+        expect(
+            ready_after in (ready_before, ready_before + 2),
+            "enqueue() that raised for a corrupt id must store the batch's new tasks once "
+            "each, or none of them, and never the corrupt id again",
+            f"{ready_before} or {ready_before + 2} READY",
+            ready_after,
+        )
+        stored = backend.enqueue([new_task(before_it), new_task(after_it)])
+        expect(
+            [(r.id, r.status) for r in stored] == [(before_it, READY), (after_it, READY)],
+            "the batch's new tasks, enqueued again without the corrupt id, must be READY",
+            [(before_it, READY), (after_it, READY)],
+            [(r.id, r.status) for r in stored],
+        )
+        try:
+            kept = backend.get(corrupt)
+        except PayloadError:
+            continue  # still the corrupt bytes: nothing was stored over them
+        expect(
+            kept is None or kept.status is FAILED,
+            "enqueue() must never store a new record over a corrupt one (it may only be "
+            "quarantined FAILED, or gone where nothing was left to read)",
+            "PayloadError, None or FAILED",
+            kept,
+        )
+    leases = backend.claim(["default"], worker="w1", lease_ttl=LEASE_TTL, limit=100)
+    expect(
+        sorted(lease.task_id for lease in leases)
+        == sorted(f"new-{n}-{x}" for n in range(len(harness.corruptions)) for x in "ab"),
+        "a claim must hand out each new task once, and no corrupt one",
+        got=[lease.task_id for lease in leases],
+    )
