@@ -50,6 +50,7 @@ import attrs
 
 from threadmill_core.broker import Broker, producer_broker
 from threadmill_core.calls import CallCheck
+from threadmill_core.checks import MAX_WAIT
 from threadmill_core.errors import InvalidOption, InvalidTaskDefinition
 from threadmill_core.models import (
     RetryPolicySpec,
@@ -141,7 +142,7 @@ def register_task(
         priority=validate_priority(priority),
         retry=retry,
         retry_spec=retry_spec,
-        lease_ttl=None if lease_ttl is None else validate_timedelta("lease_ttl", lease_ttl),
+        lease_ttl=validate_lease_ttl(lease_ttl),
         time_limit=validate_time_limit(time_limit),
         takes_context=wants_context,
         signature=call_signature(func, wants_context) if signature is None else signature,
@@ -213,6 +214,26 @@ def validate_time_limit(time_limit: object) -> timedelta | None:
         return validate_timedelta("time_limit", time_limit)
     except OverflowError:
         raise InvalidOption(f"time_limit is too large, got {time_limit!r}") from None
+
+
+def validate_lease_ttl(lease_ttl: object) -> timedelta | None:
+    """None, or `lease_ttl` as a positive timedelta (a timedelta or seconds) of at most
+    `threadmill_core.checks.MAX_WAIT`, the longest a backend takes; else `InvalidOption`
+    naming it (bool, str, zero, negative, not finite, too long)."""
+    if lease_ttl is None:
+        return None
+    if isinstance(lease_ttl, float) and not math.isfinite(lease_ttl):
+        raise InvalidOption(f"lease_ttl must be a finite number of seconds, got {lease_ttl!r}")
+    try:
+        delta = validate_timedelta("lease_ttl", lease_ttl)
+    except OverflowError:
+        delta = timedelta.max
+    if delta > MAX_WAIT:
+        raise InvalidOption(
+            f"lease_ttl must be at most {MAX_WAIT.days:,} days (what a backend takes), "
+            f"got {lease_ttl!r}"
+        )
+    return delta
 
 
 def validate_queue(queue: object) -> str:
@@ -397,7 +418,8 @@ def task(func: Callable[..., Any] | None = None, /, **options: Any) -> Any:
     runs first), `retry` (a retry policy, see `threadmill_core.retry`) and
     `lease_ttl` (how long a worker may go without a heartbeat before the task
     is presumed abandoned; heartbeats renew it, so it does not bound the run
-    time) and `time_limit` (the longest one attempt may run, a timedelta or
+    time; a timedelta or seconds, at most `threadmill_core.checks.MAX_WAIT`)
+    and `time_limit` (the longest one attempt may run, a timedelta or
     seconds: past it `threadmill_core.TimeLimitExceeded` is raised in the task,
     see `threadmill_core.worker.interrupts`; `Task.using` overrides it per call).
     Unknown options and bad values raise `InvalidOption`.
@@ -409,9 +431,7 @@ def task(func: Callable[..., Any] | None = None, /, **options: Any) -> Any:
     priority = validate_priority(options.get("priority", 0))
     retry = options.get("retry")
     policy_spec(retry)
-    lease_ttl = options.get("lease_ttl")
-    if lease_ttl is not None:
-        lease_ttl = validate_timedelta("lease_ttl", lease_ttl)
+    lease_ttl = validate_lease_ttl(options.get("lease_ttl"))
     time_limit = validate_time_limit(options.get("time_limit"))
 
     def decorate(function: Callable[P, R]) -> Task[P, R]:

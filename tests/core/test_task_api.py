@@ -78,6 +78,10 @@ def test_non_function_is_refused() -> None:
         ({"queue": ""}, "queue"),
         ({"lease_ttl": 0}, "lease_ttl"),
         ({"lease_ttl": "10"}, "lease_ttl"),
+        ({"lease_ttl": float("nan")}, "lease_ttl"),
+        ({"lease_ttl": float("inf")}, "lease_ttl"),
+        ({"lease_ttl": 1e20}, "lease_ttl"),
+        ({"lease_ttl": timedelta(days=400_000)}, "lease_ttl"),
         ({"retry": lambda ctx: None}, "retry policy"),
     ],
 )

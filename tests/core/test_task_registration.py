@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -162,6 +163,8 @@ def test_without_a_path_a_callable_object_is_refused() -> None:
         ({"priority": 101}, "priority"),
         ({"queue": ""}, "queue"),
         ({"lease_ttl": 0}, "lease_ttl"),
+        ({"lease_ttl": float("nan")}, "lease_ttl"),
+        ({"lease_ttl": timedelta(days=400_000)}, "lease_ttl"),
         ({"retry": lambda context: None}, "module-level"),
     ],
 )
