@@ -27,7 +27,7 @@ from threadmill_core import payload_limit, tracing
 from threadmill_core.backend import Backend
 from threadmill_core.calls import CallCheck
 from threadmill_core.clock import from_ms, to_ms
-from threadmill_core.errors import MemoryBrokerWarning, TaskNotFound, WaitTimeout
+from threadmill_core.errors import InvalidOption, MemoryBrokerWarning, TaskNotFound, WaitTimeout
 from threadmill_core.ids import new_task_id, new_task_ids
 from threadmill_core.models import (
     QueueCounts,
@@ -185,7 +185,12 @@ class Broker:
             return None
         # Storage keeps whole milliseconds; round up so a task never runs early.
         ms = to_ms(run_after) + (1 if run_after.microsecond % 1000 else 0)
-        return from_ms(ms)
+        try:
+            return from_ms(ms)
+        except OverflowError:  # the last millisecond of year 9999, rounded up
+            raise InvalidOption(
+                f"run_after rounds up to whole milliseconds past datetime's range: {run_after!r}"
+            ) from None
 
     # --- results -------------------------------------------------------------------------
 

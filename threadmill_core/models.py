@@ -28,6 +28,13 @@ JSON: TypeAlias = Any
 
 MIN_PRIORITY = -100
 MAX_PRIORITY = 100
+#: The longest ttl or delay a backend takes (`threadmill_core.checks`' `ttl_ms`,
+#: `check_delay`, a retry delay in `check_decision`), and the longest relative
+#: `run_after`: a thousand years, so that every deadline and due time it makes is a
+#: `datetime` (before year 10000) until the year 8999. A longer one is refused
+#: before anything changes; `threadmill_core.retry.decide` caps a policy's delay at
+#: it. Importable from `threadmill_core.checks`, where it lived first.
+MAX_WAIT = timedelta(days=365_000)
 #: The longest `Progress.message`, in characters.
 MAX_PROGRESS_MESSAGE = 1_000
 
@@ -409,7 +416,7 @@ def validate_timedelta(name: str, value: object, *, positive: bool = True) -> ti
 
 
 def validate_run_after(run_after: object) -> datetime | timedelta | None:
-    """Accept None, an aware datetime or a timedelta of zero or more; else `InvalidOption`."""
+    """Accept None, an aware datetime or a timedelta of zero to `MAX_WAIT`; else `InvalidOption`."""
     if run_after is None:
         return None
     if isinstance(run_after, datetime):
@@ -419,6 +426,10 @@ def validate_run_after(run_after: object) -> datetime | timedelta | None:
             )
         return run_after
     if isinstance(run_after, timedelta):
+        if run_after > MAX_WAIT:
+            raise InvalidOption(
+                f"run_after must be at most {MAX_WAIT.days:,} days from now, got {run_after!r}"
+            )
         return validate_timedelta("run_after", run_after, positive=False)
     raise InvalidOption(f"run_after must be an aware datetime or a timedelta, got {run_after!r}")
 

@@ -110,6 +110,8 @@ def test_using_returns_a_changed_copy(broker: Broker) -> None:
         ({"run_after": datetime(2030, 1, 1)}, "aware"),
         ({"run_after": "tomorrow"}, "run_after"),
         ({"run_after": timedelta(seconds=-1)}, "run_after"),
+        ({"run_after": timedelta(days=400_000)}, "run_after"),
+        ({"run_after": timedelta.max}, "run_after"),
     ],
 )
 def test_bad_using_options_are_refused(options: dict[str, Any], message: str) -> None:
@@ -163,6 +165,14 @@ def test_absolute_run_after_is_kept_and_rounded_up_to_the_millisecond(
     when = clock.now() + timedelta(hours=1, microseconds=1500)
     record = tasks.echo.using(broker=broker, run_after=when).enqueue(1)
     assert record.run_after == clock.now() + timedelta(hours=1, milliseconds=2)
+
+
+def test_a_run_after_that_rounds_past_datetime_max_is_refused(broker: Broker) -> None:
+    """An absolute run_after whose round-up leaves datetime's range is an InvalidOption."""
+    last = datetime.max.replace(tzinfo=UTC)
+    with pytest.raises(InvalidOption, match="run_after"):
+        tasks.echo.using(broker=broker, run_after=last).enqueue(1)
+    assert nothing_stored(broker)
 
 
 def test_past_run_after_is_ready_at_once(broker: Broker, clock: FakeClock) -> None:
