@@ -237,22 +237,30 @@ def validate_lease_ttl(lease_ttl: object) -> timedelta | None:
 
 
 def validate_queue(queue: object) -> str:
+    """`queue` as a plain str; `InvalidOption` unless it is a non-empty printable str of at
+    most 200 characters.
+
+    A str subclass (a `StrEnum` member, say) is taken as its text: stored
+    records hold exactly a str, so it is converted here, once, not refused
+    at every enqueue.
+    """
     if not isinstance(queue, str) or not queue or len(queue) > 200 or not queue.isprintable():
         raise InvalidOption(
             f"queue must be a non-empty printable str of at most 200 chars, got {queue!r}"
         )
-    return queue
+    return str.__str__(queue)  # the text alone, whatever the class's own __str__ says
 
 
 _IDENTIFIERS = re.compile(r"[^\W\d]\w*(\.[^\W\d]\w*)*")
 
 
 def validate_task_path(path: object) -> str:
-    """Return `path` if it reads ``module:qualname``; else `InvalidTaskDefinition` naming it."""
+    """Return `path` (a plain str) if it reads ``module:qualname``; else `InvalidTaskDefinition`
+    naming it."""
     if isinstance(path, str):
         module, colon, qualname = path.partition(":")
         if colon and _IDENTIFIERS.fullmatch(module) and _IDENTIFIERS.fullmatch(qualname):
-            return path
+            return str.__str__(path)  # a str subclass as its text, as `validate_queue` takes it
     raise InvalidTaskDefinition(
         f"a task path reads 'module:qualname' (dotted identifiers on both sides), got {path!r}"
     )

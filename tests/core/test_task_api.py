@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from enum import StrEnum
 from typing import Any
 
 import pytest
@@ -17,7 +18,7 @@ from threadmill_core import (
     UnsupportedValue,
     task,
 )
-from threadmill_core.task import registered_tasks
+from threadmill_core.task import register_task, registered_tasks, unregister_task
 
 
 def nothing_stored(broker: Broker) -> bool:
@@ -118,6 +119,23 @@ def test_bad_using_options_are_refused(options: dict[str, Any], message: str) ->
     """using() validates like the decorator: bad values raise InvalidOption."""
     with pytest.raises(InvalidOption, match=message):
         tasks.add.using(**options)
+
+
+class Queues(StrEnum):
+    EMAILS = "emails"
+
+
+def test_a_str_enum_queue_is_stored_as_its_text(broker: Broker) -> None:
+    """A queue given as a str subclass (a StrEnum member) is kept as a plain str."""
+    path = "tests.core.tasks:echo_in_an_enum_queue"
+    registered = register_task(tasks.echo.func, path=path, queue=Queues.EMAILS)
+    try:
+        for made in (registered, tasks.echo.using(queue=Queues.EMAILS)):
+            assert type(made.queue) is str
+            record = made.using(broker=broker).enqueue(1)
+            assert (type(record.queue), record.queue) == (str, "emails")
+    finally:
+        unregister_task(path)
 
 
 def test_enqueue_stores_the_call(broker: Broker, clock: FakeClock) -> None:
