@@ -13,6 +13,7 @@ gets a `MemoryBrokerWarning` at its first enqueue (`producer_broker`).
 from __future__ import annotations
 
 import functools
+import math
 import os
 import threading
 import time
@@ -204,9 +205,15 @@ class Broker:
     def wait(self, task_id: str, timeout: float = 30.0) -> TaskResult:
         """Poll until the task is SUCCESSFUL, FAILED or CANCELLED; return its record.
 
-        Raises `WaitTimeout` after `timeout` seconds (wall time) and
-        `TaskNotFound` if the task does not exist.
+        Raises `WaitTimeout` after `timeout` seconds (wall time; an int or a
+        float, ``math.inf`` to wait for good) and `TaskNotFound` if the task
+        does not exist. A NaN timeout, which no deadline ever passes, or one
+        that is no number is an `InvalidOption`, before anything is read.
         """
+        if (type(timeout) is not float and type(timeout) is not int) or math.isnan(timeout):
+            raise InvalidOption(
+                f"wait() takes a timeout in seconds, an int or a float (not NaN), got {timeout!r}"
+            )
         deadline = time.monotonic() + timeout
         pause = 0.005
         while True:
