@@ -71,15 +71,35 @@ def _priority(_instance: object, _attribute: attrs.Attribute[Any], value: int) -
     validate_priority(value)
 
 
+def _unicode_text(value: str) -> str:
+    """`value` with any lone surrogate (which no UTF-8 holds) written as its escape, ``\\udcff``.
+
+    An exception's text may hold one: a file name that is not UTF-8, decoded with
+    ``surrogateescape`` as `os.fsdecode` does. Stored as it is, the error could not be
+    encoded, and the task's failure would never be recorded.
+    """
+    if type(value) is not str or value.isascii():
+        return value  # most errors: nothing to look at (and a non-str is the codec's to refuse)
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return value.encode(errors="backslashreplace").decode()
+    return value
+
+
 @attrs.frozen(kw_only=True)
 class TaskError:
-    """One failure of a task: an exception it raised, or a lease that expired."""
+    """One failure of a task: an exception it raised, or a lease that expired.
+
+    Its text is valid Unicode: a lone surrogate in it (a file name that is not UTF-8,
+    say) is kept as its escape, ``\\udcff``, so the error can always be stored.
+    """
 
     #: Import path of the exception class, ``module.QualName``.
-    exception_class_path: str
+    exception_class_path: str = attrs.field(converter=_unicode_text)
     #: In the ``repr``, the message and the traceback are cut (`display.short_repr`).
-    message: str = attrs.field(repr=short_repr)
-    traceback: str = attrs.field(default="", repr=short_repr)
+    message: str = attrs.field(converter=_unicode_text, repr=short_repr)
+    traceback: str = attrs.field(default="", converter=_unicode_text, repr=short_repr)
 
     @classmethod
     def from_exception(cls, exc: BaseException, traceback: str = "") -> TaskError:

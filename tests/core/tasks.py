@@ -134,3 +134,9 @@ def gives_itself_back(context: TaskContext) -> None:
     """Try to give its own claim back (`release`, refused once its start is recorded)."""
     lease = Lease(token=context.token, deadline=datetime.now(UTC), record=context.record)
     gave_back.extend(release_backend[0].release([lease]))
+
+
+@task(retry=no_retry)
+def raises_undecodable_text() -> None:
+    """Fails as code that names a file of a non-UTF-8 disk does: a lone surrogate in its text."""
+    raise FileNotFoundError("no such file: " + b"report-\xff.txt".decode(errors="surrogateescape"))
