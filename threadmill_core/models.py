@@ -87,6 +87,11 @@ def _unicode_text(value: str) -> str:
     return value
 
 
+def _unicode_message(value: str | None) -> str | None:
+    """`_unicode_text` for a text that may be None."""
+    return value if value is None else _unicode_text(value)
+
+
 @attrs.frozen(kw_only=True)
 class TaskError:
     """One failure of a task: an exception it raised, or a lease that expired.
@@ -179,7 +184,8 @@ class Progress:
 
     done: int | float = attrs.field(validator=_progress)
     total: int | float | None = None
-    message: str | None = attrs.field(default=None, repr=short_repr)
+    #: A lone surrogate in it is kept as its escape, as in a `TaskError`'s text.
+    message: str | None = attrs.field(default=None, converter=_unicode_message, repr=short_repr)
     updated_at: datetime | None = attrs.field(default=None, validator=_aware)
 
 

@@ -140,3 +140,10 @@ def gives_itself_back(context: TaskContext) -> None:
 def raises_undecodable_text() -> None:
     """Fails as code that names a file of a non-UTF-8 disk does: a lone surrogate in its text."""
     raise FileNotFoundError("no such file: " + b"report-\xff.txt".decode(errors="surrogateescape"))
+
+
+@task(retry=no_retry)
+def reports_undecodable_progress(context: TaskContext) -> str:
+    """Reports progress naming a file of a non-UTF-8 disk: a lone surrogate in its message."""
+    context.progress(1, 2, "reading " + b"report-\xff.txt".decode(errors="surrogateescape"))
+    return "read"
