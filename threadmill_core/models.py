@@ -108,10 +108,16 @@ class TaskError:
 
     @classmethod
     def from_exception(cls, exc: BaseException, traceback: str = "") -> TaskError:
+        """The error of `exc`; an exception whose ``str()`` raises has the message
+        ``<exception str() failed>``, as Python's own tracebacks show it."""
         kind = type(exc)
+        try:
+            message = str(exc)
+        except Exception:  # the exception's own __str__ failed: still record the failure
+            message = "<exception str() failed>"
         return cls(
             exception_class_path=f"{kind.__module__}.{kind.__qualname__}",
-            message=str(exc),
+            message=message,
             traceback=traceback,
         )
 

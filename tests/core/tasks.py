@@ -147,3 +147,16 @@ def reports_undecodable_progress(context: TaskContext) -> str:
     """Reports progress naming a file of a non-UTF-8 disk: a lone surrogate in its message."""
     context.progress(1, 2, "reading " + b"report-\xff.txt".decode(errors="surrogateescape"))
     return "read"
+
+
+class Unprintable(Exception):
+    """An exception whose text cannot be read: its __str__ raises."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("no text for this exception")
+
+
+@task(retry=no_retry)
+def raises_unprintable() -> None:
+    """Fails with an exception whose str() raises."""
+    raise Unprintable
