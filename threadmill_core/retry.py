@@ -31,9 +31,15 @@ import attrs
 
 from threadmill_core.checks import MAX_WAIT
 from threadmill_core.context import TaskContext
-from threadmill_core.errors import AcknowledgementTimeout, InvalidOption, ThreadmillError
+from threadmill_core.errors import (
+    AcknowledgementTimeout,
+    InvalidOption,
+    ThreadmillError,
+    UnsupportedValue,
+)
 from threadmill_core.models import Decision, Lease, RetryPolicySpec, TaskError, TaskResultStatus
 from threadmill_core.options import refuse_unknown
+from threadmill_core.values import check_retry
 
 RetryPolicy = Callable[[TaskContext], timedelta | None]
 
@@ -256,16 +262,23 @@ def policy_spec(policy: RetryPolicy | None) -> RetryPolicySpec | None:
     """How `policy` is stored in a record; also makes the policy known to this process.
 
     A policy is either an attrs class instance (stored as its class path and
-    fields) or a module-level function (stored as its path).
+    fields, which must be values the codec carries, a tuple stored as a list:
+    `InvalidOption` otherwise) or a module-level function (stored as its path).
     """
     if policy is None:
         return None
     if attrs.has(type(policy)):
         kind = type(policy)
         options = attrs.asdict(policy, recurse=False)  # type: ignore[arg-type]
-        spec = RetryPolicySpec(path=_path_of(kind), options=options)
+        spec = _with_lists(RetryPolicySpec(path=_path_of(kind), options=options))
+        try:
+            check_retry(spec)
+        except UnsupportedValue as exc:
+            raise InvalidOption(
+                f"retry policy {policy!r} is stored with each task by its fields, and {exc}"
+            ) from None
         _KNOWN_POLICIES[spec.path] = kind
-        return _with_lists(spec)
+        return spec
     qualname = getattr(policy, "__qualname__", "")
     if not callable(policy) or not qualname or "<" in qualname or "." in qualname:
         raise InvalidOption(

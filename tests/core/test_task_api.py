@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
+import attrs
 import pytest
 
 from tests.core import tasks
@@ -14,6 +15,7 @@ from threadmill_core import (
     FakeClock,
     InvalidOption,
     InvalidTaskDefinition,
+    TaskContext,
     TaskResultStatus,
     UnsupportedValue,
     task,
@@ -68,6 +70,16 @@ def test_non_function_is_refused() -> None:
         task(print)  # type: ignore[arg-type]  # a builtin, refused on purpose
 
 
+@attrs.frozen
+class FixedDelay:
+    """A retry policy whose field is a timedelta, which the codec does not carry."""
+
+    delay: timedelta
+
+    def __call__(self, context: TaskContext) -> timedelta | None:
+        return self.delay
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [
@@ -84,6 +96,7 @@ def test_non_function_is_refused() -> None:
         ({"lease_ttl": 1e20}, "lease_ttl"),
         ({"lease_ttl": timedelta(days=400_000)}, "lease_ttl"),
         ({"retry": lambda ctx: None}, "retry policy"),
+        ({"retry": FixedDelay(timedelta(seconds=5))}, r"retry.options\['delay'\] is a datetime"),
     ],
 )
 def test_bad_task_options_are_refused(options: dict[str, Any], message: str) -> None:
