@@ -370,11 +370,17 @@ class Task(Generic[P, R]):
     ) -> Task[P, R]:
         """A copy with the given options changed; options left as None are kept.
 
-        An unknown option raises `InvalidOption` listing the valid ones.
+        An unknown option raises `InvalidOption` listing the valid ones, and so
+        does a bad value (a `broker` that is not a `Broker`, such as its URL).
         """
         refuse_unknown("using()", unknown, _USING_OPTIONS)
         changes: dict[str, Any] = {}
         if broker is not None:
+            if not isinstance(broker, Broker):
+                raise InvalidOption(
+                    f"broker must be a threadmill_core.Broker (connect(url) makes one), "
+                    f"got {broker!r}"
+                )
             changes["broker"] = broker
         if queue is not None:
             changes["queue"] = validate_queue(queue)

@@ -126,6 +126,7 @@ def test_using_returns_a_changed_copy(broker: Broker) -> None:
         ({"run_after": timedelta(seconds=-1)}, "run_after"),
         ({"run_after": timedelta(days=400_000)}, "run_after"),
         ({"run_after": timedelta.max}, "run_after"),
+        ({"broker": "memory://"}, "broker must be a threadmill_core.Broker"),
     ],
 )
 def test_bad_using_options_are_refused(options: dict[str, Any], message: str) -> None:
