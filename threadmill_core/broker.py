@@ -13,6 +13,7 @@ gets a `MemoryBrokerWarning` at its first enqueue (`producer_broker`).
 from __future__ import annotations
 
 import functools
+import math
 import os
 import threading
 import time
@@ -27,7 +28,7 @@ from threadmill_core import payload_limit, tracing
 from threadmill_core.backend import Backend
 from threadmill_core.calls import CallCheck
 from threadmill_core.clock import from_ms, to_ms
-from threadmill_core.errors import MemoryBrokerWarning, TaskNotFound, WaitTimeout
+from threadmill_core.errors import InvalidOption, MemoryBrokerWarning, TaskNotFound, WaitTimeout
 from threadmill_core.ids import new_task_id, new_task_ids
 from threadmill_core.models import (
     QueueCounts,
@@ -185,7 +186,12 @@ class Broker:
             return None
         # Storage keeps whole milliseconds; round up so a task never runs early.
         ms = to_ms(run_after) + (1 if run_after.microsecond % 1000 else 0)
-        return from_ms(ms)
+        try:
+            return from_ms(ms)
+        except OverflowError:  # the last millisecond of year 9999, rounded up
+            raise InvalidOption(
+                f"run_after rounds up to whole milliseconds past datetime's range: {run_after!r}"
+            ) from None
 
     # --- results -------------------------------------------------------------------------
 
@@ -199,9 +205,15 @@ class Broker:
     def wait(self, task_id: str, timeout: float = 30.0) -> TaskResult:
         """Poll until the task is SUCCESSFUL, FAILED or CANCELLED; return its record.
 
-        Raises `WaitTimeout` after `timeout` seconds (wall time) and
-        `TaskNotFound` if the task does not exist.
+        Raises `WaitTimeout` after `timeout` seconds (wall time; an int or a
+        float, ``math.inf`` to wait for good) and `TaskNotFound` if the task
+        does not exist. A NaN timeout, which no deadline ever passes, or one
+        that is no number is an `InvalidOption`, before anything is read.
         """
+        if (type(timeout) is not float and type(timeout) is not int) or math.isnan(timeout):
+            raise InvalidOption(
+                f"wait() takes a timeout in seconds, an int or a float (not NaN), got {timeout!r}"
+            )
         deadline = time.monotonic() + timeout
         pause = 0.005
         while True:

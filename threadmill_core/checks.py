@@ -48,6 +48,7 @@ from datetime import timedelta
 from threadmill_core.clock import duration_ms
 from threadmill_core.headers import check_headers
 from threadmill_core.models import (
+    MAX_WAIT,
     TERMINAL_STATUSES,
     Decision,
     Lease,
@@ -99,13 +100,6 @@ def check_offset(offset: object) -> int:
     if type(offset) is not int or not 0 <= offset <= MAX_COUNT:
         raise ValueError(f"offset must be an int from 0 to {MAX_COUNT:,}, got {offset!r}")
     return offset
-
-
-#: The longest ttl or delay a backend takes (`ttl_ms`, `check_delay`, a retry delay in
-#: `check_decision`): a thousand years, so that every deadline and due time it makes
-#: is a `datetime` (before year 10000) until the year 8999. A longer one is refused
-#: before anything changes; `threadmill_core.retry.decide` caps a policy's delay at it.
-MAX_WAIT = timedelta(days=365_000)
 
 
 def ttl_ms(name: str, ttl: object) -> int:

@@ -10,7 +10,8 @@ Bounds, checked where a record is enqueued (`check_headers`, through
 `threadmill_core.codec.check_record`, as its arguments are) and where stored
 bytes are read (`threadmill_core.codec`): at most `MAX_HEADERS`
 entries; each name a non-empty ASCII str of at most `MAX_NAME_LENGTH`
-characters; each value a str; names and values together at most
+characters; each value a str of valid Unicode text (no lone surrogate, which
+UTF-8 cannot hold); names and values together at most
 `MAX_HEADERS_LENGTH` characters. A W3C ``traceparent`` is 55 characters
 and its ``tracestate`` is kept to 512 by the propagators, so the bounds
 hold trace context with room to spare, never a payload.
@@ -45,6 +46,11 @@ def headers_problem(headers: object) -> str | None:
             return f"header name {short_repr(name)} is longer than {MAX_NAME_LENGTH} characters"
         if type(value) is not str:
             return f"header {name!r} must be a str, got {short_repr(value)}"
+        if not value.isascii():
+            try:
+                value.encode()
+            except UnicodeEncodeError as exc:  # a lone surrogate: no UTF-8 holds it
+                return f"header {name!r} is a str that is not valid Unicode text ({exc.reason})"
         total += len(name) + len(value)
     if total > MAX_HEADERS_LENGTH:
         return (

@@ -28,6 +28,13 @@ JSON: TypeAlias = Any
 
 MIN_PRIORITY = -100
 MAX_PRIORITY = 100
+#: The longest ttl or delay a backend takes (`threadmill_core.checks`' `ttl_ms`,
+#: `check_delay`, a retry delay in `check_decision`), and the longest relative
+#: `run_after`: a thousand years, so that every deadline and due time it makes is a
+#: `datetime` (before year 10000) until the year 8999. A longer one is refused
+#: before anything changes; `threadmill_core.retry.decide` caps a policy's delay at
+#: it. Importable from `threadmill_core.checks`, where it lived first.
+MAX_WAIT = timedelta(days=365_000)
 #: The longest `Progress.message`, in characters.
 MAX_PROGRESS_MESSAGE = 1_000
 
@@ -64,22 +71,53 @@ def _priority(_instance: object, _attribute: attrs.Attribute[Any], value: int) -
     validate_priority(value)
 
 
+def _unicode_text(value: str) -> str:
+    """`value` with any lone surrogate (which no UTF-8 holds) written as its escape, ``\\udcff``.
+
+    An exception's text may hold one: a file name that is not UTF-8, decoded with
+    ``surrogateescape`` as `os.fsdecode` does. Stored as it is, the error could not be
+    encoded, and the task's failure would never be recorded.
+    """
+    if type(value) is not str or value.isascii():
+        return value  # most errors: nothing to look at (and a non-str is the codec's to refuse)
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return value.encode(errors="backslashreplace").decode()
+    return value
+
+
+def _unicode_message(value: str | None) -> str | None:
+    """`_unicode_text` for a text that may be None."""
+    return value if value is None else _unicode_text(value)
+
+
 @attrs.frozen(kw_only=True)
 class TaskError:
-    """One failure of a task: an exception it raised, or a lease that expired."""
+    """One failure of a task: an exception it raised, or a lease that expired.
+
+    Its text is valid Unicode: a lone surrogate in it (a file name that is not UTF-8,
+    say) is kept as its escape, ``\\udcff``, so the error can always be stored.
+    """
 
     #: Import path of the exception class, ``module.QualName``.
-    exception_class_path: str
+    exception_class_path: str = attrs.field(converter=_unicode_text)
     #: In the ``repr``, the message and the traceback are cut (`display.short_repr`).
-    message: str = attrs.field(repr=short_repr)
-    traceback: str = attrs.field(default="", repr=short_repr)
+    message: str = attrs.field(converter=_unicode_text, repr=short_repr)
+    traceback: str = attrs.field(default="", converter=_unicode_text, repr=short_repr)
 
     @classmethod
     def from_exception(cls, exc: BaseException, traceback: str = "") -> TaskError:
+        """The error of `exc`; an exception whose ``str()`` raises has the message
+        ``<exception str() failed>``, as Python's own tracebacks show it."""
         kind = type(exc)
+        try:
+            message = str(exc)
+        except Exception:  # the exception's own __str__ failed: still record the failure
+            message = "<exception str() failed>"
         return cls(
             exception_class_path=f"{kind.__module__}.{kind.__qualname__}",
-            message=str(exc),
+            message=message,
             traceback=traceback,
         )
 
@@ -152,7 +190,8 @@ class Progress:
 
     done: int | float = attrs.field(validator=_progress)
     total: int | float | None = None
-    message: str | None = attrs.field(default=None, repr=short_repr)
+    #: A lone surrogate in it is kept as its escape, as in a `TaskError`'s text.
+    message: str | None = attrs.field(default=None, converter=_unicode_message, repr=short_repr)
     updated_at: datetime | None = attrs.field(default=None, validator=_aware)
 
 
@@ -409,7 +448,7 @@ def validate_timedelta(name: str, value: object, *, positive: bool = True) -> ti
 
 
 def validate_run_after(run_after: object) -> datetime | timedelta | None:
-    """Accept None, an aware datetime or a timedelta of zero or more; else `InvalidOption`."""
+    """Accept None, an aware datetime or a timedelta of zero to `MAX_WAIT`; else `InvalidOption`."""
     if run_after is None:
         return None
     if isinstance(run_after, datetime):
@@ -419,6 +458,10 @@ def validate_run_after(run_after: object) -> datetime | timedelta | None:
             )
         return run_after
     if isinstance(run_after, timedelta):
+        if run_after > MAX_WAIT:
+            raise InvalidOption(
+                f"run_after must be at most {MAX_WAIT.days:,} days from now, got {run_after!r}"
+            )
         return validate_timedelta("run_after", run_after, positive=False)
     raise InvalidOption(f"run_after must be an aware datetime or a timedelta, got {run_after!r}")
 

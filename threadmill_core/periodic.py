@@ -55,7 +55,7 @@ from cronsim import CronSim, CronSimError
 from threadmill_core.clock import from_ms, to_ms
 from threadmill_core.context import TaskContext
 from threadmill_core.errors import ThreadmillError
-from threadmill_core.models import TaskResult
+from threadmill_core.models import MAX_WAIT, TaskResult
 from threadmill_core.values import check_call
 
 #: How far back a scheduler that has just started (or was stalled) looks for
@@ -174,14 +174,15 @@ def periodic(
 
     Exactly one of `cron` (5 fields, ``minute hour day month weekday``, or
     6 with a seconds field first; read in `tz`, an IANA zone, default UTC)
-    and `every` (a timedelta of at least a second, in whole milliseconds;
-    ticks at the epoch's multiples of it). `args` and `kwargs` are every
+    and `every` (a timedelta of at least a second and at most `MAX_WAIT`, a
+    thousand years, in whole milliseconds; ticks at the epoch's multiples of
+    it). `args` and `kwargs` are every
     run's arguments, checked against the task's signature now. `name`
     (default: the task's path) is the schedule's name for ``threadmill
     schedules`` and in tick ids: unique in the process. `overlap` False skips
     a tick while an earlier tick's task is pending or running (see docs/periodic.md). `catch_up`
-    is how far back missed ticks are still stored (default one hour; at
-    most the `CATCH_UP_TICKS` latest of them). Anything wrong raises
+    is how far back missed ticks are still stored (default one hour, at
+    most `MAX_WAIT`; at most the `CATCH_UP_TICKS` latest of them). Anything wrong raises
     `InvalidSchedule` and nothing is registered. The task is returned as is.
     """
 
@@ -281,10 +282,14 @@ def _cron(cron: object, every: object, label: str) -> str | None:
 def _every(every: object, cron: object, label: str) -> timedelta | None:
     if every is None:
         return None
-    if not isinstance(every, timedelta) or every < MIN_EVERY or every % timedelta(milliseconds=1):
+    if (
+        not isinstance(every, timedelta)
+        or not MIN_EVERY <= every <= MAX_WAIT
+        or every % timedelta(milliseconds=1)
+    ):
         raise InvalidSchedule(
-            f"schedule {label}: every must be a timedelta of at least {MIN_EVERY} in whole "
-            f"milliseconds, got {every!r}"
+            f"schedule {label}: every must be a timedelta of at least {MIN_EVERY} and at most "
+            f"{MAX_WAIT.days:,} days, in whole milliseconds, got {every!r}"
         )
     return every
 
@@ -342,9 +347,10 @@ def _flag(overlap: object, label: str) -> bool:
 
 
 def _catch_up(catch_up: object, label: str) -> timedelta:
-    if not isinstance(catch_up, timedelta) or catch_up < timedelta(0):
+    if not isinstance(catch_up, timedelta) or not timedelta(0) <= catch_up <= MAX_WAIT:
         raise InvalidSchedule(
-            f"schedule {label}: catch_up must be a timedelta of zero or more, got {catch_up!r}"
+            f"schedule {label}: catch_up must be a timedelta of zero or more, at most "
+            f"{MAX_WAIT.days:,} days, got {catch_up!r}"
         )
     return catch_up
 

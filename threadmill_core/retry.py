@@ -31,9 +31,15 @@ import attrs
 
 from threadmill_core.checks import MAX_WAIT
 from threadmill_core.context import TaskContext
-from threadmill_core.errors import AcknowledgementTimeout, InvalidOption, ThreadmillError
+from threadmill_core.errors import (
+    AcknowledgementTimeout,
+    InvalidOption,
+    ThreadmillError,
+    UnsupportedValue,
+)
 from threadmill_core.models import Decision, Lease, RetryPolicySpec, TaskError, TaskResultStatus
 from threadmill_core.options import refuse_unknown
+from threadmill_core.values import check_retry
 
 RetryPolicy = Callable[[TaskContext], timedelta | None]
 
@@ -45,14 +51,39 @@ MAX_DELAY_SECONDS = timedelta(days=timedelta.max.days // 2).total_seconds()
 _BACKOFF_OPTIONS = ("base_delay", "max_delay", "factor", "max_retries", "jitter", "retry_on")
 
 
-def _seconds(value: timedelta | float) -> float:
-    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
+def _seconds(name: str, value: object) -> float:
+    """`value` (a timedelta, or seconds as an int or a float, not a bool) in seconds; else
+    `InvalidOption` naming the option `name`."""
+    try:
+        if isinstance(value, timedelta):
+            seconds = value.total_seconds()
+        elif type(value) is int or type(value) is float:
+            seconds = float(value)
+        else:
+            raise InvalidOption(f"{name} must be a timedelta or seconds, got {value!r}")
+    except OverflowError:  # an int past what a float holds
+        seconds = math.inf
     if not math.isfinite(seconds) or seconds < 0:
-        raise InvalidOption(f"a delay must be a finite duration of zero or more, got {value!r}")
+        raise InvalidOption(f"{name} must be a finite duration of zero or more, got {value!r}")
     return seconds
 
 
-def _exception_paths(values: Iterable[type[BaseException] | str]) -> tuple[str, ...]:
+def _number(value: object) -> float | None:
+    """`value` as a float if it is an int or a float (not a bool) a float holds; else None."""
+    if type(value) is not int and type(value) is not float:
+        return None
+    try:
+        return float(value)
+    except OverflowError:
+        return None
+
+
+def _exception_paths(values: object) -> tuple[str, ...]:
+    if isinstance(values, str) or not isinstance(values, Iterable):
+        raise InvalidOption(
+            "retry_on takes a list or tuple of exception classes or their paths, "
+            f"got {values!r}: write retry_on=({values!r},)"
+        )
     return tuple(_exception_path(value) for value in values)
 
 
@@ -93,15 +124,18 @@ class ExponentialBackoff:
     survives a round trip through the codec. No attempt number overflows,
     whatever the base delay and factor: past what a float holds the delay is
     `max_delay`. `max_delay` is at most `MAX_DELAY_SECONDS` (about 1.4
-    million years). Bad values and unknown options raise `InvalidOption`.
+    million years). `base_delay` and `max_delay` are a timedelta or seconds
+    (an int or a float), `retry_on` a list or tuple. Bad values (a bool or a
+    str for a number, a bare str or class for `retry_on`) and unknown
+    options raise `InvalidOption` naming the option.
     """
 
-    base_delay: float = attrs.field(converter=_seconds)
-    max_delay: float = attrs.field(converter=_seconds)
+    base_delay: float
+    max_delay: float
     factor: float
     max_retries: int | None
     jitter: float
-    retry_on: tuple[str, ...] = attrs.field(converter=_exception_paths)
+    retry_on: tuple[str, ...]
 
     # Written out, not attrs's, to refuse an unknown option as InvalidOption; the
     # defaults live here only.
@@ -119,18 +153,17 @@ class ExponentialBackoff:
     ) -> None:
         refuse_unknown("ExponentialBackoff", unknown, _BACKOFF_OPTIONS)
         self.__attrs_init__(
-            base_delay=base_delay,
-            max_delay=max_delay,
+            base_delay=_seconds("base_delay", base_delay),
+            max_delay=_seconds("max_delay", max_delay),
             factor=factor,
             max_retries=max_retries,
             jitter=jitter,
-            retry_on=retry_on,
+            retry_on=_exception_paths(retry_on),
         )
 
     def __attrs_post_init__(self) -> None:
-        if not (isinstance(self.factor, int | float) and math.isfinite(self.factor)) or (
-            self.factor < 1
-        ):
+        factor = _number(self.factor)
+        if factor is None or not math.isfinite(factor) or factor < 1:
             raise InvalidOption(f"factor must be a finite number of 1 or more, got {self.factor!r}")
         if self.max_retries is not None and (
             type(self.max_retries) is not int or self.max_retries < 0
@@ -138,7 +171,8 @@ class ExponentialBackoff:
             raise InvalidOption(
                 f"max_retries must be None or an int >= 0, got {self.max_retries!r}"
             )
-        if not (isinstance(self.jitter, int | float) and 0 <= self.jitter <= 1):
+        jitter = _number(self.jitter)
+        if jitter is None or not 0 <= jitter <= 1:
             raise InvalidOption(f"jitter must be between 0 and 1, got {self.jitter!r}")
         if self.max_delay > MAX_DELAY_SECONDS:
             raise InvalidOption(
@@ -228,16 +262,23 @@ def policy_spec(policy: RetryPolicy | None) -> RetryPolicySpec | None:
     """How `policy` is stored in a record; also makes the policy known to this process.
 
     A policy is either an attrs class instance (stored as its class path and
-    fields) or a module-level function (stored as its path).
+    fields, which must be values the codec carries, a tuple stored as a list:
+    `InvalidOption` otherwise) or a module-level function (stored as its path).
     """
     if policy is None:
         return None
     if attrs.has(type(policy)):
         kind = type(policy)
         options = attrs.asdict(policy, recurse=False)  # type: ignore[arg-type]
-        spec = RetryPolicySpec(path=_path_of(kind), options=options)
+        spec = _with_lists(RetryPolicySpec(path=_path_of(kind), options=options))
+        try:
+            check_retry(spec)
+        except UnsupportedValue as exc:
+            raise InvalidOption(
+                f"retry policy {policy!r} is stored with each task by its fields, and {exc}"
+            ) from None
         _KNOWN_POLICIES[spec.path] = kind
-        return _with_lists(spec)
+        return spec
     qualname = getattr(policy, "__qualname__", "")
     if not callable(policy) or not qualname or "<" in qualname or "." in qualname:
         raise InvalidOption(

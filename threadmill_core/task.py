@@ -50,6 +50,7 @@ import attrs
 
 from threadmill_core.broker import Broker, producer_broker
 from threadmill_core.calls import CallCheck
+from threadmill_core.checks import MAX_WAIT
 from threadmill_core.errors import InvalidOption, InvalidTaskDefinition
 from threadmill_core.models import (
     RetryPolicySpec,
@@ -141,7 +142,7 @@ def register_task(
         priority=validate_priority(priority),
         retry=retry,
         retry_spec=retry_spec,
-        lease_ttl=None if lease_ttl is None else validate_timedelta("lease_ttl", lease_ttl),
+        lease_ttl=validate_lease_ttl(lease_ttl),
         time_limit=validate_time_limit(time_limit),
         takes_context=wants_context,
         signature=call_signature(func, wants_context) if signature is None else signature,
@@ -215,23 +216,51 @@ def validate_time_limit(time_limit: object) -> timedelta | None:
         raise InvalidOption(f"time_limit is too large, got {time_limit!r}") from None
 
 
+def validate_lease_ttl(lease_ttl: object) -> timedelta | None:
+    """None, or `lease_ttl` as a positive timedelta (a timedelta or seconds) of at most
+    `threadmill_core.checks.MAX_WAIT`, the longest a backend takes; else `InvalidOption`
+    naming it (bool, str, zero, negative, not finite, too long)."""
+    if lease_ttl is None:
+        return None
+    if isinstance(lease_ttl, float) and not math.isfinite(lease_ttl):
+        raise InvalidOption(f"lease_ttl must be a finite number of seconds, got {lease_ttl!r}")
+    try:
+        delta = validate_timedelta("lease_ttl", lease_ttl)
+    except OverflowError:
+        delta = timedelta.max
+    if delta > MAX_WAIT:
+        raise InvalidOption(
+            f"lease_ttl must be at most {MAX_WAIT.days:,} days (what a backend takes), "
+            f"got {lease_ttl!r}"
+        )
+    return delta
+
+
 def validate_queue(queue: object) -> str:
+    """`queue` as a plain str; `InvalidOption` unless it is a non-empty printable str of at
+    most 200 characters.
+
+    A str subclass (a `StrEnum` member, say) is taken as its text: stored
+    records hold exactly a str, so it is converted here, once, not refused
+    at every enqueue.
+    """
     if not isinstance(queue, str) or not queue or len(queue) > 200 or not queue.isprintable():
         raise InvalidOption(
             f"queue must be a non-empty printable str of at most 200 chars, got {queue!r}"
         )
-    return queue
+    return str.__str__(queue)  # the text alone, whatever the class's own __str__ says
 
 
 _IDENTIFIERS = re.compile(r"[^\W\d]\w*(\.[^\W\d]\w*)*")
 
 
 def validate_task_path(path: object) -> str:
-    """Return `path` if it reads ``module:qualname``; else `InvalidTaskDefinition` naming it."""
+    """Return `path` (a plain str) if it reads ``module:qualname``; else `InvalidTaskDefinition`
+    naming it."""
     if isinstance(path, str):
         module, colon, qualname = path.partition(":")
         if colon and _IDENTIFIERS.fullmatch(module) and _IDENTIFIERS.fullmatch(qualname):
-            return path
+            return str.__str__(path)  # a str subclass as its text, as `validate_queue` takes it
     raise InvalidTaskDefinition(
         f"a task path reads 'module:qualname' (dotted identifiers on both sides), got {path!r}"
     )
@@ -341,11 +370,17 @@ class Task(Generic[P, R]):
     ) -> Task[P, R]:
         """A copy with the given options changed; options left as None are kept.
 
-        An unknown option raises `InvalidOption` listing the valid ones.
+        An unknown option raises `InvalidOption` listing the valid ones, and so
+        does a bad value (a `broker` that is not a `Broker`, such as its URL).
         """
         refuse_unknown("using()", unknown, _USING_OPTIONS)
         changes: dict[str, Any] = {}
         if broker is not None:
+            if not isinstance(broker, Broker):
+                raise InvalidOption(
+                    f"broker must be a threadmill_core.Broker (connect(url) makes one), "
+                    f"got {broker!r}"
+                )
             changes["broker"] = broker
         if queue is not None:
             changes["queue"] = validate_queue(queue)
@@ -397,7 +432,8 @@ def task(func: Callable[..., Any] | None = None, /, **options: Any) -> Any:
     runs first), `retry` (a retry policy, see `threadmill_core.retry`) and
     `lease_ttl` (how long a worker may go without a heartbeat before the task
     is presumed abandoned; heartbeats renew it, so it does not bound the run
-    time) and `time_limit` (the longest one attempt may run, a timedelta or
+    time; a timedelta or seconds, at most `threadmill_core.checks.MAX_WAIT`)
+    and `time_limit` (the longest one attempt may run, a timedelta or
     seconds: past it `threadmill_core.TimeLimitExceeded` is raised in the task,
     see `threadmill_core.worker.interrupts`; `Task.using` overrides it per call).
     Unknown options and bad values raise `InvalidOption`.
@@ -409,9 +445,7 @@ def task(func: Callable[..., Any] | None = None, /, **options: Any) -> Any:
     priority = validate_priority(options.get("priority", 0))
     retry = options.get("retry")
     policy_spec(retry)
-    lease_ttl = options.get("lease_ttl")
-    if lease_ttl is not None:
-        lease_ttl = validate_timedelta("lease_ttl", lease_ttl)
+    lease_ttl = validate_lease_ttl(options.get("lease_ttl"))
     time_limit = validate_time_limit(options.get("time_limit"))
 
     def decorate(function: Callable[P, R]) -> Task[P, R]:

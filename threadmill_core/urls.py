@@ -9,7 +9,7 @@ or a libpq connection string (``host=db password=secret``).
 from __future__ import annotations
 
 import re
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import SplitResult, parse_qsl, urlencode, urlsplit, urlunsplit
 
 #: Query parameters and libpq keywords that carry a secret (redis-py and libpq read these).
 SECRET_PARAMETERS = frozenset({"password", "passwd", "pass", "sslpassword", "sentinel_password"})
@@ -57,7 +57,7 @@ def _redact_url(url: str) -> str:
         password = parts.password
     except ValueError:
         return "<a malformed URL>"
-    if password is None and _broken_userinfo(parts.netloc) and "@" in url:
+    if password is None and "@" in url and _cut_short(parts):
         # A password holding a "/", "?" or "#" that is not percent-encoded ends
         # the URL's address early (``redis://user:pa/ss@host``): what parses
         # as a port, a path or a query holds the secret. Hide everything from
@@ -82,6 +82,28 @@ def _redact_url(url: str) -> str:
     if not parts.netloc and url.startswith(f"{parts.scheme}://"):  # unix:///path stays so
         shown = shown.replace(":", "://", 1)
     return shown
+
+
+def _cut_short(parts: SplitResult) -> bool:
+    """Whether a URL with an "@" after its address (`parts`) has a password cut short there.
+
+    So it has when the address reads ``user:secret`` as a host and a port
+    that is no number (`_broken_userinfo`), or is a port alone (``:123``),
+    or when the "@" sits in the path or the fragment, or in the query
+    before its first "=" or "&" (no parameter's name holds one): a password
+    of digits then a "/", "?" or "#" (``bob:2024/more@host``) reads as a
+    host and a port. An "@" in a query parameter's value (``?email=a@b``)
+    is taken as given.
+    """
+    netloc = parts.netloc
+    if not netloc or "@" in netloc:  # no address (unix:///a@b.sock), or a whole one
+        return False
+    if _broken_userinfo(netloc) or netloc.startswith(":"):
+        return True
+    if "@" in parts.path or "@" in parts.fragment:
+        return True
+    name = parts.query.split("&", 1)[0].split("=", 1)[0]
+    return "@" in name
 
 
 def _broken_userinfo(netloc: str) -> bool:

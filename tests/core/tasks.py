@@ -134,3 +134,29 @@ def gives_itself_back(context: TaskContext) -> None:
     """Try to give its own claim back (`release`, refused once its start is recorded)."""
     lease = Lease(token=context.token, deadline=datetime.now(UTC), record=context.record)
     gave_back.extend(release_backend[0].release([lease]))
+
+
+@task(retry=no_retry)
+def raises_undecodable_text() -> None:
+    """Fails as code that names a file of a non-UTF-8 disk does: a lone surrogate in its text."""
+    raise FileNotFoundError("no such file: " + b"report-\xff.txt".decode(errors="surrogateescape"))
+
+
+@task(retry=no_retry)
+def reports_undecodable_progress(context: TaskContext) -> str:
+    """Reports progress naming a file of a non-UTF-8 disk: a lone surrogate in its message."""
+    context.progress(1, 2, "reading " + b"report-\xff.txt".decode(errors="surrogateescape"))
+    return "read"
+
+
+class Unprintable(Exception):
+    """An exception whose text cannot be read: its __str__ raises."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("no text for this exception")
+
+
+@task(retry=no_retry)
+def raises_unprintable() -> None:
+    """Fails with an exception whose str() raises."""
+    raise Unprintable

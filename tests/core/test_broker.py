@@ -92,6 +92,22 @@ def test_wait_times_out_with_the_task_id(broker: Broker) -> None:
     assert info.value.task_id == record.id
 
 
+@pytest.mark.parametrize("timeout", [float("nan"), None, "5", True])
+def test_wait_refuses_a_timeout_that_is_no_number_of_seconds(
+    broker: Broker, timeout: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A NaN timeout (which no deadline ever passes) or one that is no number is refused
+    before wait polls, as a ValueError naming it."""
+
+    def no_polling(seconds: float) -> None:
+        raise AssertionError(f"wait polled (sleeping {seconds} s) with timeout={timeout!r}")
+
+    monkeypatch.setattr(broker_module.time, "sleep", no_polling)
+    record = tasks.echo.using(broker=broker).enqueue(1)
+    with pytest.raises(ValueError, match="timeout"):
+        broker.wait(record.id, timeout=timeout)  # type: ignore[arg-type]  # the bad input
+
+
 def test_default_broker_follows_threadmill_url(monkeypatch: pytest.MonkeyPatch) -> None:
     """enqueue without a broker uses THREADMILL_URL's broker, shared across calls."""
     monkeypatch.setenv("THREADMILL_URL", "memory://?result_ttl=60")

@@ -74,6 +74,9 @@ def test_stacked_decorators_register_both_schedules_and_return_the_task() -> Non
         ({"cron": "* * * * *", "name": ""}, "non-empty printable str"),
         ({"cron": "* * * * *", "overlap": "no"}, "overlap must be True or False"),
         ({"cron": "* * * * *", "catch_up": timedelta(-1)}, "catch_up must be a timedelta"),
+        ({"every": timedelta(days=3_000_000)}, "at most 365,000 days"),
+        ({"every": timedelta(seconds=5), "catch_up": timedelta(days=800_000)}, "catch_up"),
+        ({"cron": "* * * * *", "catch_up": timedelta.max}, "at most 365,000 days"),
     ],
 )
 def test_a_bad_schedule_is_refused_at_declaration_naming_the_problem(

@@ -112,20 +112,32 @@ def test_retry_on_admits_subclasses_and_refuses_others() -> None:
 
 
 @pytest.mark.parametrize(
-    "options",
+    ("options", "match"),
     [
-        {"factor": 0.5},
-        {"max_retries": -1},
-        {"jitter": 2},
-        {"base_delay": -1},
-        {"base_delay": 10, "max_delay": 1},
-        {"retry_on": ["KeyError"]},
-        {"retry_on": [42]},
+        ({"factor": 0.5}, "factor"),
+        ({"max_retries": -1}, "max_retries"),
+        ({"jitter": 2}, "jitter"),
+        ({"base_delay": -1}, "base_delay"),
+        ({"base_delay": 10, "max_delay": 1}, "max_delay"),
+        ({"retry_on": ["KeyError"]}, "retry_on"),
+        ({"retry_on": [42]}, "retry_on"),
+        ({"base_delay": "abc"}, "base_delay"),
+        ({"base_delay": "5"}, "base_delay"),
+        ({"base_delay": None}, "base_delay"),
+        ({"base_delay": True}, "base_delay"),
+        ({"base_delay": 10**400}, "base_delay"),
+        ({"max_delay": "3600"}, "max_delay"),
+        ({"factor": 10**400}, "factor"),
+        ({"factor": True}, "factor"),
+        ({"jitter": True}, "jitter"),
+        ({"jitter": float("nan")}, "jitter"),
+        ({"retry_on": "builtins.OSError"}, "retry_on.*'builtins.OSError'"),
+        ({"retry_on": OSError}, "retry_on.*OSError"),
     ],
 )
-def test_bad_backoff_options_are_refused(options: dict[str, object]) -> None:
-    """Nonsense backoff settings raise InvalidOption at construction."""
-    with pytest.raises(InvalidOption):
+def test_bad_backoff_options_are_refused(options: dict[str, object], match: str) -> None:
+    """Nonsense backoff settings raise InvalidOption at construction, naming the option."""
+    with pytest.raises(InvalidOption, match=match):
         ExponentialBackoff(**options)  # type: ignore[arg-type]  # the bad option under test
 
 

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.core import stopped_tasks
+from tests.core import stopped_tasks, tasks
 from tests.core.running_checks import LEASE_TTL, Running, check_cancel_of_a_running_task
 from tests.faults.runs import wait_until
 from threadmill_core import Broker, TaskResultStatus, Worker
@@ -91,6 +91,19 @@ def test_bad_progress_is_refused_at_the_call(
     assert final.return_value.startswith("InvalidOption: ")
     assert problem in final.return_value
     assert final.progress is None
+
+
+def test_a_progress_message_that_is_not_valid_unicode_is_stored_escaped(
+    broker: Broker,
+) -> None:
+    """A progress message with a lone surrogate is kept with it escaped; the heartbeat and the
+    task's outcome are stored as for any other report."""
+    record = tasks.reports_undecodable_progress.using(broker=broker).enqueue()
+    Worker(broker, lease_ttl=LEASE_TTL).run(burst=True)
+    final = broker.get_result(record.id)
+    assert (final.status, final.return_value) == (SUCCESSFUL, "read")
+    assert final.progress is not None
+    assert final.progress.message == "reading report-\\udcff.txt"
 
 
 def test_progress_is_a_checked_record() -> None:

@@ -3,12 +3,15 @@ pauses."""
 
 from __future__ import annotations
 
+import importlib
+import itertools
 import logging
 import random
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from cronsim import CronSim
 
 from tests.core import periodic_tasks
 from threadmill_core import FakeClock, TaskResultStatus
@@ -107,6 +110,30 @@ def test_catch_up_never_bursts_past_its_tick_limit() -> None:
     assert len(found.ticks) == CATCH_UP_TICKS
     assert found.skipped == 30 * 60 - CATCH_UP_TICKS
     assert found.ticks[-1] == START.replace(microsecond=0)
+
+
+def test_a_cron_catch_up_walks_a_bounded_number_of_ticks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fresh scheduler's look back over a long window of a frequent cron reads a bounded
+    number of ticks (the latest, and a count of at most 10,000 of the rest), not every tick."""
+    read = [0]
+
+    class CountingCronSim(CronSim):
+        def __next__(self) -> datetime:
+            read[0] += 1
+            return super().__next__()
+
+    # The module, not the `periodic` decorator the package exports under its name.
+    monkeypatch.setattr(
+        importlib.import_module("threadmill_core.periodic"), "CronSim", CountingCronSim
+    )
+    schedule = add_schedule(periodic_tasks.poll, cron="* * * * * *", catch_up=timedelta(days=1))
+    found = due(schedule, None, START)
+    assert len(found.ticks) == CATCH_UP_TICKS
+    assert found.ticks[-1] == START.replace(microsecond=0)
+    assert [b - a for a, b in itertools.pairwise(found.ticks)] == [timedelta(seconds=1)] * (
+        CATCH_UP_TICKS - 1
+    )
+    assert read[0] < 11_000  # a day of seconds is 86,400 ticks
 
 
 def test_overlap_false_skips_ticks_while_the_previous_runs(

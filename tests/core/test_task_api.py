@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from enum import StrEnum
 from typing import Any
 
+import attrs
 import pytest
 
 from tests.core import tasks
@@ -13,11 +15,12 @@ from threadmill_core import (
     FakeClock,
     InvalidOption,
     InvalidTaskDefinition,
+    TaskContext,
     TaskResultStatus,
     UnsupportedValue,
     task,
 )
-from threadmill_core.task import registered_tasks
+from threadmill_core.task import register_task, registered_tasks, unregister_task
 
 
 def nothing_stored(broker: Broker) -> bool:
@@ -67,6 +70,16 @@ def test_non_function_is_refused() -> None:
         task(print)  # type: ignore[arg-type]  # a builtin, refused on purpose
 
 
+@attrs.frozen
+class FixedDelay:
+    """A retry policy whose field is a timedelta, which the codec does not carry."""
+
+    delay: timedelta
+
+    def __call__(self, context: TaskContext) -> timedelta | None:
+        return self.delay
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [
@@ -78,7 +91,12 @@ def test_non_function_is_refused() -> None:
         ({"queue": ""}, "queue"),
         ({"lease_ttl": 0}, "lease_ttl"),
         ({"lease_ttl": "10"}, "lease_ttl"),
+        ({"lease_ttl": float("nan")}, "lease_ttl"),
+        ({"lease_ttl": float("inf")}, "lease_ttl"),
+        ({"lease_ttl": 1e20}, "lease_ttl"),
+        ({"lease_ttl": timedelta(days=400_000)}, "lease_ttl"),
         ({"retry": lambda ctx: None}, "retry policy"),
+        ({"retry": FixedDelay(timedelta(seconds=5))}, r"retry.options\['delay'\] is a datetime"),
     ],
 )
 def test_bad_task_options_are_refused(options: dict[str, Any], message: str) -> None:
@@ -106,12 +124,32 @@ def test_using_returns_a_changed_copy(broker: Broker) -> None:
         ({"run_after": datetime(2030, 1, 1)}, "aware"),
         ({"run_after": "tomorrow"}, "run_after"),
         ({"run_after": timedelta(seconds=-1)}, "run_after"),
+        ({"run_after": timedelta(days=400_000)}, "run_after"),
+        ({"run_after": timedelta.max}, "run_after"),
+        ({"broker": "memory://"}, "broker must be a threadmill_core.Broker"),
     ],
 )
 def test_bad_using_options_are_refused(options: dict[str, Any], message: str) -> None:
     """using() validates like the decorator: bad values raise InvalidOption."""
     with pytest.raises(InvalidOption, match=message):
         tasks.add.using(**options)
+
+
+class Queues(StrEnum):
+    EMAILS = "emails"
+
+
+def test_a_str_enum_queue_is_stored_as_its_text(broker: Broker) -> None:
+    """A queue given as a str subclass (a StrEnum member) is kept as a plain str."""
+    path = "tests.core.tasks:echo_in_an_enum_queue"
+    registered = register_task(tasks.echo.func, path=path, queue=Queues.EMAILS)
+    try:
+        for made in (registered, tasks.echo.using(queue=Queues.EMAILS)):
+            assert type(made.queue) is str
+            record = made.using(broker=broker).enqueue(1)
+            assert (type(record.queue), record.queue) == (str, "emails")
+    finally:
+        unregister_task(path)
 
 
 def test_enqueue_stores_the_call(broker: Broker, clock: FakeClock) -> None:
@@ -159,6 +197,14 @@ def test_absolute_run_after_is_kept_and_rounded_up_to_the_millisecond(
     when = clock.now() + timedelta(hours=1, microseconds=1500)
     record = tasks.echo.using(broker=broker, run_after=when).enqueue(1)
     assert record.run_after == clock.now() + timedelta(hours=1, milliseconds=2)
+
+
+def test_a_run_after_that_rounds_past_datetime_max_is_refused(broker: Broker) -> None:
+    """An absolute run_after whose round-up leaves datetime's range is an InvalidOption."""
+    last = datetime.max.replace(tzinfo=UTC)
+    with pytest.raises(InvalidOption, match="run_after"):
+        tasks.echo.using(broker=broker, run_after=last).enqueue(1)
+    assert nothing_stored(broker)
 
 
 def test_past_run_after_is_ready_at_once(broker: Broker, clock: FakeClock) -> None:

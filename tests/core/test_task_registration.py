@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -89,6 +90,21 @@ def test_path_defaults_to_the_functions_own(broker: Broker, cleanup: list[str]) 
     assert broker.get_result(record.id).return_value == 41
 
 
+class _Text(str):
+    """A str subclass, as a framework's lazy or enum names are."""
+
+
+def test_a_path_given_as_a_str_subclass_is_stored_as_its_text(
+    broker: Broker, cleanup: list[str]
+) -> None:
+    """An explicit path of a str subclass is kept as a plain str, so its calls enqueue."""
+    cleanup.append("tests.core.registered_tasks:as_text")
+    made = register_task(defs.plain, path=_Text("tests.core.registered_tasks:as_text"))
+    assert type(made.path) is str
+    record = made.using(broker=broker).enqueue(1, 2)
+    assert (type(record.task_path), record.task_path) == (str, made.path)
+
+
 def test_registering_a_path_again_replaces_the_task(broker: Broker, cleanup: list[str]) -> None:
     """The latest registration of a path is the one a worker runs."""
     path = "tests.core.registered_tasks:replaced"
@@ -162,6 +178,8 @@ def test_without_a_path_a_callable_object_is_refused() -> None:
         ({"priority": 101}, "priority"),
         ({"queue": ""}, "queue"),
         ({"lease_ttl": 0}, "lease_ttl"),
+        ({"lease_ttl": float("nan")}, "lease_ttl"),
+        ({"lease_ttl": timedelta(days=400_000)}, "lease_ttl"),
         ({"retry": lambda context: None}, "module-level"),
     ],
 )

@@ -134,6 +134,31 @@ def test_failure_outside_retry_on_is_final(broker: Broker) -> None:
     assert "Traceback" in final.errors[0].traceback
 
 
+def test_an_exception_whose_text_is_not_valid_unicode_is_recorded(broker: Broker) -> None:
+    """A failure whose message holds a lone surrogate is acknowledged like any other, its
+    text kept with the surrogate escaped, not left to lapse as an interruption."""
+    record = tasks.raises_undecodable_text.using(broker=broker).enqueue()
+    worker(broker).run(burst=True)
+    final = broker.get_result(record.id)
+    assert (final.status, final.attempts) == (FAILED, 1)
+    [error] = final.errors
+    assert error.exception_class_path == "builtins.FileNotFoundError"
+    assert error.message == "no such file: report-\\udcff.txt"
+    assert "report-\\udcff.txt" in error.traceback
+
+
+def test_an_exception_whose_str_raises_is_recorded(broker: Broker) -> None:
+    """A failure whose str() itself raises is recorded as the task's own failure, with a
+    placeholder message, not left to lapse as an interruption."""
+    record = tasks.raises_unprintable.using(broker=broker).enqueue()
+    worker(broker).run(burst=True)
+    final = broker.get_result(record.id)
+    assert (final.status, final.attempts) == (FAILED, 1)
+    [error] = final.errors
+    assert error.exception_class_path == "tests.core.tasks.Unprintable"
+    assert error.message == "<exception str() failed>"
+
+
 def test_async_task_runs(broker: Broker) -> None:
     """An async def task is awaited and its value stored."""
     record = tasks.async_double.using(broker=broker).enqueue(21)

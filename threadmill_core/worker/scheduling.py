@@ -108,7 +108,8 @@ def due(
 
 
 def _ticks(schedule: Schedule, after: datetime, until: datetime) -> tuple[list[datetime], int]:
-    """The `CATCH_UP_TICKS` latest ticks in (`after`, `until`], and how many earlier ones."""
+    """The `CATCH_UP_TICKS` latest ticks in (`after`, `until`], and how many earlier ones (a
+    cron schedule's: at most about 10,000 counted; see `_near_the_end`)."""
     if schedule.every is not None:
         period = to_ms_delta(schedule.every)
         first, last = to_ms(after) // period + 1, to_ms(until) // period
@@ -117,7 +118,7 @@ def _ticks(schedule: Schedule, after: datetime, until: datetime) -> tuple[list[d
         kept = max(first, last - CATCH_UP_TICKS + 1)
         return [from_ms(n * period) for n in range(kept, last + 1)], kept - first
     ticks: list[datetime] = []
-    more = 0
+    after, more = _near_the_end(schedule, after, until)
     tick = schedule.next_tick(after)
     while tick <= until:
         ticks.append(tick)
@@ -126,6 +127,25 @@ def _ticks(schedule: Schedule, after: datetime, until: datetime) -> tuple[list[d
             more += 1
         tick = schedule.next_tick(tick)
     return ticks, more
+
+
+def _near_the_end(schedule: Schedule, after: datetime, until: datetime) -> tuple[datetime, int]:
+    """Where `_ticks` starts walking a cron schedule forward in (`after`, `until`], and how many
+    ticks it steps over (`_count`'s, at most 10,000 counted).
+
+    A window holding many ticks (a per-second cron and a day of catch-up) is not walked tick
+    by tick: the walk starts at the `2 * CATCH_UP_TICKS`-th tick before `until`, found
+    walking back. The ticks kept are still those `next_tick` gives, so their ids are the
+    same as a walk from `after` would make; the margin covers a repeated hour that the two
+    directions read differently.
+    """
+    start = until + timedelta(milliseconds=1)  # `previous_tick` is strictly before
+    for _ in range(2 * CATCH_UP_TICKS):
+        earlier = schedule.previous_tick(start)
+        if earlier is None or earlier <= after:
+            return after, 0
+        start = earlier
+    return start, _count(schedule, after, start)
 
 
 def _count(schedule: Schedule, after: datetime, until: datetime) -> int:

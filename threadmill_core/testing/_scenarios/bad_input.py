@@ -244,6 +244,16 @@ _BAD_CALLS: dict[str, tuple[type[Exception], BadCall]] = {
             [("fresh-1", [], {})],
         ),
     ),
+    "enqueue() of a record with a header value that is not valid Unicode": (
+        UnsupportedValue,
+        lambda b, _: b.enqueue([new_task("fresh-1", headers={"tracestate": "a\ud800"})]),
+    ),
+    "enqueue_calls() with a template whose header value is not valid Unicode": (
+        UnsupportedValue,
+        lambda b, _: b.enqueue_calls(
+            new_task("template", headers={"tracestate": "\udfff"}), [("fresh-1", [], {})]
+        ),
+    ),
     "enqueue() of a batch ending with a queue that is not a str": (
         UnsupportedValue,
         lambda b, _: b.enqueue(
@@ -256,8 +266,8 @@ _BAD_CALLS: dict[str, tuple[type[Exception], BadCall]] = {
 #: a bare str as queues; UnsupportedValue for a return value the codec cannot
 #: carry, or a record to enqueue whose args are not a list, whose kwargs are not a
 #: dict, whose id or queue is not a str, whose headers are not a small dict of str
-#: (`threadmill_core.headers`), or whose retry policy the codec cannot carry) and
-#: changes nothing.
+#: of valid Unicode text (`threadmill_core.headers`), or whose retry policy the
+#: codec cannot carry) and changes nothing.
 BAD_INPUT_CASES: dict[str, Scenario] = {
     rule: _refused(rule, error, call) for rule, (error, call) in _BAD_CALLS.items()
 }
