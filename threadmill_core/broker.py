@@ -210,7 +210,7 @@ class Broker:
         does not exist. A NaN timeout, which no deadline ever passes, or one
         that is no number is an `InvalidOption`, before anything is read.
         """
-        if (type(timeout) is not float and type(timeout) is not int) or math.isnan(timeout):
+        if not isinstance(timeout, int | float) or isinstance(timeout, bool) or math.isnan(timeout):
             raise InvalidOption(
                 f"wait() takes a timeout in seconds, an int or a float (not NaN), got {timeout!r}"
             )

@@ -57,7 +57,7 @@ def _seconds(name: str, value: object) -> float:
     try:
         if isinstance(value, timedelta):
             seconds = value.total_seconds()
-        elif type(value) is int or type(value) is float:
+        elif isinstance(value, int | float) and not isinstance(value, bool):
             seconds = float(value)
         else:
             raise InvalidOption(f"{name} must be a timedelta or seconds, got {value!r}")
@@ -70,7 +70,7 @@ def _seconds(name: str, value: object) -> float:
 
 def _number(value: object) -> float | None:
     """`value` as a float if it is an int or a float (not a bool) a float holds; else None."""
-    if type(value) is not int and type(value) is not float:
+    if not isinstance(value, int | float) or isinstance(value, bool):
         return None
     try:
         return float(value)
