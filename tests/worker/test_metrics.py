@@ -75,6 +75,26 @@ def hold(n):
     while not Path(os.environ["GATE"]).exists():
         time.sleep(0.02)
     return n
+
+
+@task
+def reported_then_held(marker):
+    # Once this process's loop reports it running: its pid to `marker`, then held until the
+    # gate opens. An attempt after that returns at once.
+    path = Path(marker)
+    if path.exists():
+        return 0
+    from prometheus_client import multiprocess
+
+    files = multiprocess.MultiProcessCollector(None, os.environ["PROMETHEUS_MULTIPROC_DIR"])
+    while not any(sample.value for family in files.collect() for sample in family.samples
+                  if family.name == "threadmill_tasks_running"):  # fmt: skip
+        time.sleep(0.02)
+    path.with_suffix(".tmp").write_text(str(os.getpid()))
+    path.with_suffix(".tmp").rename(path)
+    while not Path(os.environ["GATE"]).exists():
+        time.sleep(0.02)
+    return 1
 """
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -288,6 +308,29 @@ def test_a_killed_worker_process_keeps_its_counts_and_loses_its_gauges(
               and len(pids) == 2)  # fmt: skip
         assert value(scrape(port), finished) == 6
         assert get(port, "/healthz") == (200, "ok\n")
+
+
+def test_a_worker_process_that_died_unscraped_leaves_no_gauge_behind(
+    project: Path, tasks: Any, broker: Broker, broker_url: str
+) -> None:
+    """A worker process that reported a running task and died before any scrape saw it alive
+    leaves neither its running task nor its loop in /metrics once it is replaced."""
+    marker = project / "reported"
+    record = tasks.reported_then_held.using(broker=broker).enqueue(str(marker))
+    port = free_port()
+    with running_worker(project, broker_url, port, "-p", "1"):
+        # No request reaches the endpoints until the process is dead.
+        until("the task reported running", marker.exists, timeout=60)
+        killed = int(marker.read_text())
+        os.kill(killed, signal.SIGKILL)
+        until("its next attempt", lambda: broker.get_result(record.id).is_finished, timeout=60)
+        until("a new worker process", lambda: any(p != killed for p in loop_pids(port)))
+        finished = "threadmill_tasks_finished_total"
+        until("the outcome counted", lambda: value(scrape(port), finished) == 1)
+        after = scrape(port)
+        assert killed not in loop_pids(port)
+        assert value(after, "threadmill_tasks_running") == 0
+        assert value(after, "threadmill_tasks_started_total") == 2  # the killed one's count kept
 
 
 def test_an_enqueue_made_before_the_fork_is_counted_once(

@@ -16,7 +16,8 @@ The supervisor owns the endpoints (`monitored` wraps `Supervisor.run`):
 
 ``/metrics`` adds up every process's files (``prometheus_client``'s
 multiprocess collector), the gauges of worker processes that died left out
-(``mark_process_dead``), plus what only the supervisor knows:
+(``mark_process_dead``, as soon as the supervisor finds each dead: `Monitor.ended`),
+plus what only the supervisor knows:
 ``threadmill_queue_tasks{queue,status}``, the tasks in each segment of the
 command's queues from `Backend.counts`, asked at most every
 `DEPTH_INTERVAL` and only when scraped, and ``threadmill_worker_processes``,
@@ -160,6 +161,17 @@ class Monitor:
                 os.environ.pop(ENV, None)
             else:
                 os.environ[ENV] = self._previous
+
+    def ended(self, pid: int | None) -> None:
+        """Worker process `pid` exited: drop its gauges now, whether or not a request to the
+        endpoints saw it alive (one that lived between two scrapes would keep them forever)."""
+        if self._directory is None or pid is None:
+            return
+        from prometheus_client import multiprocess
+
+        with self._lock:
+            multiprocess.mark_process_dead(pid, self._directory)  # type: ignore[no-untyped-call]  # prometheus_client's multiprocess module is untyped
+            self._seen.pop(pid, None)
 
     # --- what the endpoints say ------------------------------------------------------------
 

@@ -322,6 +322,7 @@ class Supervisor(WorkerProcesses):
                 continue
             code = process.exitcode
             del self._children[index]
+            self.monitor.ended(process.pid)  # its gauges go, its counts stay
             worker_id = self._worker_ids.pop(index)
             if expire_leases(backend, log, index, worker_id):
                 self._reap_now = True
