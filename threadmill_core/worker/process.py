@@ -104,6 +104,11 @@ def forked_main(settings: WorkerSettings, index: int, ran: TaskCount, tag: str) 
 
 def spawned_main(settings: WorkerSettings, index: int, ran: TaskCount, tag: str) -> None:
     """A spawned worker process: load the tasks, then work until told to stop."""
+    # Blocked before the setup and the task modules run: a thread they start (a tracer
+    # provider's batch exporter, say) inherits the mask, so a SIGTERM cannot land there and
+    # kill the process by its default action. One that comes meanwhile waits for
+    # `_watch_signals`.
+    signal.pthread_sigmask(signal.SIG_BLOCK, _WORKER_SIGNALS)
     configure_worker_logging(settings.log_level, settings.log_format)
     _default_to(settings.broker_url)  # before the task modules, which may enqueue on import
     try:
