@@ -49,11 +49,16 @@ shows the work it enqueued, every attempt of it as siblings under the
 ``send`` span, and it links to that span, so tools that follow links
 (batch-oriented views) find it too. A task stored without trace context
 (enqueued with tracing off, or before it was on) runs in a new root span.
+
+A worker process about to end asks its provider to export what it still
+holds (`flush`): a forked one ends in ``os._exit``, which runs no
+``atexit`` handler, the SDK's way to flush a batch.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import os
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -77,6 +82,11 @@ ENVIRONMENT_VARIABLE = "THREADMILL_TRACING"
 #: The tracer while tracing is on; None while it is off (the hot path tests this alone).
 tracer: Tracer | None = None
 
+#: Seconds a worker process that ends waits for its provider to export its last spans.
+FLUSH_TIMEOUT = 3.0
+
+log = logging.getLogger("threadmill.worker")
+
 
 def enable() -> None:
     """Switch tracing on in this process; `InvalidOption` if `opentelemetry-api` is missing.
@@ -98,6 +108,30 @@ def disable() -> None:
     """Switch tracing off in this process: nothing is traced or stored from now on."""
     global tracer
     tracer = None
+
+
+def flush() -> None:
+    """Export the spans this process's tracer provider still holds, waiting at most
+    `FLUSH_TIMEOUT` seconds; nothing while tracing is off.
+
+    For a worker process about to end without running its `atexit` handlers
+    (``os._exit``: a forked process's end, a stop now, a replacement), where
+    the SDK's provider would have flushed its batch. A provider without
+    ``force_flush`` (the API's no-op one) has nothing to export; an
+    exporter's failure is logged, and the process ends all the same.
+    """
+    if tracer is None:
+        return
+    from opentelemetry import trace
+
+    force_flush = getattr(trace.get_tracer_provider(), "force_flush", None)
+    if force_flush is None:
+        return
+    try:
+        if not force_flush(int(FLUSH_TIMEOUT * 1000)):
+            log.warning("tracing: the spans left were not all exported within %g s", FLUSH_TIMEOUT)
+    except Exception:
+        log.exception("tracing: exporting the spans left failed")
 
 
 def enable_from_environment() -> None:

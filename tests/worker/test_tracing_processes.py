@@ -235,6 +235,45 @@ def test_a_sigterm_lets_the_running_task_finish_where_the_tracing_setup_started_
     assert consumer["attributes"]["threadmill.task.outcome"] == "successful"
 
 
+def test_spans_a_worker_process_holds_in_a_batch_are_exported_when_it_is_stopped_now(
+    project: Path, broker: Broker, broker_url: str
+) -> None:
+    """A worker process stopped now (a second signal) exports the spans its provider still
+    holds in a batch (a `BatchSpanProcessor`, as the docs set one up) before it exits."""
+    module = batched(project)
+    records = [module.ok.using(broker=broker).enqueue(n) for n in range(3)]
+    marker = project / "holding"
+    spans = project / "spans.jsonl"
+    env = {**os.environ, "SPANS": str(spans)}
+    env.pop("THREADMILL_TRACING", None)
+    command = [THREADMILL, "worker", "batchedapp.tasks", "-b", broker_url, "-p", "1",
+               "-t", "1", "--prefetch", "0", "--tracing"]  # fmt: skip
+    with subprocess.Popen(
+        command, cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    ) as process:
+        try:
+            until("three tasks done", lambda: all(
+                broker.get_result(r.id).status is TaskResultStatus.SUCCESSFUL for r in records
+            ))  # fmt: skip
+            module.hold.using(broker=broker).enqueue(str(marker))
+            until("a task holding the worker", marker.exists)
+        except BaseException:
+            process.kill()
+            print(process.communicate(timeout=60)[0])
+            raise
+        process.send_signal(signal.SIGTERM)
+        process.send_signal(signal.SIGTERM)  # the second: stop now, the held task abandoned
+        out, _ = process.communicate(timeout=120)
+    assert process.returncode in (1, 4), out  # after a second signal; EXIT_ABANDONED
+    exported = (
+        [json.loads(line) for line in spans.read_text().splitlines()] if spans.exists() else []
+    )
+    consumers = [span for span in exported if span["kind"] == SpanKind.CONSUMER.name]
+    assert sorted(s["attributes"]["messaging.message.id"] for s in consumers) == sorted(
+        r.id for r in records
+    ), out
+
+
 def until(what: str, check: Callable[[], bool], timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while not check():
