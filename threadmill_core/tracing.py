@@ -36,9 +36,10 @@ change with them):
   Attributes: ``messaging.system``, ``messaging.operation.type`` / ``.name``
   = ``process``, ``messaging.destination.name``, ``messaging.message.id``,
   ``threadmill.task.name``, ``threadmill.task.attempt`` (1 for the first),
-  and ``threadmill.task.outcome``: ``successful``, ``retried`` or
-  ``failed``. An attempt that fails has an ``exception`` event
-  (``exception.type`` = the exception's class path, ``exception.message``,
+  and ``threadmill.task.outcome``: ``successful``, ``retried``, ``failed``
+  or ``cancelled`` (a cancel request stopped it while it ran). An attempt
+  that fails or is cancelled has an ``exception`` event (``exception.type``
+  = the exception's class path, ``exception.message``,
   ``exception.stacktrace``) and the ERROR status.
 
 Parent and link: the conventions require a "process" span to link to the
@@ -231,7 +232,10 @@ def call_traced(
         if done.status is TaskResultStatus.SUCCESSFUL:
             span.set_attribute("threadmill.task.outcome", "successful")
             return decision
-        outcome = "failed" if decision.retry_delay is None else "retried"
+        if done.status is TaskResultStatus.CANCELLED:  # a cancel request stopped it
+            outcome = "cancelled"
+        else:
+            outcome = "failed" if decision.retry_delay is None else "retried"
         span.set_attribute("threadmill.task.outcome", outcome)
         if done.errors:
             error = done.errors[-1]
