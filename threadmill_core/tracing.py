@@ -19,7 +19,8 @@ What is recorded, after the messaging semantic conventions
 (``messaging.*``; the conventions are still in development, so names may
 change with them):
 
-- `Broker.enqueue` and `Broker.enqueue_many` run in a PRODUCER span named
+- `Broker.enqueue` and `Broker.enqueue_many` (and threadmill_django's
+  enqueue written in the caller's transaction) run in a PRODUCER span named
   ``send QUEUE`` (one for a batch), a child of the caller's current span.
   The span's W3C trace context (``traceparent``, ``tracestate``: the
   `TraceContextTextMapPropagator`, whatever the global propagator is, so the
@@ -74,7 +75,6 @@ from threadmill_core.models import Decision, Lease, TaskCall, TaskResult, TaskRe
 if TYPE_CHECKING:
     from opentelemetry.trace import Tracer
 
-    from threadmill_core.backend import Backend
     from threadmill_core.task import Task
 
 #: The environment variable that switches tracing on (``1``) in the processes that see it.
@@ -166,12 +166,17 @@ def _attributes(operation: str, record: TaskResult) -> dict[str, Any]:
 
 
 def enqueue_traced(
-    backend: Backend, template: TaskResult, calls: Sequence[TaskCall]
+    store: Callable[[TaskResult, Sequence[TaskCall]], list[TaskResult]],
+    template: TaskResult,
+    calls: Sequence[TaskCall],
 ) -> list[TaskResult]:
-    """`backend.enqueue_calls(template, calls)` in a PRODUCER span whose context the tasks keep.
+    """`store(template, calls)` in a PRODUCER span whose context the tasks keep.
 
-    The span's trace context is added to `template`'s headers (when the
-    span carries one: a no-op tracer's does not, and nothing is added).
+    `store` writes the calls and returns the stored records: a backend's
+    `Backend.enqueue_calls`, or threadmill_django's write in the caller's
+    transaction. The span's trace context is added to `template`'s headers
+    (when the span carries one: a no-op tracer's does not, and nothing is
+    added).
     """
     from opentelemetry.trace import SpanKind
 
@@ -194,7 +199,7 @@ def enqueue_traced(
                 carrier.pop("tracestate", None)
                 headers = {**template.headers, **carrier}
             template = attrs.evolve(template, headers=headers)
-        return backend.enqueue_calls(template, calls)
+        return store(template, calls)
 
 
 def call_traced(
