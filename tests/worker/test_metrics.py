@@ -333,6 +333,26 @@ def test_a_worker_process_that_died_unscraped_leaves_no_gauge_behind(
         assert value(after, "threadmill_tasks_started_total") == 2  # the killed one's count kept
 
 
+def test_a_task_cancelled_while_it_runs_is_counted_finished_as_documented(
+    project: Path, tasks: Any, broker: Broker, broker_url: str
+) -> None:
+    """A task cancelled while it runs is counted once in threadmill_tasks_finished_total, with
+    the status ``cancelled`` that docs/operations.md's table lists for that counter."""
+    record = tasks.hold.using(broker=broker).enqueue(0)
+    port = free_port()
+    with running_worker(project, broker_url, port):
+        until("the task running", lambda: broker.get_result(record.id).status.value == "RUNNING")
+        assert broker.cancel(record.id) is not None
+        until("the task cancelled", lambda: broker.get_result(record.id).is_finished)
+        assert broker.get_result(record.id).status is TaskResultStatus.CANCELLED
+        finished = "threadmill_tasks_finished_total"
+        until("the outcome counted", lambda: value(scrape(port), finished) == 1)
+        assert value(scrape(port), finished, status="cancelled") == 1
+    table = (Path(__file__).parents[2] / "docs" / "operations.md").read_text()
+    [row] = [line for line in table.splitlines() if line.startswith(f"| `{finished}`")]
+    assert "`cancelled`" in row, row
+
+
 def test_an_enqueue_made_before_the_fork_is_counted_once(
     project: Path, broker: Broker, broker_url: str
 ) -> None:

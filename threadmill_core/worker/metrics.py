@@ -15,7 +15,8 @@ naming any path cannot add a series; ids are never labels):
   (follow-up tasks enqueued by tasks; producers elsewhere count their own);
 - ``threadmill_tasks_started_total``: attempts started;
 - ``threadmill_tasks_finished_total`` (and ``status``: ``successful`` or
-  ``failed``): tasks finished by a worker or by the reaper;
+  ``failed``, by a worker or by the reaper, or ``cancelled``: a claimed task
+  a cancel request stopped, before it started or while it ran): tasks finished;
 - ``threadmill_tasks_retried_total``: failed attempts (or expired leases)
   sent back for another attempt;
 - ``threadmill_leases_expired_total``: leases the reaper took over;
@@ -83,7 +84,7 @@ ENQUEUED = Counter(
 )  # fmt: skip
 STARTED = Counter("threadmill_tasks_started", "Attempts started.", _TASK, registry=None)
 FINISHED = Counter(
-    "threadmill_tasks_finished", "Tasks finished (SUCCESSFUL or FAILED), by status.",
+    "threadmill_tasks_finished", "Tasks finished (SUCCESSFUL, FAILED or CANCELLED), by status.",
     (*_TASK, "status"), registry=None,
 )  # fmt: skip
 RETRIED = Counter(
