@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import Counter, Gauge, Histogram, values
 
 from threadmill_core.hookspecs import hookimpl
-from threadmill_core.models import TaskResult
+from threadmill_core.models import TaskResult, TaskResultStatus
 from threadmill_core.plugins import register_plugin
 from threadmill_core.task import registered_task
 from threadmill_core.worker.execution import QUARANTINE_PATH
@@ -212,7 +212,13 @@ class MetricsPlugin:
     def threadmill_task_finished(self, record: TaskResult) -> None:
         labels = self._labels(record)
         self._ran(record, labels, FINISHED, (*labels, record.status.value.lower()))
-        if record.errors and record.errors[-1].exception_class_path == QUARANTINE_PATH:
+        # FAILED by this decision: a task requeued after a quarantine keeps that error
+        # last, and its success (or cancel) is not a second quarantine.
+        if (
+            record.status is TaskResultStatus.FAILED
+            and record.errors
+            and record.errors[-1].exception_class_path == QUARANTINE_PATH
+        ):
             self._count(QUARANTINED, labels)
 
     @hookimpl
