@@ -405,6 +405,35 @@ def test_readyz_says_when_the_backend_is_down(project: Path) -> None:
         server.close()
 
 
+def test_healthz_stays_healthy_while_the_backend_does_not_answer(project: Path) -> None:
+    """A backend that keeps its connections but answers nothing (its server stopped with
+    SIGSTOP: a partition, a stalled server) is an outage: /readyz says so, and /healthz stays
+    200 for as long, though the supervisor's loop waits in the backend's calls."""
+    server = RedisServer()
+    port = free_port()
+    try:
+        # A short lease: the reaper (in the supervisor's loop) calls the backend every second.
+        with running_worker(project, f"{server.url}?namespace=frozen", port, "--lease-ttl", "3"):
+            until("the endpoints", lambda: served(port))
+            until("both loops turning", lambda: len(loop_pids(port)) == 2)
+            assert server.process is not None
+            os.kill(server.process.pid, signal.SIGSTOP)
+            answers = []
+            try:
+                until("/readyz to say the backend does not answer",
+                      lambda: get(port, "/readyz")[0] == 503)  # fmt: skip
+                # Longer than a stall bound (5 s) past the reaper's first call that hangs.
+                for _ in range(15):
+                    answers.append(get(port, "/healthz"))
+                    time.sleep(1)
+            finally:
+                os.kill(server.process.pid, signal.SIGCONT)
+            assert [answer for answer in answers if answer[0] != 200] == []
+            until("/readyz to recover", lambda: get(port, "/readyz") == (200, "ok\n"), 60)
+    finally:
+        server.close()
+
+
 def test_a_metrics_port_in_use_stops_the_worker_with_one_line(
     project: Path, broker_url: str
 ) -> None:

@@ -26,7 +26,11 @@ the live worker processes.
 ``/healthz`` answers 200 while the supervisor's loop and every live worker
 process's loop have turned within `stall_bound` (each turns at least every
 poll interval: see ``threadmill_worker_ticked``); a process that has not
-turned yet gets that long from when it was first seen. Else 503, with a
+turned yet gets that long from when it was first seen. The supervisor's
+loop waiting in its backend calls (`Monitor.calling_backend`: the reaper,
+the mover, a dead child's leases) is not stalled: a backend that does not
+answer is an outage, which ``/readyz`` reports, and the driver's timeouts
+bound each call. Else 503, with a
 line per process that is stuck. A stopped process, a deadlocked worker, a
 task holding the interpreter's lock: all stop a loop. ``/readyz`` answers 200
 while the backend answers (`threadmill_core.worker.health.Readiness`), else 503
@@ -40,6 +44,7 @@ and scrapes come from outside it, give ``--metrics-host 0.0.0.0``.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -104,6 +109,9 @@ class Monitor:
         self._server: _Server | None = None
         self._supervisor: Supervisor | None = None
         self._turned = time.monotonic()
+        #: `time.monotonic()` when the supervisor's loop began the backend calls it waits in;
+        #: None outside them.
+        self._calling: float | None = None
         self._lock = threading.Lock()
         self._seen: dict[int, float] = {}  # worker pid -> time.monotonic() first seen
         self._depth: tuple[float, dict[str, QueueCounts] | None] = (float("-inf"), None)
@@ -161,6 +169,17 @@ class Monitor:
                 os.environ.pop(ENV, None)
             else:
                 os.environ[ENV] = self._previous
+
+    @contextlib.contextmanager
+    def calling_backend(self) -> Iterator[None]:
+        """The supervisor's loop calls the backend meanwhile: waiting on it is an outage (see
+        /readyz), not a stall, however long the driver's timeouts let a call take."""
+        self._calling = time.monotonic()
+        try:
+            yield
+        finally:
+            self._turned = time.monotonic()  # before: a reader seeing None sees this turn
+            self._calling = None
 
     def ended(self, pid: int | None) -> None:
         """Worker process `pid` exited: drop its gauges now, whether or not a request to the
@@ -234,7 +253,7 @@ class Monitor:
         bound = stall_bound(self.settings.poll_interval)
         problems = []
         idle = time.monotonic() - self._turned
-        if idle > bound:
+        if idle > bound and self._calling is None:  # waiting on the backend is an outage
             problems.append(f"supervisor: its loop has not turned for {idle:.1f} s")
         live = self._live()
         turned: dict[int, float] = {}
