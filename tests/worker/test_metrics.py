@@ -10,6 +10,7 @@ import re
 import signal
 import socket
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -426,6 +427,13 @@ def test_healthz_stays_healthy_while_the_backend_does_not_answer(project: Path) 
                 for _ in range(15):
                     answers.append(get(port, "/healthz"))
                     time.sleep(1)
+                # A scrape asks the backend the queues' depth (the last ask is > 5 s old): it
+                # waits for the driver's timeouts, and /healthz does not wait for it.
+                scraping = threading.Thread(target=get, args=(port, "/metrics"), daemon=True)
+                scraping.start()
+                time.sleep(1)
+                answers.append(get(port, "/healthz"))
+                assert scraping.is_alive()
             finally:
                 os.kill(server.process.pid, signal.SIGCONT)
             assert [answer for answer in answers if answer[0] != 200] == []

@@ -115,6 +115,9 @@ class Monitor:
         self._lock = threading.Lock()
         self._seen: dict[int, float] = {}  # worker pid -> time.monotonic() first seen
         self._depth: tuple[float, dict[str, QueueCounts] | None] = (float("-inf"), None)
+        #: Held while the backend is asked the depth, which may take the driver's timeouts:
+        #: never `_lock`, which /healthz and the supervisor's loop take.
+        self._depth_lock = threading.Lock()
         self._backend: Backend | None = None
         self._readiness: Readiness | None = None
 
@@ -230,7 +233,7 @@ class Monitor:
     def _queue_depth(self) -> dict[str, QueueCounts] | None:
         """`Backend.counts` of the command's queues, asked at most every `DEPTH_INTERVAL`;
         None while the backend does not answer."""
-        with self._lock:
+        with self._depth_lock:
             asked, counts = self._depth
             if time.monotonic() - asked < DEPTH_INTERVAL:
                 return counts
