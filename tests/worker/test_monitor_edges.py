@@ -101,3 +101,17 @@ def test_healthz_stays_healthy_while_the_backend_does_not_answer(project: Path) 
             until("/readyz to recover", lambda: get(port, "/readyz") == (200, "ok\n"), 60)
     finally:
         server.close()
+
+
+def test_the_supervisor_waiting_on_the_backend_is_stuck_only_past_the_call_bound() -> None:
+    """/healthz's word on the supervisor: idle past the stall bound is stuck, unless it waits
+    in a backend call, which is stuck only once that call has lasted `CALL_BOUND`."""
+    from threadmill_core.worker.monitor import CALL_BOUND, supervisor_stall
+
+    assert supervisor_stall(1.0, None, 5.0) is None
+    assert supervisor_stall(6.0, None, 5.0) == "supervisor: its loop has not turned for 6.0 s"
+    assert supervisor_stall(60.0, 55.0, 5.0) is None
+    late = CALL_BOUND + 1
+    assert supervisor_stall(late + 1, late, 5.0) == (
+        f"supervisor: a call to the backend has not returned for {late:.1f} s"
+    )

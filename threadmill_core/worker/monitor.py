@@ -26,13 +26,14 @@ the live worker processes.
 ``/healthz`` answers 200 while the supervisor's loop and every live worker
 process's loop have turned within `stall_bound` (each turns at least every
 poll interval: see ``threadmill_worker_ticked``); a process that has not
-turned yet gets that long from when it was first seen. The supervisor's
-loop waiting in its backend calls (`Monitor.calling_backend`: the reaper,
-the mover, a dead child's leases) is not stalled: a backend that does not
-answer is an outage, which ``/readyz`` reports, and the driver's timeouts
-bound each call. Else 503, with a
+turned yet gets that long from when it was first seen. Else 503, with a
 line per process that is stuck. A stopped process, a deadlocked worker, a
-task holding the interpreter's lock: all stop a loop. ``/readyz`` answers 200
+task holding the interpreter's lock: all stop a loop. The supervisor's
+loop waiting in its backend calls (`Monitor.calling_backend`: the reaper,
+the mover, a dead child's leases) is not stuck, up to `CALL_BOUND` a call
+(`supervisor_stall`): a backend that does not answer is an outage, which
+``/readyz`` reports, and the driver's timeouts end such calls sooner.
+``/readyz`` answers 200
 while the backend answers (`threadmill_core.worker.health.Readiness`), else 503
 saying why. Both bodies are plain text.
 
@@ -73,6 +74,10 @@ log = logging.getLogger("threadmill.supervisor")
 ENV = "PROMETHEUS_MULTIPROC_DIR"
 #: The least time a loop may go without turning before ``/healthz`` calls it stuck.
 STALL_FLOOR = timedelta(seconds=5)
+#: Seconds the supervisor's loop may wait in one backend call before ``/healthz`` calls it
+#: stuck: longer than the drivers' timeouts let a call of an outage take (redis-py 8:
+#: three tries of 5 s; PostgreSQL: a 10 s connect timeout).
+CALL_BOUND = 120.0
 #: The queue-depth gauges are read from the backend at most this often.
 DEPTH_INTERVAL = 5.0
 
@@ -80,6 +85,25 @@ DEPTH_INTERVAL = 5.0
 def stall_bound(poll_interval: timedelta) -> float:
     """Seconds a loop may go without turning: three poll intervals, at least `STALL_FLOOR`."""
     return max(STALL_FLOOR, poll_interval * 3).total_seconds()
+
+
+def supervisor_stall(idle: float, calling: float | None, bound: float) -> str | None:
+    """What ``/healthz`` says of the supervisor's loop, idle for `idle` seconds and waiting in
+    a backend call for `calling` seconds (None: in none); None while it is healthy.
+
+    Waiting on the backend is an outage, not a stall (``/readyz`` reports the
+    backend), as long as the driver's timeouts could make a call last:
+    `CALL_BOUND`. A call that has not returned by then hangs on a connection
+    that no timeout will end (redis-py before 8 sets none), which a restart
+    does mend.
+    """
+    if calling is not None:
+        if calling > max(bound, CALL_BOUND):
+            return f"supervisor: a call to the backend has not returned for {calling:.1f} s"
+        return None
+    if idle > bound:
+        return f"supervisor: its loop has not turned for {idle:.1f} s"
+    return None
 
 
 class MetricsPortUnavailable(ThreadmillError, OSError):
@@ -255,9 +279,11 @@ class Monitor:
 
         bound = stall_bound(self.settings.poll_interval)
         problems = []
-        idle = time.monotonic() - self._turned
-        if idle > bound and self._calling is None:  # waiting on the backend is an outage
-            problems.append(f"supervisor: its loop has not turned for {idle:.1f} s")
+        now, calling = time.monotonic(), self._calling
+        waited = None if calling is None else now - calling
+        problem = supervisor_stall(now - self._turned, waited, bound)
+        if problem is not None:
+            problems.append(problem)
         live = self._live()
         turned: dict[int, float] = {}
         collector = multiprocess.MultiProcessCollector(None, self._directory)  # type: ignore[no-untyped-call]  # prometheus_client's multiprocess module is untyped
