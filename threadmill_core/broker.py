@@ -117,7 +117,7 @@ class Broker:
         if tracing.tracer is None:
             [stored] = self.backend.enqueue_calls(shared, calls)
         else:  # a PRODUCER span, its context kept in the record's headers
-            [stored] = tracing.enqueue_traced(self.backend, shared, calls)
+            [stored] = tracing.enqueue_traced(self.backend.enqueue_calls, shared, calls)
         notify("threadmill_task_enqueued", record=stored)
         return stored
 
@@ -162,7 +162,7 @@ class Broker:
         if tracing.tracer is None:
             stored = self.backend.enqueue_calls(shared, made)
         else:  # one PRODUCER span for the batch (see threadmill_core.tracing)
-            stored = tracing.enqueue_traced(self.backend, shared, made)
+            stored = tracing.enqueue_traced(self.backend.enqueue_calls, shared, made)
         notify_each("threadmill_task_enqueued", "record", stored)
         return stored
 

@@ -95,12 +95,15 @@ def threadmill_task_retried(record: TaskResult, delay: timedelta) -> None:
 
 @hookspec
 def threadmill_task_finished(record: TaskResult) -> None:
-    """A task reached SUCCESSFUL or FAILED through its lease holder (worker or reaper)."""
+    """A task reached SUCCESSFUL or FAILED through its lease holder (worker or reaper), or
+    CANCELLED through its worker (a cancel request stopped it, before it started or while
+    it ran)."""
 
 
 @hookspec
 def threadmill_tasks_finished(records: Sequence[TaskResult]) -> None:
-    """Tasks that reached SUCCESSFUL or FAILED together, in the order they were decided.
+    """Tasks that reached SUCCESSFUL, FAILED or CANCELLED together, in the order they were
+    decided (see `threadmill_task_finished`).
 
     Called once per batch (one worker acknowledgement, one reaper pass),
     after `threadmill_task_finished` was called for each of its records:

@@ -19,7 +19,8 @@ What is recorded, after the messaging semantic conventions
 (``messaging.*``; the conventions are still in development, so names may
 change with them):
 
-- `Broker.enqueue` and `Broker.enqueue_many` run in a PRODUCER span named
+- `Broker.enqueue` and `Broker.enqueue_many` (and threadmill_django's
+  enqueue written in the caller's transaction) run in a PRODUCER span named
   ``send QUEUE`` (one for a batch), a child of the caller's current span.
   The span's W3C trace context (``traceparent``, ``tracestate``: the
   `TraceContextTextMapPropagator`, whatever the global propagator is, so the
@@ -36,9 +37,10 @@ change with them):
   Attributes: ``messaging.system``, ``messaging.operation.type`` / ``.name``
   = ``process``, ``messaging.destination.name``, ``messaging.message.id``,
   ``threadmill.task.name``, ``threadmill.task.attempt`` (1 for the first),
-  and ``threadmill.task.outcome``: ``successful``, ``retried`` or
-  ``failed``. An attempt that fails has an ``exception`` event
-  (``exception.type`` = the exception's class path, ``exception.message``,
+  and ``threadmill.task.outcome``: ``successful``, ``retried``, ``failed``
+  or ``cancelled`` (a cancel request stopped it while it ran). An attempt
+  that fails or is cancelled has an ``exception`` event (``exception.type``
+  = the exception's class path, ``exception.message``,
   ``exception.stacktrace``) and the ERROR status.
 
 Parent and link: the conventions require a "process" span to link to the
@@ -49,11 +51,16 @@ shows the work it enqueued, every attempt of it as siblings under the
 ``send`` span, and it links to that span, so tools that follow links
 (batch-oriented views) find it too. A task stored without trace context
 (enqueued with tracing off, or before it was on) runs in a new root span.
+
+A worker process about to end asks its provider to export what it still
+holds (`flush`): a forked one ends in ``os._exit``, which runs no
+``atexit`` handler, the SDK's way to flush a batch.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import os
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -68,7 +75,6 @@ from threadmill_core.models import Decision, Lease, TaskCall, TaskResult, TaskRe
 if TYPE_CHECKING:
     from opentelemetry.trace import Tracer
 
-    from threadmill_core.backend import Backend
     from threadmill_core.task import Task
 
 #: The environment variable that switches tracing on (``1``) in the processes that see it.
@@ -76,6 +82,11 @@ ENVIRONMENT_VARIABLE = "THREADMILL_TRACING"
 
 #: The tracer while tracing is on; None while it is off (the hot path tests this alone).
 tracer: Tracer | None = None
+
+#: Seconds a worker process that ends waits for its provider to export its last spans.
+FLUSH_TIMEOUT = 3.0
+
+log = logging.getLogger("threadmill.worker")
 
 
 def enable() -> None:
@@ -98,6 +109,30 @@ def disable() -> None:
     """Switch tracing off in this process: nothing is traced or stored from now on."""
     global tracer
     tracer = None
+
+
+def flush() -> None:
+    """Export the spans this process's tracer provider still holds, waiting at most
+    `FLUSH_TIMEOUT` seconds; nothing while tracing is off.
+
+    For a worker process about to end without running its `atexit` handlers
+    (``os._exit``: a forked process's end, a stop now, a replacement), where
+    the SDK's provider would have flushed its batch. A provider without
+    ``force_flush`` (the API's no-op one) has nothing to export; an
+    exporter's failure is logged, and the process ends all the same.
+    """
+    if tracer is None:
+        return
+    from opentelemetry import trace
+
+    force_flush = getattr(trace.get_tracer_provider(), "force_flush", None)
+    if force_flush is None:
+        return
+    try:
+        if not force_flush(int(FLUSH_TIMEOUT * 1000)):
+            log.warning("tracing: the spans left were not all exported within %g s", FLUSH_TIMEOUT)
+    except Exception:
+        log.exception("tracing: exporting the spans left failed")
 
 
 def enable_from_environment() -> None:
@@ -131,12 +166,17 @@ def _attributes(operation: str, record: TaskResult) -> dict[str, Any]:
 
 
 def enqueue_traced(
-    backend: Backend, template: TaskResult, calls: Sequence[TaskCall]
+    store: Callable[[TaskResult, Sequence[TaskCall]], list[TaskResult]],
+    template: TaskResult,
+    calls: Sequence[TaskCall],
 ) -> list[TaskResult]:
-    """`backend.enqueue_calls(template, calls)` in a PRODUCER span whose context the tasks keep.
+    """`store(template, calls)` in a PRODUCER span whose context the tasks keep.
 
-    The span's trace context is added to `template`'s headers (when the
-    span carries one: a no-op tracer's does not, and nothing is added).
+    `store` writes the calls and returns the stored records: a backend's
+    `Backend.enqueue_calls`, or threadmill_django's write in the caller's
+    transaction. The span's trace context is added to `template`'s headers
+    (when the span carries one: a no-op tracer's does not, and nothing is
+    added).
     """
     from opentelemetry.trace import SpanKind
 
@@ -159,7 +199,7 @@ def enqueue_traced(
                 carrier.pop("tracestate", None)
                 headers = {**template.headers, **carrier}
             template = attrs.evolve(template, headers=headers)
-        return backend.enqueue_calls(template, calls)
+        return store(template, calls)
 
 
 def call_traced(
@@ -197,7 +237,10 @@ def call_traced(
         if done.status is TaskResultStatus.SUCCESSFUL:
             span.set_attribute("threadmill.task.outcome", "successful")
             return decision
-        outcome = "failed" if decision.retry_delay is None else "retried"
+        if done.status is TaskResultStatus.CANCELLED:  # a cancel request stopped it
+            outcome = "cancelled"
+        else:
+            outcome = "failed" if decision.retry_delay is None else "retried"
         span.set_attribute("threadmill.task.outcome", outcome)
         if done.errors:
             error = done.errors[-1]

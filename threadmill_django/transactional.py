@@ -39,7 +39,7 @@ from django.tasks.exceptions import InvalidTaskBackend
 from django.tasks.signals import task_enqueued
 from django.utils.connection import ConnectionDoesNotExist
 
-from threadmill_core import payload_limit
+from threadmill_core import payload_limit, tracing
 from threadmill_core.backend import call_record
 from threadmill_core.ids import new_task_id
 from threadmill_core.plugins import notify
@@ -47,8 +47,10 @@ from threadmill_django.options import BackendOptions, where
 from threadmill_django.results import django_result
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from threadmill_core.broker import Broker
-    from threadmill_core.models import TaskResult
+    from threadmill_core.models import TaskCall, TaskResult
     from threadmill_core.task import Task as CoreTask
     from threadmill_django._typing import AnyResult, AnyTask
 
@@ -86,10 +88,18 @@ def enqueue_in_transaction(
     if prepared.call_check is not None:
         prepared.call_check.check(path, args, kwargs)
     payload_limit.check_call(path, args, kwargs, broker.max_payload_bytes)
-    record = call_record(prepared.template, (new_task_id(), args, kwargs))
     connection = transaction.get_connection(database)
     connection.ensure_connection()
-    [stored] = enqueue_on(connection.connection, [record])
+
+    def write(template: TaskResult, calls: Sequence[TaskCall]) -> list[TaskResult]:
+        records = [call_record(template, call) for call in calls]
+        return list(enqueue_on(connection.connection, records))
+
+    calls: list[TaskCall] = [(new_task_id(), args, kwargs)]
+    if tracing.tracer is None:
+        [stored] = write(prepared.template, calls)
+    else:  # a PRODUCER span, its context kept in the record's headers, as Broker.enqueue does
+        [stored] = tracing.enqueue_traced(write, prepared.template, calls)
     transaction.on_commit(_announce(stored, task, options.alias, sender), using=database)
     return django_result(stored, task, options.alias)
 

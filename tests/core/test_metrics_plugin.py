@@ -10,7 +10,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from tests.core import tasks
-from threadmill_core import Broker, FakeClock, TaskResult, Worker
+from threadmill_core import Broker, FakeClock, TaskResult, TaskResultStatus, Worker
 from threadmill_core.ids import new_task_id
 from threadmill_core.plugins import unregister_plugin
 from threadmill_core.worker.maintenance import reap
@@ -82,3 +82,23 @@ def test_an_expired_lease_is_counted_once_with_what_the_reaper_decided(
     retried = count(registry, "threadmill_tasks_retried_total", **labels)
     failed = count(registry, "threadmill_tasks_finished_total", status="failed", **labels)
     assert retried + failed == 1
+
+
+def test_a_quarantined_task_requeued_and_run_is_counted_quarantined_once(
+    registry: CollectorRegistry, queue: str
+) -> None:
+    """A task quarantined (no worker loaded it), requeued by an operator once its module is
+    deployed and then run to success, is counted quarantined once: its success is not a
+    second quarantine, though its last error is still the quarantine's."""
+    clock = FakeClock()
+    broker = Broker(MemoryBackend(clock=clock))
+    record = tasks.echo.using(broker=broker, queue=queue).enqueue(1)
+    clock.advance(timedelta(minutes=11))
+    Worker(broker, queues=[queue], tasks={}).run(burst=True)  # a worker without the task
+    labels = {"queue": queue, "task": "tests.core.tasks:echo"}
+    assert count(registry, "threadmill_tasks_quarantined_total", **labels) == 1
+    assert broker.requeue(record.id) is not None
+    Worker(broker, queues=[queue]).run(burst=True)
+    assert broker.get_result(record.id).status is TaskResultStatus.SUCCESSFUL
+    assert count(registry, "threadmill_tasks_finished_total", status="successful", **labels) == 1
+    assert count(registry, "threadmill_tasks_quarantined_total", **labels) == 1

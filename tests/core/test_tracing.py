@@ -11,7 +11,9 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from tests.core import tasks
+from tests.core import stopped_tasks, tasks
+from tests.core.running_checks import Running
+from tests.faults.runs import wait_until
 from tests.spans import recorded
 from threadmill_core import Broker, FakeClock, TaskResultStatus, Worker, connect, tracing
 from threadmill_core.errors import InvalidOption
@@ -180,3 +182,26 @@ def test_a_tracestate_too_long_for_the_headers_is_left_out_and_the_trace_kept(
     [consumer] = of_kind(spans, SpanKind.CONSUMER)
     assert consumer.context is not None
     assert consumer.context.trace_id == 0x0AF7651916CD43DD8448EB211C80319C
+
+
+def test_a_task_cancelled_while_it_runs_is_recorded_as_cancelled(
+    broker: Broker, spans: InMemorySpanExporter
+) -> None:
+    """A task cancelled while it runs ends CANCELLED, and so does its consumer span's outcome
+    (``cancelled``, not ``failed``), with the `TaskCancelled` as its exception event."""
+    stopped_tasks.gate.clear()
+    record = stopped_tasks.waits.using(broker=broker).enqueue()
+    running = Running(broker)
+    try:
+        wait_until(lambda: stopped_tasks.seen("waits:start"), 10, "the task to start")
+        assert broker.cancel(record.id) is not None
+        wait_until(lambda: broker.get_result(record.id).is_finished, 10, "the task to end")
+    finally:
+        stopped_tasks.gate.set()
+        running.stop()
+    assert broker.get_result(record.id).status is TaskResultStatus.CANCELLED
+    [consumer] = of_kind(spans, SpanKind.CONSUMER)
+    assert (consumer.attributes or {})["threadmill.task.outcome"] == "cancelled"
+    assert [dict(e.attributes or {})["exception.type"] for e in consumer.events] == [
+        "threadmill_core.errors.TaskCancelled"
+    ]

@@ -14,12 +14,15 @@ from django.db import connections, transaction
 from django.tasks import task_backends
 from django.tasks.exceptions import TaskResultDoesNotExist
 from django.test import override_settings
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind
 
 from tests.conftest import PostgresDatabase
 from tests.django.bench import Signals
 from tests.django.databases import add_connection, drop_connection
 from tests.django.djapp import tasks
-from threadmill_core import Broker, TaskResultStatus, Worker, connect
+from tests.spans import recorded
+from threadmill_core import Broker, TaskResultStatus, Worker, connect, tracing
 from threadmill_postgres.testing import new_namespace
 
 pytestmark = pytest.mark.postgres
@@ -259,3 +262,32 @@ def test_a_write_the_server_refuses_rolls_back_only_the_nested_block_around_it(
         order("d")
     assert orders() == ["d"]
     assert broker.counts() == {}
+
+
+def test_a_task_written_in_a_transaction_with_tracing_on_keeps_the_callers_trace(
+    broker: Broker,
+) -> None:
+    """With tracing on, a task written in the transaction is enqueued in a PRODUCER span of the
+    caller's trace, whose context it keeps: its attempt runs in a child of that span."""
+    exporter = recorded()
+    exporter.clear()
+    tracing.enable()
+    try:
+        request_span = trace.get_tracer("test").start_as_current_span("request")
+        with request_span as request, transaction.atomic(using=ALIAS):
+            order("t")
+            result = tasks.add.enqueue(2, 3)
+        assert set(broker.get_result(result.id).headers) == {"traceparent"}
+        assert Worker(broker, queues=["default"]).run(burst=True) == 1
+        finished = exporter.get_finished_spans()
+    finally:
+        tracing.disable()
+        exporter.clear()
+    [producer] = [s for s in finished if s.kind is SpanKind.PRODUCER]
+    [consumer] = [s for s in finished if s.kind is SpanKind.CONSUMER]
+    assert producer.context is not None
+    assert producer.parent is not None
+    assert producer.parent.span_id == request.get_span_context().span_id
+    assert (producer.attributes or {})["messaging.message.id"] == result.id
+    assert consumer.parent is not None
+    assert consumer.parent.span_id == producer.context.span_id

@@ -5,7 +5,10 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import signal
 import subprocess
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +28,7 @@ pytestmark = pytest.mark.redis
 TASKS = """\
 import json
 import os
+import time
 
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
@@ -67,6 +71,14 @@ def ok(n):
         return n
 
 
+@task
+def hold(marker):
+    open(marker, "w").close()
+    while not os.path.exists(marker + ".gate"):
+        time.sleep(0.05)
+    return 1
+
+
 @task(retry=ExponentialBackoff(base_delay=0.05, max_retries=3, jitter=0))
 def flaky(context: TaskContext, n):
     if context.attempt < 3:
@@ -95,12 +107,14 @@ def tasks(project: Path) -> Any:
     return module
 
 
-def run_worker(project: Path, url: str, *args: str) -> list[dict[str, Any]]:
-    """`threadmill worker tracedapp.tasks --burst` in two processes; the spans they exported."""
+def run_worker(
+    project: Path, url: str, *args: str, tasks: str = "tracedapp.tasks"
+) -> list[dict[str, Any]]:
+    """`threadmill worker TASKS --burst` in two processes; the spans they exported."""
     spans = project / "spans.jsonl"
     env = {**os.environ, "SPANS": str(spans)}
     env.pop("THREADMILL_TRACING", None)
-    command = [THREADMILL, "worker", "tracedapp.tasks", "-b", url, "-p", "2", "-t", "1",
+    command = [THREADMILL, "worker", tasks, "-b", url, "-p", "2", "-t", "1",
                "--burst", *args]  # fmt: skip
     done = subprocess.run(
         command, cwd=project, env=env, capture_output=True, text=True, timeout=120, check=False
@@ -165,6 +179,106 @@ def test_a_task_enqueued_in_a_span_runs_in_a_consumer_span_of_that_trace_in_the_
     [inside] = [span for span in spans if span["name"] == "inside"]
     [ran] = [s for s in consumers if s["attributes"]["messaging.message.id"] == ok.id]
     assert inside["parent"] == ran["span_id"]
+
+
+def batched(project: Path) -> Any:
+    """``batchedapp.tasks``: the tasks above, their process's provider batching its spans
+    (a `BatchSpanProcessor` and its thread, as the docs set one up), exported only by a flush
+    or the provider's shutdown; imported here too (its provider refused here)."""
+    source = TASKS.replace(
+        "SimpleSpanProcessor(FileExporter())",
+        "BatchSpanProcessor(FileExporter(), schedule_delay_millis=3_600_000)",
+    ).replace("import SimpleSpanProcessor", "import BatchSpanProcessor")
+    package = project / "batchedapp"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "tasks.py").write_text(source)
+    recorded()  # this process's provider first: the module's is refused here
+    return importlib.import_module("batchedapp.tasks")
+
+
+def spans_in(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_a_sigterm_lets_the_running_task_finish_where_the_tracing_setup_started_a_thread(
+    project: Path, broker: Broker, broker_url: str
+) -> None:
+    """A worker process whose task module started a thread (a `BatchSpanProcessor`'s, as the
+    docs' tracing setup does) stops gracefully at SIGTERM: its running task finishes, its
+    outcome and its span are kept, and the command exits 0."""
+    module = batched(project)
+    marker = project / "holding"
+    record = module.hold.using(broker=broker).enqueue(str(marker))
+    spans = project / "spans.jsonl"
+    env = {**os.environ, "SPANS": str(spans)}
+    env.pop("THREADMILL_TRACING", None)
+    command = [THREADMILL, "worker", "batchedapp.tasks", "-b", broker_url, "-p", "1",
+               "-t", "1", "--prefetch", "0", "--tracing"]  # fmt: skip
+    with subprocess.Popen(
+        command, cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    ) as process:
+        try:
+            until("the task running", marker.exists)
+        except BaseException:
+            process.kill()
+            print(process.communicate(timeout=60)[0])
+            raise
+        process.send_signal(signal.SIGTERM)
+        # No way to see the worker process take the signal: it finishes the task either way.
+        time.sleep(1)
+        (project / "holding.gate").touch()
+        out, _ = process.communicate(timeout=120)
+    assert process.returncode == 0, out
+    assert broker.get_result(record.id).status is TaskResultStatus.SUCCESSFUL, out
+    [consumer] = [span for span in spans_in(spans) if span["kind"] == SpanKind.CONSUMER.name]
+    assert consumer["attributes"]["threadmill.task.outcome"] == "successful"
+
+
+def test_spans_a_worker_process_holds_in_a_batch_are_exported_when_it_is_stopped_now(
+    project: Path, broker: Broker, broker_url: str
+) -> None:
+    """A worker process stopped now (a second signal) exports the spans its provider still
+    holds in a batch (a `BatchSpanProcessor`, as the docs set one up) before it exits."""
+    module = batched(project)
+    records = [module.ok.using(broker=broker).enqueue(n) for n in range(3)]
+    marker = project / "holding"
+    spans = project / "spans.jsonl"
+    env = {**os.environ, "SPANS": str(spans)}
+    env.pop("THREADMILL_TRACING", None)
+    command = [THREADMILL, "worker", "batchedapp.tasks", "-b", broker_url, "-p", "1",
+               "-t", "1", "--prefetch", "0", "--tracing"]  # fmt: skip
+    with subprocess.Popen(
+        command, cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    ) as process:
+        try:
+            until("three tasks done", lambda: all(
+                broker.get_result(r.id).status is TaskResultStatus.SUCCESSFUL for r in records
+            ))  # fmt: skip
+            module.hold.using(broker=broker).enqueue(str(marker))
+            until("a task holding the worker", marker.exists)
+        except BaseException:
+            process.kill()
+            print(process.communicate(timeout=60)[0])
+            raise
+        process.send_signal(signal.SIGTERM)
+        process.send_signal(signal.SIGTERM)  # the second: stop now, the held task abandoned
+        out, _ = process.communicate(timeout=120)
+    assert process.returncode in (1, 4), out  # after a second signal; EXIT_ABANDONED
+    exported = (
+        [json.loads(line) for line in spans.read_text().splitlines()] if spans.exists() else []
+    )
+    consumers = [span for span in exported if span["kind"] == SpanKind.CONSUMER.name]
+    assert sorted(s["attributes"]["messaging.message.id"] for s in consumers) == sorted(
+        r.id for r in records
+    ), out
+
+
+def until(what: str, check: Callable[[], bool], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
 
 
 def test_with_tracing_off_nothing_is_stored_or_traced(

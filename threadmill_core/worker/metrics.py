@@ -15,7 +15,8 @@ naming any path cannot add a series; ids are never labels):
   (follow-up tasks enqueued by tasks; producers elsewhere count their own);
 - ``threadmill_tasks_started_total``: attempts started;
 - ``threadmill_tasks_finished_total`` (and ``status``: ``successful`` or
-  ``failed``): tasks finished by a worker or by the reaper;
+  ``failed``, by a worker or by the reaper, or ``cancelled``: a claimed task
+  a cancel request stopped, before it started or while it ran): tasks finished;
 - ``threadmill_tasks_retried_total``: failed attempts (or expired leases)
   sent back for another attempt;
 - ``threadmill_leases_expired_total``: leases the reaper took over;
@@ -49,7 +50,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import Counter, Gauge, Histogram, values
 
 from threadmill_core.hookspecs import hookimpl
-from threadmill_core.models import TaskResult
+from threadmill_core.models import TaskResult, TaskResultStatus
 from threadmill_core.plugins import register_plugin
 from threadmill_core.task import registered_task
 from threadmill_core.worker.execution import QUARANTINE_PATH
@@ -83,7 +84,7 @@ ENQUEUED = Counter(
 )  # fmt: skip
 STARTED = Counter("threadmill_tasks_started", "Attempts started.", _TASK, registry=None)
 FINISHED = Counter(
-    "threadmill_tasks_finished", "Tasks finished (SUCCESSFUL or FAILED), by status.",
+    "threadmill_tasks_finished", "Tasks finished (SUCCESSFUL, FAILED or CANCELLED), by status.",
     (*_TASK, "status"), registry=None,
 )  # fmt: skip
 RETRIED = Counter(
@@ -211,7 +212,13 @@ class MetricsPlugin:
     def threadmill_task_finished(self, record: TaskResult) -> None:
         labels = self._labels(record)
         self._ran(record, labels, FINISHED, (*labels, record.status.value.lower()))
-        if record.errors and record.errors[-1].exception_class_path == QUARANTINE_PATH:
+        # FAILED by this decision: a task requeued after a quarantine keeps that error
+        # last, and its success (or cancel) is not a second quarantine.
+        if (
+            record.status is TaskResultStatus.FAILED
+            and record.errors
+            and record.errors[-1].exception_class_path == QUARANTINE_PATH
+        ):
             self._count(QUARANTINED, labels)
 
     @hookimpl

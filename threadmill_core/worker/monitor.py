@@ -16,7 +16,8 @@ The supervisor owns the endpoints (`monitored` wraps `Supervisor.run`):
 
 ``/metrics`` adds up every process's files (``prometheus_client``'s
 multiprocess collector), the gauges of worker processes that died left out
-(``mark_process_dead``), plus what only the supervisor knows:
+(``mark_process_dead``, as soon as the supervisor finds each dead: `Monitor.ended`),
+plus what only the supervisor knows:
 ``threadmill_queue_tasks{queue,status}``, the tasks in each segment of the
 command's queues from `Backend.counts`, asked at most every
 `DEPTH_INTERVAL` and only when scraped, and ``threadmill_worker_processes``,
@@ -27,7 +28,12 @@ process's loop have turned within `stall_bound` (each turns at least every
 poll interval: see ``threadmill_worker_ticked``); a process that has not
 turned yet gets that long from when it was first seen. Else 503, with a
 line per process that is stuck. A stopped process, a deadlocked worker, a
-task holding the interpreter's lock: all stop a loop. ``/readyz`` answers 200
+task holding the interpreter's lock: all stop a loop. The supervisor's
+loop waiting in its backend calls (`Monitor.calling_backend`: the reaper,
+the mover, a dead child's leases) is not stuck, up to `CALL_BOUND` a call
+(`supervisor_stall`): a backend that does not answer is an outage, which
+``/readyz`` reports, and the driver's timeouts end such calls sooner.
+``/readyz`` answers 200
 while the backend answers (`threadmill_core.worker.health.Readiness`), else 503
 saying why. Both bodies are plain text.
 
@@ -39,6 +45,7 @@ and scrapes come from outside it, give ``--metrics-host 0.0.0.0``.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -67,6 +74,10 @@ log = logging.getLogger("threadmill.supervisor")
 ENV = "PROMETHEUS_MULTIPROC_DIR"
 #: The least time a loop may go without turning before ``/healthz`` calls it stuck.
 STALL_FLOOR = timedelta(seconds=5)
+#: Seconds the supervisor's loop may wait in one backend call before ``/healthz`` calls it
+#: stuck: longer than the drivers' timeouts let a call of an outage take (redis-py 8:
+#: three tries of 5 s; PostgreSQL: a 10 s connect timeout).
+CALL_BOUND = 120.0
 #: The queue-depth gauges are read from the backend at most this often.
 DEPTH_INTERVAL = 5.0
 
@@ -74,6 +85,25 @@ DEPTH_INTERVAL = 5.0
 def stall_bound(poll_interval: timedelta) -> float:
     """Seconds a loop may go without turning: three poll intervals, at least `STALL_FLOOR`."""
     return max(STALL_FLOOR, poll_interval * 3).total_seconds()
+
+
+def supervisor_stall(idle: float, calling: float | None, bound: float) -> str | None:
+    """What ``/healthz`` says of the supervisor's loop, idle for `idle` seconds and waiting in
+    a backend call for `calling` seconds (None: in none); None while it is healthy.
+
+    Waiting on the backend is an outage, not a stall (``/readyz`` reports the
+    backend), as long as the driver's timeouts could make a call last:
+    `CALL_BOUND`. A call that has not returned by then hangs on a connection
+    that no timeout will end (redis-py before 8 sets none), which a restart
+    does mend.
+    """
+    if calling is not None:
+        if calling > max(bound, CALL_BOUND):
+            return f"supervisor: a call to the backend has not returned for {calling:.1f} s"
+        return None
+    if idle > bound:
+        return f"supervisor: its loop has not turned for {idle:.1f} s"
+    return None
 
 
 class MetricsPortUnavailable(ThreadmillError, OSError):
@@ -103,9 +133,15 @@ class Monitor:
         self._server: _Server | None = None
         self._supervisor: Supervisor | None = None
         self._turned = time.monotonic()
+        #: `time.monotonic()` when the supervisor's loop began the backend calls it waits in;
+        #: None outside them.
+        self._calling: float | None = None
         self._lock = threading.Lock()
         self._seen: dict[int, float] = {}  # worker pid -> time.monotonic() first seen
         self._depth: tuple[float, dict[str, QueueCounts] | None] = (float("-inf"), None)
+        #: Held while the backend is asked the depth, which may take the driver's timeouts:
+        #: never `_lock`, which /healthz and the supervisor's loop take.
+        self._depth_lock = threading.Lock()
         self._backend: Backend | None = None
         self._readiness: Readiness | None = None
 
@@ -161,6 +197,28 @@ class Monitor:
             else:
                 os.environ[ENV] = self._previous
 
+    @contextlib.contextmanager
+    def calling_backend(self) -> Iterator[None]:
+        """The supervisor's loop calls the backend meanwhile: waiting on it is an outage (see
+        /readyz), not a stall, however long the driver's timeouts let a call take."""
+        self._calling = time.monotonic()
+        try:
+            yield
+        finally:
+            self._turned = time.monotonic()  # before: a reader seeing None sees this turn
+            self._calling = None
+
+    def ended(self, pid: int | None) -> None:
+        """Worker process `pid` exited: drop its gauges now, whether or not a request to the
+        endpoints saw it alive (one that lived between two scrapes would keep them forever)."""
+        if self._directory is None or pid is None:
+            return
+        from prometheus_client import multiprocess
+
+        with self._lock:
+            multiprocess.mark_process_dead(pid, self._directory)  # type: ignore[no-untyped-call]  # prometheus_client's multiprocess module is untyped
+            self._seen.pop(pid, None)
+
     # --- what the endpoints say ------------------------------------------------------------
 
     def _live(self) -> list[int]:
@@ -199,7 +257,7 @@ class Monitor:
     def _queue_depth(self) -> dict[str, QueueCounts] | None:
         """`Backend.counts` of the command's queues, asked at most every `DEPTH_INTERVAL`;
         None while the backend does not answer."""
-        with self._lock:
+        with self._depth_lock:
             asked, counts = self._depth
             if time.monotonic() - asked < DEPTH_INTERVAL:
                 return counts
@@ -221,9 +279,11 @@ class Monitor:
 
         bound = stall_bound(self.settings.poll_interval)
         problems = []
-        idle = time.monotonic() - self._turned
-        if idle > bound:
-            problems.append(f"supervisor: its loop has not turned for {idle:.1f} s")
+        now, calling = time.monotonic(), self._calling
+        waited = None if calling is None else now - calling
+        problem = supervisor_stall(now - self._turned, waited, bound)
+        if problem is not None:
+            problems.append(problem)
         live = self._live()
         turned: dict[int, float] = {}
         collector = multiprocess.MultiProcessCollector(None, self._directory)  # type: ignore[no-untyped-call]  # prometheus_client's multiprocess module is untyped

@@ -50,6 +50,7 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
+from threadmill_core import tracing
 from threadmill_core.worker import Worker
 from threadmill_core.worker.logs import configure_worker_logging, identify_worker
 from threadmill_core.worker.outage import Outage
@@ -104,6 +105,11 @@ def forked_main(settings: WorkerSettings, index: int, ran: TaskCount, tag: str) 
 
 def spawned_main(settings: WorkerSettings, index: int, ran: TaskCount, tag: str) -> None:
     """A spawned worker process: load the tasks, then work until told to stop."""
+    # Blocked before the setup and the task modules run: a thread they start (a tracer
+    # provider's batch exporter, say) inherits the mask, so a SIGTERM cannot land there and
+    # kill the process by its default action. One that comes meanwhile waits for
+    # `_watch_signals`.
+    signal.pthread_sigmask(signal.SIG_BLOCK, _WORKER_SIGNALS)
     configure_worker_logging(settings.log_level, settings.log_format)
     _default_to(settings.broker_url)  # before the task modules, which may enqueue on import
     try:
@@ -157,6 +163,9 @@ def _serve(settings: WorkerSettings, index: int, ran: TaskCount, tag: str) -> No
         max_tasks = settings.max_tasks + random.randint(0, settings.max_tasks_jitter)
     count = worker.run(burst=settings.burst, max_tasks=max_tasks)
     broker.close()
+    # A forked process ends in os._exit (multiprocessing's), as a replaced one does: no
+    # atexit handler runs, so the tracer provider's batch is exported here or never.
+    tracing.flush()
     _count(ran, count)
     if worker.stuck_threads:
         log.warning(
@@ -192,6 +201,7 @@ def _watch_signals(worker: Worker, ran: TaskCount) -> None:
             if signum == STOP_NOW_SIGNAL:
                 abandoned = worker.stop_now()
                 _count(ran, worker.processed)
+                tracing.flush()  # the spans of the tasks that ended, before os._exit
                 logging.shutdown()  # flush the lines that say what became of each task
                 os._exit(EXIT_ABANDONED if abandoned else 0)
             if not worker.stopping:  # another SIGTERM is the same request

@@ -213,11 +213,13 @@ class Supervisor(WorkerProcesses):
         try:
             while True:
                 if time.monotonic() >= next_pass:
-                    wait = self._maintain(backend)  # counted from its return, not its start
+                    with self.monitor.calling_backend():
+                        wait = self._maintain(backend)  # counted from its return, not its start
                     next_pass = time.monotonic() + wait
                 if self._signals:
                     return self._stopped(self._drain())
-                code = self._watch(backend)
+                with self.monitor.calling_backend():  # a dead child's leases are expired
+                    code = self._watch(backend)
                 if self._reap_now:  # a child exited holding leases, expired: reap them now
                     self._reap_now = False
                     self._reap_at = next_pass = 0.0
@@ -229,7 +231,8 @@ class Supervisor(WorkerProcesses):
                     # Ready work gets a worker again; running work (a killed
                     # worker's) waits for the reaper; none of either: done.
                     # Unknown (the backend is unavailable): ask again later.
-                    left = self._left(backend)
+                    with self.monitor.calling_backend():
+                        left = self._left(backend)
                     if left is not None and left.ready:
                         self._start(0)
                     elif left is not None and not left.running and left.due_in is None:
@@ -322,6 +325,7 @@ class Supervisor(WorkerProcesses):
                 continue
             code = process.exitcode
             del self._children[index]
+            self.monitor.ended(process.pid)  # its gauges go, its counts stay
             worker_id = self._worker_ids.pop(index)
             if expire_leases(backend, log, index, worker_id):
                 self._reap_now = True
