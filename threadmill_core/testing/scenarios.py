@@ -33,7 +33,8 @@ its documented exception and change nothing.
 
 This module is the catalogue; the scenarios live in
 `threadmill_core.testing._scenarios` by kind (``fencing``, ``starts``,
-``dead_workers``, ``live_workers``, ``ordering``, ``clock``, ``corrupt``, ``schedules``,
+``dead_workers``, ``live_workers``, ``ordering``, ``clock``, ``corrupt``,
+``corrupt_batches``, ``schedules``,
 ``payloads``, ``cancel_requests``, ``progress``, ``bad_input``), with the helpers
 they share in ``kit`` (re-exported here: `expect`, `new_task`, `claim_one`, `start_one`, ...), and
 a backend's own scenarios can join `SCENARIOS` with the `scenario` decorator.
@@ -50,6 +51,7 @@ from threadmill_core.testing._scenarios import (
     cancel_requests,
     clock,
     corrupt,
+    corrupt_batches,
     dead_workers,
     fencing,
     live_workers,
@@ -134,6 +136,7 @@ SCENARIOS: dict[str, Scenario] = {
     **ordering.SCENARIOS,
     **clock.SCENARIOS,
     **corrupt.SCENARIOS,
+    **corrupt_batches.SCENARIOS,
     **schedules.SCENARIOS,
     **payloads.SCENARIOS,
     **live_workers.SCENARIOS,
