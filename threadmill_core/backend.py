@@ -122,9 +122,11 @@ Corrupt records. Poison never hurts its neighbours: a record whose stored
 state or bytes are damaged (missing, garbled, out of range) is quarantined
 as above by whichever pass meets it (claim, promotion, reaper), or removed
 where no record is left to mark, and every other task of the same claim,
-pass or batch (renewals, decisions and start marks included) is processed
-as if it were not there. The kit's corrupt-record scenarios check this
-through `Harness.corruptions`.
+pass or batch (renewals, decisions, start marks, progress and releases
+included) is processed as if it were not there; a `release` may refuse an
+undecodable task, leaving it to the reaper. The kit's corrupt-record
+scenarios (``corrupt``, ``corrupt_batches``) check this through
+`Harness.corruptions`.
 """
 
 from __future__ import annotations
