@@ -9,11 +9,12 @@ scenario on every bundled backend).
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 
+import attrs
 import pytest
 
 from tests.conftest import RESULT_TTL
 from threadmill_core.clock import FakeClock
-from threadmill_core.models import Lease, TaskResult
+from threadmill_core.models import Lease, TaskCall, TaskResult, call_record
 from threadmill_core.testing import Harness, ProtocolViolation
 from threadmill_core.testing.scenarios import SCENARIOS
 from threadmill_memory import MemoryBackend
@@ -58,6 +59,23 @@ class PoisonMarkingBackend(MemoryBackend):
         return super().mark_started(leases)
 
 
+class LastCallWinsBackend(MemoryBackend):
+    """A broken backend: enqueue_calls() writes the calls in one go keyed by id, so of an id
+    given twice the last call is stored, and the calls lose their order."""
+
+    def enqueue_calls(self, template: TaskResult, calls: Sequence[TaskCall]) -> list[TaskResult]:
+        last = {call[0]: call for call in calls}
+        stored = {r.id: r for r in self.enqueue([call_record(template, c) for c in last.values()])}
+        return [stored[call[0]] for call in calls]
+
+
+class ReadyCallsBackend(MemoryBackend):
+    """A broken backend: enqueue_calls() stores every call READY, whatever its run_after."""
+
+    def enqueue_calls(self, template: TaskResult, calls: Sequence[TaskCall]) -> list[TaskResult]:
+        return self.enqueue([attrs.evolve(call_record(template, c), run_after=None) for c in calls])
+
+
 @pytest.mark.parametrize(
     ("broken", "scenario", "rule"),
     [
@@ -70,6 +88,16 @@ class PoisonMarkingBackend(MemoryBackend):
             PoisonMarkingBackend,
             "a_corrupt_running_record_never_costs_its_batch_its_marks_or_progress",
             "corrupt RUNNING records: mark_started() must take every good task",
+        ),
+        (
+            LastCallWinsBackend,
+            "enqueue_calls_keeps_every_promise_of_enqueue",
+            "enqueue_calls() must store the call's args",
+        ),
+        (
+            ReadyCallsBackend,
+            "enqueue_calls_defers_by_the_templates_run_after",
+            "enqueue_calls() due later must store the call's run_after",
         ),
     ],
 )

@@ -18,6 +18,8 @@ tasks enqueued in one call), corrupt records beside good ones in every
 segment (`Harness.corruptions`), and time on the backend's clock (due times,
 retry delays, result expiry, and `next_due` where the backend answers it;
 one whose `next_due` is None, the default, skips that scenario).
+`producing` holds `enqueue_calls` to every promise of `enqueue` (an
+override, as the Redis backend's, is not driven by the state machine).
 `PAYLOAD_CASES` are values that must come back value for value through
 enqueue, claim, complete and get (`check_payload_round_trip`).
 `schedules` holds N schedulers storing each tick once (what ``@periodic``
@@ -35,7 +37,7 @@ This module is the catalogue; the scenarios live in
 `threadmill_core.testing._scenarios` by kind (``fencing``, ``starts``,
 ``dead_workers``, ``live_workers``, ``ordering``, ``clock``, ``corrupt``,
 ``corrupt_batches``, ``schedules``,
-``payloads``, ``cancel_requests``, ``progress``, ``bad_input``), with the helpers
+``payloads``, ``producing``, ``cancel_requests``, ``progress``, ``bad_input``), with the helpers
 they share in ``kit`` (re-exported here: `expect`, `new_task`, `claim_one`, `start_one`, ...), and
 a backend's own scenarios can join `SCENARIOS` with the `scenario` decorator.
 
@@ -57,6 +59,7 @@ from threadmill_core.testing._scenarios import (
     live_workers,
     ordering,
     payloads,
+    producing,
     progress,
     schedules,
     starts,
@@ -139,6 +142,7 @@ SCENARIOS: dict[str, Scenario] = {
     **corrupt_batches.SCENARIOS,
     **schedules.SCENARIOS,
     **payloads.SCENARIOS,
+    **producing.SCENARIOS,
     **live_workers.SCENARIOS,
     **cancel_requests.SCENARIOS,
     **progress.SCENARIOS,
