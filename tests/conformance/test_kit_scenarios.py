@@ -76,6 +76,22 @@ class ReadyCallsBackend(MemoryBackend):
         return self.enqueue([attrs.evolve(call_record(template, c), run_after=None) for c in calls])
 
 
+class GiveBackCountingBackend(MemoryBackend):
+    """A broken backend: release() counts the tasks it gives back as having entered the
+    queue, as if they had been enqueued again."""
+
+    def release(
+        self, leases: Sequence[Lease], delay: timedelta = timedelta(0)
+    ) -> list[TaskResult | None]:
+        answers = super().release(leases, delay)
+        with self._lock:
+            now_ms = self._now_ms()
+            for answer in answers:
+                if answer is not None:
+                    self._history.record(answer.queue, now_ms, entered=1)
+        return answers
+
+
 @pytest.mark.parametrize(
     ("broken", "scenario", "rule"),
     [
@@ -98,6 +114,11 @@ class ReadyCallsBackend(MemoryBackend):
             ReadyCallsBackend,
             "enqueue_calls_defers_by_the_templates_run_after",
             "enqueue_calls() due later must store the call's run_after",
+        ),
+        (
+            GiveBackCountingBackend,
+            "rates_count_what_entered_and_finished_and_nothing_else",
+            "rates() after release(), cancel() and requeue() must count",
         ),
     ],
 )

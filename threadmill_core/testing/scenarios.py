@@ -30,14 +30,16 @@ removed, gone once their time is up; see `live_worker_model`).
 the next renewal, finalized CANCELLED by `complete`, and never sent back by
 `retry`, `release` or the reaper); `progress` holds `record_progress` (fenced,
 stamped with the backend's clock, kept through retries and after the end).
+`rates` holds the telemetry of `Backend.rates` where the backend keeps it
+(what entered and finished, and nothing else).
 `BAD_INPUT_CASES` each make one call with a bad argument, which must raise
 its documented exception and change nothing.
 
 This module is the catalogue; the scenarios live in
 `threadmill_core.testing._scenarios` by kind (``fencing``, ``starts``,
 ``dead_workers``, ``live_workers``, ``ordering``, ``clock``, ``corrupt``,
-``corrupt_batches``, ``schedules``,
-``payloads``, ``producing``, ``cancel_requests``, ``progress``, ``bad_input``), with the helpers
+``corrupt_batches``, ``schedules``, ``payloads``, ``producing``,
+``cancel_requests``, ``progress``, ``rates``, ``bad_input``), with the helpers
 they share in ``kit`` (re-exported here: `expect`, `new_task`, `claim_one`, `start_one`, ...), and
 a backend's own scenarios can join `SCENARIOS` with the `scenario` decorator.
 
@@ -61,6 +63,7 @@ from threadmill_core.testing._scenarios import (
     payloads,
     producing,
     progress,
+    rates,
     schedules,
     starts,
 )
@@ -146,6 +149,7 @@ SCENARIOS: dict[str, Scenario] = {
     **live_workers.SCENARIOS,
     **cancel_requests.SCENARIOS,
     **progress.SCENARIOS,
+    **rates.SCENARIOS,
 }
 
 #: Register a scenario of your own in `SCENARIOS` under its function's name.
