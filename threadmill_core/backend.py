@@ -74,9 +74,13 @@ the backend owns, beside the producer's payload (`codec.STATE_FIELDS`).
 Repeats. A `complete` or `retry` repeated with the same lease after a lost
 reply (the backend applied it, the caller never heard) is recognised: while the
 task's token is still that lease's token and the task is still in the state
-that decision left it in (terminal for `complete`; READY or DEFERRED for
-`retry`, or CANCELLED for a `retry` of a task with a cancel request), the
-repeat changes nothing and returns the stored record, as the first call did.
+that decision left it in (terminal for `complete`; READY, DEFERRED or
+CANCELLED for `retry`, since a `retry` of a task with a cancel request
+finalizes it CANCELLED), the repeat changes nothing and returns the stored
+record, as the first call did. The check is on the state, not on which
+decision came first: a `retry` with the token of a task that `complete`
+finalized CANCELLED is answered so too (the model and every bundled backend
+do), while one on a task `complete` left SUCCESSFUL or FAILED is refused.
 `requeue` and `cancel` clear the token, ending that window, and so does a
 backend finalizing a task itself (`claim_expired` meeting a cancel request).
 
