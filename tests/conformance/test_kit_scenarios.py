@@ -8,13 +8,14 @@ scenario on every bundled backend).
 
 from collections.abc import Callable, Sequence
 from datetime import timedelta
+from typing import Any
 
 import attrs
 import pytest
 
 from tests.conftest import RESULT_TTL
 from threadmill_core.clock import FakeClock
-from threadmill_core.models import Lease, TaskCall, TaskResult, call_record
+from threadmill_core.models import Lease, TaskCall, TaskResult, TaskResultStatus, call_record
 from threadmill_core.testing import Harness, ProtocolViolation
 from threadmill_core.testing.scenarios import SCENARIOS
 from threadmill_memory import MemoryBackend
@@ -92,6 +93,37 @@ class GiveBackCountingBackend(MemoryBackend):
         return answers
 
 
+class PurgeKeepsGiveBacksBackend(MemoryBackend):
+    """A broken backend: it keeps each id's count of give-backs in a table of its own, beside
+    the tasks, which purge() never clears; so an id enqueued again inherits the old count."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.given_back: dict[str, int] = {}
+
+    def claim(
+        self, queues: Sequence[str], *, worker: str, lease_ttl: timedelta, limit: int = 1
+    ) -> list[Lease]:
+        leases = super().claim(queues, worker=worker, lease_ttl=lease_ttl, limit=limit)
+        return [
+            attrs.evolve(lease, unstarted_expiries=self.given_back.get(lease.task_id, 0))
+            for lease in leases
+        ]
+
+    def claim_expired(self, *, limit: int, claim_ttl: timedelta) -> list[Lease]:
+        running = {
+            record.id
+            for queue in self.counts()
+            for record in self.peek(queue, TaskResultStatus.RUNNING, limit=1000)
+        }
+        leases = super().claim_expired(limit=limit, claim_ttl=claim_ttl)
+        for task_id in running:
+            record = self.get(task_id)
+            if record is not None and record.status is TaskResultStatus.READY:
+                self.given_back[task_id] = self.given_back.get(task_id, 0) + 1
+        return leases
+
+
 @pytest.mark.parametrize(
     ("broken", "scenario", "rule"),
     [
@@ -119,6 +151,11 @@ class GiveBackCountingBackend(MemoryBackend):
             GiveBackCountingBackend,
             "rates_count_what_entered_and_finished_and_nothing_else",
             "rates() after release(), cancel() and requeue() must count",
+        ),
+        (
+            PurgeKeepsGiveBacksBackend,
+            "an_id_purged_and_enqueued_again_counts_its_give_backs_from_zero",
+            "an id purged (READY) and enqueued again is a new task",
         ),
     ],
 )
