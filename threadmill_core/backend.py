@@ -65,7 +65,7 @@ expired (started or unstarted, `expire_leases` included) each finalize it
 CANCELLED instead, with `finished_at` = `now()`. `requeue` clears the request.
 
 Progress. A running task reports how far it got; its worker stores the last
-report with `record_progress` (fenced like `mark_started`), and the backend
+report with `record_progress` (fenced as `extend` is), and the backend
 stamps it with `now()` (`Progress.updated_at`). The record keeps the last
 progress stored (`TaskResult.progress`) through retries and after the task
 finishes, until `requeue` clears it. Progress and cancel requests are state
