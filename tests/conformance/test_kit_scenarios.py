@@ -124,6 +124,15 @@ class PurgeKeepsGiveBacksBackend(MemoryBackend):
         return leases
 
 
+class TruncatingDelayBackend(MemoryBackend):
+    """A broken backend: retry() turns its delay into milliseconds by truncating, so a delay
+    under a millisecond becomes zero and sends the task to the READY tail."""
+
+    def retry(self, lease: Lease, record: TaskResult, delay: timedelta) -> TaskResult | None:
+        whole = timedelta(milliseconds=delay // timedelta(milliseconds=1))
+        return super().retry(lease, record, whole)
+
+
 @pytest.mark.parametrize(
     ("broken", "scenario", "rule"),
     [
@@ -156,6 +165,11 @@ class PurgeKeepsGiveBacksBackend(MemoryBackend):
             PurgeKeepsGiveBacksBackend,
             "an_id_purged_and_enqueued_again_counts_its_give_backs_from_zero",
             "an id purged (READY) and enqueued again is a new task",
+        ),
+        (
+            TruncatingDelayBackend,
+            "a_delay_under_a_millisecond_rounds_up_to_one",
+            "retry() with a delay under a millisecond must defer the task",
         ),
     ],
 )

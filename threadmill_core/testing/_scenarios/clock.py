@@ -111,6 +111,37 @@ def retry_delay_is_measured_on_the_backend_clock(harness: Harness) -> None:
 
 
 @scenario
+def a_delay_under_a_millisecond_rounds_up_to_one(harness: Harness) -> None:
+    """retry() and release() with a delay under a millisecond defer the task by one
+    millisecond (rounded up), never send it to the READY tail as a zero delay does."""
+    backend = harness.backend
+    backend.enqueue([new_task("retried"), new_task("released")])
+    tiny = timedelta(microseconds=1)
+    lease = claim_one(backend, "retried")
+    before = backend.now()
+    retried = backend.retry(lease, failed(lease), tiny)
+    lease = claim_one(backend, "released")
+    [released] = backend.release([lease], tiny)
+    for op, record in (("retry()", retried), ("release()", released)):
+        expect(
+            record is not None and record.status is DEFERRED,
+            f"{op} with a delay under a millisecond must defer the task (the delay rounds up "
+            "to one millisecond); only a delay of exactly zero sends it to the READY tail",
+            DEFERRED,
+            record,
+        )
+        assert record is not None
+        one_ms = before + timedelta(milliseconds=1)
+        expect(
+            record.run_after is not None
+            and (record.run_after == one_ms if harness.exact_clock else record.run_after >= one_ms),
+            f"{op} with a delay under a millisecond must make run_after now() + 1 ms",
+            one_ms,
+            record.run_after,
+        )
+
+
+@scenario
 def a_release_with_a_delay_defers_the_task_uncharged(harness: Harness) -> None:
     """release() with a delay gives the claim back undone, DEFERRED for that much backend time."""
     backend = harness.backend
