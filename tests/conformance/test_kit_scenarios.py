@@ -6,7 +6,7 @@ while the unbroken backend passes it (test_conformance.py runs every
 scenario on every bundled backend).
 """
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -15,9 +15,16 @@ import pytest
 
 from tests.conftest import RESULT_TTL
 from threadmill_core.clock import FakeClock
-from threadmill_core.models import Lease, TaskCall, TaskResult, TaskResultStatus, call_record
+from threadmill_core.models import (
+    Lease,
+    QueueRates,
+    TaskCall,
+    TaskResult,
+    TaskResultStatus,
+    call_record,
+)
 from threadmill_core.testing import Harness, ProtocolViolation
-from threadmill_core.testing.scenarios import SCENARIOS
+from threadmill_core.testing.scenarios import BAD_INPUT_CASES, SCENARIOS
 from threadmill_memory import MemoryBackend
 from threadmill_memory.testing import corruptions
 
@@ -133,6 +140,16 @@ class TruncatingDelayBackend(MemoryBackend):
         return super().retry(lease, record, whole)
 
 
+class UncheckedWindowBackend(MemoryBackend):
+    """A broken backend: its rates() override answers a window that is not a positive
+    timedelta with no rates, instead of refusing it (`check_window`)."""
+
+    def rates(self, window: timedelta) -> Mapping[str, QueueRates] | None:
+        if not isinstance(window, timedelta) or window <= timedelta(0):
+            return {}
+        return super().rates(window)
+
+
 @pytest.mark.parametrize(
     ("broken", "scenario", "rule"),
     [
@@ -171,6 +188,11 @@ class TruncatingDelayBackend(MemoryBackend):
             "a_delay_under_a_millisecond_rounds_up_to_one",
             "retry() with a delay under a millisecond must defer the task",
         ),
+        (
+            UncheckedWindowBackend,
+            "rates() with a zero window",
+            "rates() with a zero window must raise ValueError",
+        ),
     ],
 )
 def test_a_scenario_names_the_rule_a_broken_backend_breaks(
@@ -180,7 +202,7 @@ def test_a_scenario_names_the_rule_a_broken_backend_breaks(
     harness = harness_of(broken)
     try:
         with pytest.raises(ProtocolViolation) as failure:
-            SCENARIOS[scenario](harness)
+            {**SCENARIOS, **BAD_INPUT_CASES}[scenario](harness)
     finally:
         harness.close()
     assert str(failure.value).startswith(rule), failure.value
