@@ -7,7 +7,7 @@ scenario on every bundled backend).
 """
 
 from collections.abc import Callable, Mapping, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import attrs
@@ -150,6 +150,13 @@ class UncheckedWindowBackend(MemoryBackend):
         return super().rates(window)
 
 
+class MicrosecondClockBackend(MemoryBackend):
+    """A broken backend: now() reads its clock to the microsecond, as `datetime.now` does."""
+
+    def now(self) -> datetime:
+        return super().now() + timedelta(microseconds=123)
+
+
 @pytest.mark.parametrize(
     ("broken", "scenario", "rule"),
     [
@@ -192,6 +199,11 @@ class UncheckedWindowBackend(MemoryBackend):
             UncheckedWindowBackend,
             "rates() with a zero window",
             "rates() with a zero window must raise ValueError",
+        ),
+        (
+            MicrosecondClockBackend,
+            "every_time_the_backend_tells_is_utc_on_a_whole_millisecond",
+            "now() must be an aware UTC datetime at millisecond resolution",
         ),
     ],
 )
