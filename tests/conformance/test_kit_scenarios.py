@@ -157,6 +157,15 @@ class MicrosecondClockBackend(MemoryBackend):
         return super().now() + timedelta(microseconds=123)
 
 
+class WindowAsAskedBackend(MemoryBackend):
+    """A broken backend: rates() says it covered the window asked for, even one longer than
+    the history it keeps."""
+
+    def rates(self, window: timedelta) -> Mapping[str, QueueRates] | None:
+        answer = super().rates(window) or {}
+        return {queue: attrs.evolve(rates, window=window) for queue, rates in answer.items()}
+
+
 @pytest.mark.parametrize(
     ("broken", "scenario", "rule"),
     [
@@ -199,6 +208,11 @@ class MicrosecondClockBackend(MemoryBackend):
             UncheckedWindowBackend,
             "rates() with a zero window",
             "rates() with a zero window must raise ValueError",
+        ),
+        (
+            WindowAsAskedBackend,
+            "rates_count_what_entered_and_finished_and_nothing_else",
+            "rates() after enqueue() of new ids and of stored ones must count",
         ),
         (
             MicrosecondClockBackend,

@@ -35,17 +35,29 @@ SCENARIOS: dict[str, Scenario] = {}
 scenario = registering(SCENARIOS)
 
 
+#: Windows asked for, each with the span its answer must say it covered: one inside the
+#: history (everything here happened within it), the history, and one past it.
+WINDOWS = (
+    (timedelta(minutes=30), timedelta(minutes=30)),
+    (RATE_HISTORY, RATE_HISTORY),
+    (2 * RATE_HISTORY, RATE_HISTORY),
+)
+
+
 def _expect_rates(harness: Harness, entered: int, finished: int, after: str) -> None:
-    """Queue "q" shows `entered` and `finished` over the whole history, and no other queue."""
-    got = dict(harness.backend.rates(RATE_HISTORY) or {})
-    want = {"q": QueueRates(queue="q", window=RATE_HISTORY, entered=entered, finished=finished)}
-    expect(
-        got == want,
-        f"rates() after {after} must count the tasks that entered the queue (enqueue of a "
-        "new id, requeue) and that finished (SUCCESSFUL, FAILED, CANCELLED), nothing else",
-        want,
-        got,
-    )
+    """Queue "q" shows `entered` and `finished` over every window of `WINDOWS`, each
+    covering what it says, and no other queue shows."""
+    for window, covered in WINDOWS:
+        got = dict(harness.backend.rates(window) or {})
+        want = {"q": QueueRates(queue="q", window=covered, entered=entered, finished=finished)}
+        expect(
+            got == want,
+            f"rates() after {after} must count the tasks that entered the queue (enqueue of "
+            "a new id, requeue) and that finished (SUCCESSFUL, FAILED, CANCELLED), nothing "
+            f"else; over a window of {window} it covers {covered} (at most the history kept)",
+            want,
+            got,
+        )
 
 
 @scenario
