@@ -65,7 +65,7 @@ expired (started or unstarted, `expire_leases` included) each finalize it
 CANCELLED instead, with `finished_at` = `now()`. `requeue` clears the request.
 
 Progress. A running task reports how far it got; its worker stores the last
-report with `record_progress` (fenced like `mark_started`), and the backend
+report with `record_progress` (fenced as `extend` is), and the backend
 stamps it with `now()` (`Progress.updated_at`). The record keeps the last
 progress stored (`TaskResult.progress`) through retries and after the task
 finishes, until `requeue` clears it. Progress and cancel requests are state
@@ -74,9 +74,13 @@ the backend owns, beside the producer's payload (`codec.STATE_FIELDS`).
 Repeats. A `complete` or `retry` repeated with the same lease after a lost
 reply (the backend applied it, the caller never heard) is recognised: while the
 task's token is still that lease's token and the task is still in the state
-that decision left it in (terminal for `complete`; READY or DEFERRED for
-`retry`, or CANCELLED for a `retry` of a task with a cancel request), the
-repeat changes nothing and returns the stored record, as the first call did.
+that decision left it in (terminal for `complete`; READY, DEFERRED or
+CANCELLED for `retry`, since a `retry` of a task with a cancel request
+finalizes it CANCELLED), the repeat changes nothing and returns the stored
+record, as the first call did. The check is on the state, not on which
+decision came first: a `retry` with the token of a task that `complete`
+finalized CANCELLED is answered so too (the model and every bundled backend
+do), while one on a task `complete` left SUCCESSFUL or FAILED is refused.
 `requeue` and `cancel` clear the token, ending that window, and so does a
 backend finalizing a task itself (`claim_expired` meeting a cancel request).
 
@@ -122,9 +126,11 @@ Corrupt records. Poison never hurts its neighbours: a record whose stored
 state or bytes are damaged (missing, garbled, out of range) is quarantined
 as above by whichever pass meets it (claim, promotion, reaper), or removed
 where no record is left to mark, and every other task of the same claim,
-pass or batch (renewals, decisions and start marks included) is processed
-as if it were not there. The kit's corrupt-record scenarios check this
-through `Harness.corruptions`.
+pass or batch (renewals, decisions, start marks, progress and releases
+included) is processed as if it were not there; a `release` may refuse an
+undecodable task, leaving it to the reaper. The kit's corrupt-record
+scenarios (``corrupt``, ``corrupt_batches``) check this through
+`Harness.corruptions`.
 """
 
 from __future__ import annotations

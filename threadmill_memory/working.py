@@ -215,7 +215,10 @@ class MemoryWorking(MemoryState):
             or entry.reaped
         ):
             return None
-        current = self._decode(entry)
+        try:
+            current = self._decode(entry)
+        except PayloadError:  # poison: refused, not given back; the reaper quarantines it
+            return None
         return self._give_back(entry, current, entry.unstarted_expiries, now_ms, due_ms)
 
     def wait_for_tasks(self, queues: Sequence[str], timeout: timedelta) -> bool:

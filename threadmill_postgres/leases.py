@@ -237,6 +237,10 @@ class PostgresLeases:
         ) in zip(sent, got, strict=True):
             if attempts is None:
                 continue
+            if not _sane(due, finished_at, requested, started_at, last_attempted_at):
+                # Poison given back (a claim quarantines it), its stored times unreadable:
+                # answered None, so the rest of the batch is answered.
+                continue
             answers[at] = attrs.evolve(
                 lease.record,
                 status=TaskResultStatus(status),

@@ -76,7 +76,11 @@ class TokenBlindBackend(MemoryBackend):
 def test_machine_names_the_rule_a_backend_breaks() -> None:
     """A backend whose complete() ignores the token fails the machine with that rule named."""
     quick = settings(
-        max_examples=500,
+        # Room to spare: derandomized data still draws on the constants Hypothesis finds in
+        # the project's modules loaded so far, so which example finds the bug depends on
+        # the tests that ran first (after tests/postgres, one past the 500th did). The
+        # test stops at the first failure, so the room costs nothing when it is not needed.
+        max_examples=2000,
         stateful_step_count=20,
         phases=[Phase.generate],  # the first failure is enough; shrinking it takes long
         derandomize=True,

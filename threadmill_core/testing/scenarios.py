@@ -18,6 +18,8 @@ tasks enqueued in one call), corrupt records beside good ones in every
 segment (`Harness.corruptions`), and time on the backend's clock (due times,
 retry delays, result expiry, and `next_due` where the backend answers it;
 one whose `next_due` is None, the default, skips that scenario).
+`producing` holds `enqueue_calls` to every promise of `enqueue` (an
+override, as the Redis backend's, is not driven by the state machine).
 `PAYLOAD_CASES` are values that must come back value for value through
 enqueue, claim, complete and get (`check_payload_round_trip`).
 `schedules` holds N schedulers storing each tick once (what ``@periodic``
@@ -28,13 +30,16 @@ removed, gone once their time is up; see `live_worker_model`).
 the next renewal, finalized CANCELLED by `complete`, and never sent back by
 `retry`, `release` or the reaper); `progress` holds `record_progress` (fenced,
 stamped with the backend's clock, kept through retries and after the end).
+`rates` holds the telemetry of `Backend.rates` where the backend keeps it
+(what entered and finished, and nothing else).
 `BAD_INPUT_CASES` each make one call with a bad argument, which must raise
 its documented exception and change nothing.
 
 This module is the catalogue; the scenarios live in
 `threadmill_core.testing._scenarios` by kind (``fencing``, ``starts``,
-``dead_workers``, ``live_workers``, ``ordering``, ``clock``, ``corrupt``, ``schedules``,
-``payloads``, ``cancel_requests``, ``progress``, ``bad_input``), with the helpers
+``dead_workers``, ``live_workers``, ``ordering``, ``clock``, ``corrupt``,
+``corrupt_batches``, ``schedules``, ``payloads``, ``producing``,
+``cancel_requests``, ``progress``, ``rates``, ``bad_input``), with the helpers
 they share in ``kit`` (re-exported here: `expect`, `new_task`, `claim_one`, `start_one`, ...), and
 a backend's own scenarios can join `SCENARIOS` with the `scenario` decorator.
 
@@ -50,12 +55,15 @@ from threadmill_core.testing._scenarios import (
     cancel_requests,
     clock,
     corrupt,
+    corrupt_batches,
     dead_workers,
     fencing,
     live_workers,
     ordering,
     payloads,
+    producing,
     progress,
+    rates,
     schedules,
     starts,
 )
@@ -134,11 +142,14 @@ SCENARIOS: dict[str, Scenario] = {
     **ordering.SCENARIOS,
     **clock.SCENARIOS,
     **corrupt.SCENARIOS,
+    **corrupt_batches.SCENARIOS,
     **schedules.SCENARIOS,
     **payloads.SCENARIOS,
+    **producing.SCENARIOS,
     **live_workers.SCENARIOS,
     **cancel_requests.SCENARIOS,
     **progress.SCENARIOS,
+    **rates.SCENARIOS,
 }
 
 #: Register a scenario of your own in `SCENARIOS` under its function's name.

@@ -262,7 +262,11 @@ class SQLiteWorking(Transactions):
     def release(
         self, leases: Sequence[Lease], delay: timedelta = timedelta(0)
     ) -> list[TaskResult | None]:
-        """Every release in one transaction, each fenced on its own; answers in order."""
+        """Every release in one transaction, each fenced on its own; answers in order.
+
+        A task whose stored bytes no longer decode is refused (None) and left
+        RUNNING, so its neighbours are given back; `claim_expired` quarantines it.
+        """
         leases = list(leases)
         wait_ms = check_delay(delay)
         if not leases:
@@ -280,7 +284,11 @@ class SQLiteWorking(Transactions):
                 ):
                     answers.append(None)
                     continue
-                record = _rows.decode(row)
+                try:
+                    record = _rows.decode(row)
+                except PayloadError:  # poison: refused, so its neighbours are given back;
+                    answers.append(None)  # claim_expired quarantines it once its lease lapses
+                    continue
                 answers.append(
                     self._give_back(conn, record, row["unstarted_expiries"], now_ms, due_ms)
                 )

@@ -52,9 +52,10 @@ processes, or a task purged and enqueued again. A task keeps its token after
 Poison (stored bytes that do not decode, or decode to another task): `claim`
 and `claim_expired` finalize it FAILED with a `TaskQuarantined` error (see
 `threadmill_sqlite._rows.quarantine`), do not count it toward `limit`, and go
-on. `promote_due` moves it without decoding; `counts` and `purge` never
-decode; `get`, `peek`, `cancel`, `requeue` and `enqueue` of that id raise
-`PayloadError` naming the task, and change nothing.
+on. `promote_due` moves it without decoding; `release` refuses it (left
+RUNNING for the reaper) and gives back the rest of its batch; `counts` and
+`purge` never decode; `get`, `peek`, `cancel`, `requeue` and `enqueue` of
+that id raise `PayloadError` naming the task, and change nothing.
 """
 
 from __future__ import annotations

@@ -211,6 +211,13 @@ _BAD_CALLS: dict[str, tuple[type[Exception], BadCall]] = {
         lambda b, _: b.peek("default", READY, offset=-1, limit=10),
     ),
     "purge() of RUNNING": (ValueError, lambda b, _: b.purge("default", RUNNING)),
+    # `rates` refuses a bad window in every override, whether it keeps telemetry or not.
+    "rates() with a zero window": (ValueError, lambda b, _: b.rates(timedelta(0))),
+    "rates() with a negative window": (ValueError, lambda b, _: b.rates(-LEASE_TTL)),
+    "rates() with a window in seconds, not a timedelta": (
+        ValueError,
+        lambda b, _: b.rates(60),  # type: ignore[arg-type]  # the wrong type is the bad input
+    ),
     "enqueue() of a record whose args are a tuple": (
         UnsupportedValue,
         lambda b, _: b.enqueue([new_task("fresh-1", args=(1, 2))]),

@@ -34,6 +34,42 @@ SCENARIOS: dict[str, Scenario] = {}
 scenario = registering(SCENARIOS)
 
 
+def _on_the_millisecond(what: str, moment: object) -> None:
+    """`moment` is an aware UTC datetime on a whole millisecond (or None)."""
+    if moment is None:
+        return
+    expect(
+        isinstance(moment, datetime)
+        and moment.utcoffset() == timedelta(0)
+        and moment.microsecond % 1000 == 0,
+        f"{what} must be an aware UTC datetime at millisecond resolution (the backend's clock)",
+        "UTC, whole milliseconds",
+        moment,
+    )
+
+
+@scenario
+def every_time_the_backend_tells_is_utc_on_a_whole_millisecond(harness: Harness) -> None:
+    """now(), lease deadlines and every timestamp the backend writes are aware UTC datetimes
+    at millisecond resolution, on any clock (an exact one compares them to the millisecond)."""
+    backend = harness.backend
+    _on_the_millisecond("now()", backend.now())
+    backend.enqueue([new_task("t"), new_task("u")])
+    lease = claim_one(backend, "t")
+    _on_the_millisecond("a lease's deadline", lease.deadline)
+    renewed = backend.extend(lease, LEASE_TTL)
+    _on_the_millisecond("a renewed lease's deadline", getattr(renewed, "deadline", None))
+    retried = backend.retry(lease, failed(lease), timedelta(microseconds=1500))
+    lease = claim_one(backend, "u")
+    done = backend.complete(lease, succeeded(lease))
+    for record in (retried, done, backend.get("t"), backend.get("u")):
+        expect(record is not None, "a task the scenario stored must be readable")
+        assert record is not None
+        for name in ("enqueued_at", "run_after", "started_at", "last_attempted_at"):
+            _on_the_millisecond(f"the record's {name}", getattr(record, name))
+        _on_the_millisecond("the record's finished_at", record.finished_at)
+
+
 @scenario
 def deferred_tasks_fall_due_on_the_backend_clock(harness: Harness) -> None:
     """A future run_after defers a task until the backend's clock reaches it; claim promotes it."""
@@ -108,6 +144,37 @@ def retry_delay_is_measured_on_the_backend_clock(harness: Harness) -> None:
         2,
         again.record.attempts,
     )
+
+
+@scenario
+def a_delay_under_a_millisecond_rounds_up_to_one(harness: Harness) -> None:
+    """retry() and release() with a delay under a millisecond defer the task by one
+    millisecond (rounded up), never send it to the READY tail as a zero delay does."""
+    backend = harness.backend
+    backend.enqueue([new_task("retried"), new_task("released")])
+    tiny = timedelta(microseconds=1)
+    lease = claim_one(backend, "retried")
+    before = backend.now()
+    retried = backend.retry(lease, failed(lease), tiny)
+    lease = claim_one(backend, "released")
+    [released] = backend.release([lease], tiny)
+    for op, record in (("retry()", retried), ("release()", released)):
+        expect(
+            record is not None and record.status is DEFERRED,
+            f"{op} with a delay under a millisecond must defer the task (the delay rounds up "
+            "to one millisecond); only a delay of exactly zero sends it to the READY tail",
+            DEFERRED,
+            record,
+        )
+        assert record is not None
+        one_ms = before + timedelta(milliseconds=1)
+        expect(
+            record.run_after is not None
+            and (record.run_after == one_ms if harness.exact_clock else record.run_after >= one_ms),
+            f"{op} with a delay under a millisecond must make run_after now() + 1 ms",
+            one_ms,
+            record.run_after,
+        )
 
 
 @scenario

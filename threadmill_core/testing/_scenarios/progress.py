@@ -1,7 +1,7 @@
 """Progress: what a running task reported, stored by its lease holder and kept.
 
-`record_progress` is fenced like `mark_started` (a current token on a RUNNING
-task), stamps each progress with the backend's clock, keeps the last value
+`record_progress` is fenced as `extend` is (a current token on a RUNNING
+task, a reaper's included), stamps each progress with the backend's clock, keeps the last value
 of a batch, changes nothing else, and the progress stays on the record
 through retries and after the task finishes, until `requeue`.
 """

@@ -22,6 +22,7 @@ from threadmill_core.testing._scenarios.kit import (
     PAST_A_LEASE,
     READY,
     RUNNING,
+    SUCCESSFUL,
     Scenario,
     claim_one,
     expect,
@@ -197,6 +198,33 @@ def an_unstarted_claim_is_always_given_back_and_later_leases_count_it(harness: H
     backend.enqueue([new_task("fresh")])
     fresh = claim_one(backend, "fresh")
     expect(fresh.unstarted_expiries == 0, "a task never given back must lease with 0")
+
+
+@scenario
+def an_id_purged_and_enqueued_again_counts_its_give_backs_from_zero(harness: Harness) -> None:
+    """A task purged and enqueued again under its id is a new task: its leases count the
+    give-backs of the new task only, never those of the one purged."""
+    backend = harness.backend
+    for segment in (READY, FAILED):
+        backend.enqueue([new_task("again")])
+        _expire_unstarted(harness, claim_one(backend, "again"))
+        if segment is FAILED:
+            lease = claim_one(backend, "again")
+            expect(lease.unstarted_expiries == 1, "the count of give-backs was lost", 1, lease)
+            backend.complete(lease, failed(lease))
+        purged = backend.purge("default", segment)
+        expect(purged == 1, f"purge() of {segment.value} must delete the task", 1, purged)
+        backend.enqueue([new_task("again")])
+        lease = claim_one(backend, "again")
+        expect(
+            lease.unstarted_expiries == 0,
+            f"an id purged ({segment.value}) and enqueued again is a new task: its lease must "
+            "not count the give-backs of the task purged (unstarted_expiries)",
+            0,
+            lease.unstarted_expiries,
+        )
+        backend.complete(lease, succeeded(lease))
+        backend.purge("default", SUCCESSFUL)
 
 
 @scenario
