@@ -127,8 +127,9 @@ state or bytes are damaged (missing, garbled, out of range) is quarantined
 as above by whichever pass meets it (claim, promotion, reaper), or removed
 where no record is left to mark, and every other task of the same claim,
 pass or batch (renewals, decisions, start marks, progress and releases
-included) is processed as if it were not there; a `release` may refuse an
-undecodable task, leaving it to the reaper. The kit's corrupt-record
+included) is processed as if it were not there; a `release` answers None
+for an undecodable task, refusing it (the reaper quarantines it) or giving
+it back undecoded (a claim does). The kit's corrupt-record
 scenarios (``corrupt``, ``corrupt_batches``) check this through
 `Harness.corruptions`.
 """
