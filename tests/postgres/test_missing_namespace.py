@@ -30,16 +30,17 @@ def schema_exists(database: PostgresDatabase, name: str) -> bool:
         ["ls", "emails", "--status", "ready"],
         ["show", "01a2-no-such-task"],
         ["requeue", "--failed", "emails"],
+        ["health"],
     ],
-    ids=["stats", "workers", "ls", "show", "requeue"],
+    ids=["stats", "workers", "ls", "show", "requeue", "health"],
 )
 def test_a_command_on_a_misspelt_namespace_says_so_and_creates_nothing(
     database: PostgresDatabase,
     make_backend: Callable[..., PostgresBackend],
     command: list[str],
 ) -> None:
-    """`threadmill stats` (and workers, ls, show, requeue) on `jbos`: an error naming those
-    that exist."""
+    """`threadmill stats` (and workers, ls, show, requeue, health) on `jbos`: an error naming
+    those that exist."""
     existing = make_backend()  # a namespace that does exist, made by first use
     existing.now()
     misspelt = new_namespace("jbos")

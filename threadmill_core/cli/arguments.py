@@ -247,8 +247,9 @@ def build_parser() -> argparse.ArgumentParser:
         "health",
         help="exit 0 if the backend answers, 2 if not",
         description="Ask the backend the time, for scripts and probes: exit 0 when it answers "
-        "within --timeout, else 2 with one line saying why. A worker command's own liveness "
-        "is on its --metrics-port (/healthz, /readyz).",
+        "within --timeout, else 2 with one line saying why (a PostgreSQL namespace that does "
+        "not exist included: it creates nothing). A worker command's own liveness is on its "
+        "--metrics-port (/healthz, /readyz).",
     )
     health.add_argument("--broker", metavar="URL", help="the backend (default: $THREADMILL_URL)")
     health.add_argument(

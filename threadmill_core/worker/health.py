@@ -80,12 +80,20 @@ class Readiness:
 
 def check(url: str, timeout: float) -> str | None:
     """Connect to `url` and ask the backend the time, all within `timeout` seconds; None when
-    it answered, else one line saying what went wrong (the URL's password hidden)."""
-    from threadmill_core.broker import connect
+    it answered, else one line saying what went wrong (the URL's password hidden).
+
+    It makes nothing: a backend whose storage is missing (a PostgreSQL namespace
+    not created yet, or misspelt) is a problem naming it, as the inspecting
+    commands say, not a schema created by a probe.
+    """
+    from threadmill_core.plugins import backend_for_url
 
     def ask() -> None:
-        with connect(url) as broker:
-            broker.backend.now()
+        backend = backend_for_url(url, {}, create=False)
+        try:
+            backend.now()
+        finally:
+            backend.close()
 
     call = _Call(ask)
     if not call.wait(timeout):
