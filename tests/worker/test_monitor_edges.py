@@ -115,3 +115,25 @@ def test_the_supervisor_waiting_on_the_backend_is_stuck_only_past_the_call_bound
     assert supervisor_stall(late + 1, late, 5.0) == (
         f"supervisor: a call to the backend has not returned for {late:.1f} s"
     )
+
+
+def test_healthz_stays_healthy_while_a_graceful_stop_waits_for_a_running_task(
+    project: Path, tasks: Any, broker: Broker, broker_url: str
+) -> None:
+    """At SIGTERM the command waits for its running task (a graceful stop): /healthz stays 200
+    meanwhile, for longer than the stall bound (5 s), since a drain is not a stall."""
+    record = tasks.hold.using(broker=broker).enqueue(0)
+    port = free_port()
+    with running_worker(project, broker_url, port) as process:
+        until("the endpoints", lambda: served(port))
+        until("the task running", lambda: broker.get_result(record.id).status.value == "RUNNING")
+        process.send_signal(signal.SIGTERM)
+        answers = []
+        for _ in range(8):
+            time.sleep(1)
+            answers.append(get(port, "/healthz"))
+        assert process.poll() is None, "a graceful stop waits for the running task"
+        (project / "gate").touch()
+        process.wait(timeout=60)
+        assert broker.get_result(record.id).status is TaskResultStatus.SUCCESSFUL
+    assert [answer for answer in answers if answer[0] != 200] == []

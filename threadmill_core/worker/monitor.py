@@ -33,7 +33,8 @@ loop waiting in its backend calls (`Monitor.calling_backend`: the reaper,
 the mover, a dead child's leases) is not stuck, up to `CALL_BOUND` a call
 (`supervisor_stall`): a backend that does not answer is an outage, which
 ``/readyz`` reports, and the driver's timeouts end such calls sooner.
-``/readyz`` answers 200
+The supervisor's wait for its worker processes at a graceful stop
+(`Monitor.draining`) turns its loop too. ``/readyz`` answers 200
 while the backend answers (`threadmill_core.worker.health.Readiness`), else 503
 saying why. Both bodies are plain text.
 
@@ -155,6 +156,11 @@ class Monitor:
         self._directory = tempfile.mkdtemp(prefix="threadmill-metrics-")
         self._previous = os.environ.get(ENV)
         os.environ[ENV] = self._directory
+
+    def draining(self) -> None:
+        """The supervisor's loop turned while it waits for its worker processes to stop: a
+        graceful stop waiting for running tasks is not a stall."""
+        self._turned = time.monotonic()
 
     def turned(self, backend: Backend) -> None:
         """The supervisor's loop turned; the first time, serve (the worker processes are up)."""

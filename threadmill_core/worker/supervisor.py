@@ -392,6 +392,7 @@ class Supervisor(WorkerProcesses):
         forced_at: float | None = None
         killed = False
         while alive := [p for p in self._children.values() if p.is_alive()]:
+            self.monitor.draining()
             now = time.monotonic()
             if forced_at is None and self._signals > 1:
                 forced_at = now  # `_on_signal` told them already
