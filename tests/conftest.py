@@ -27,12 +27,16 @@ import uuid
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from hypothesis import HealthCheck, settings
 
 from threadmill_core.clock import FakeClock
 from threadmill_core.testing import Harness, HarnessFactory
+
+if TYPE_CHECKING:
+    from threadmill_memory import MemoryBackend
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 
@@ -196,12 +200,14 @@ def postgres_database() -> Iterator[PostgresDatabase]:
 # --- the backend registry ------------------------------------------------------------
 
 
-def memory_harness() -> Harness:
+def memory_harness(backend_class: Callable[..., MemoryBackend] | None = None) -> Harness:
+    """The memory backend on a fake clock, with its corruptions; `backend_class` a subclass
+    of `MemoryBackend` to use instead (the kit's own tests break one on purpose)."""
     from threadmill_memory import MemoryBackend
     from threadmill_memory.testing import corruptions
 
     clock = FakeClock()
-    backend = MemoryBackend(clock=clock, result_ttl=RESULT_TTL)
+    backend = (backend_class or MemoryBackend)(clock=clock, result_ttl=RESULT_TTL)
     return Harness(
         backend=backend,
         advance=clock.advance,

@@ -13,8 +13,7 @@ from typing import Any
 import attrs
 import pytest
 
-from tests.conftest import RESULT_TTL
-from threadmill_core.clock import FakeClock
+from tests.conftest import memory_harness
 from threadmill_core.models import (
     Lease,
     QueueRates,
@@ -23,26 +22,11 @@ from threadmill_core.models import (
     TaskResultStatus,
     call_record,
 )
-from threadmill_core.testing import Harness, ProtocolViolation
+from threadmill_core.testing import ProtocolViolation
 from threadmill_core.testing.scenarios import BAD_INPUT_CASES, SCENARIOS
 from threadmill_memory import MemoryBackend
-from threadmill_memory.testing import corruptions
 
 pytestmark = pytest.mark.memory
-
-
-def harness_of(backend_class: Callable[..., MemoryBackend]) -> Harness:
-    """A harness like the registry's memory one, on `backend_class`."""
-    clock = FakeClock()
-    backend = backend_class(clock=clock, result_ttl=RESULT_TTL)
-    return Harness(
-        backend=backend,
-        advance=clock.advance,
-        exact_clock=True,
-        close=backend.close,
-        result_ttl=RESULT_TTL,
-        corruptions=corruptions(backend),
-    )
 
 
 class PoisonReleasingBackend(MemoryBackend):
@@ -225,7 +209,7 @@ def test_a_scenario_names_the_rule_a_broken_backend_breaks(
     broken: Callable[..., MemoryBackend], scenario: str, rule: str
 ) -> None:
     """The scenario written for a bug fails on a backend with that bug, naming its rule."""
-    harness = harness_of(broken)
+    harness = memory_harness(broken)
     try:
         with pytest.raises(ProtocolViolation) as failure:
             {**SCENARIOS, **BAD_INPUT_CASES}[scenario](harness)

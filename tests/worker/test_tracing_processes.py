@@ -8,7 +8,8 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -201,6 +202,26 @@ def spans_in(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
+@contextmanager
+def batched_worker(project: Path, broker_url: str) -> Iterator[subprocess.Popen[str]]:
+    """`threadmill worker batchedapp.tasks --tracing`, one process of one thread without
+    prefetch, its spans written to ``spans.jsonl``; killed, its output shown, if the block
+    raises."""
+    env = {**os.environ, "SPANS": str(project / "spans.jsonl")}
+    env.pop("THREADMILL_TRACING", None)
+    command = [THREADMILL, "worker", "batchedapp.tasks", "-b", broker_url, "-p", "1",
+               "-t", "1", "--prefetch", "0", "--tracing"]  # fmt: skip
+    with subprocess.Popen(
+        command, cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    ) as process:
+        try:
+            yield process
+        except BaseException:
+            process.kill()
+            print(process.communicate(timeout=60)[0])
+            raise
+
+
 def test_a_sigterm_lets_the_running_task_finish_where_the_tracing_setup_started_a_thread(
     project: Path, broker: Broker, broker_url: str
 ) -> None:
@@ -210,20 +231,8 @@ def test_a_sigterm_lets_the_running_task_finish_where_the_tracing_setup_started_
     module = batched(project)
     marker = project / "holding"
     record = module.hold.using(broker=broker).enqueue(str(marker))
-    spans = project / "spans.jsonl"
-    env = {**os.environ, "SPANS": str(spans)}
-    env.pop("THREADMILL_TRACING", None)
-    command = [THREADMILL, "worker", "batchedapp.tasks", "-b", broker_url, "-p", "1",
-               "-t", "1", "--prefetch", "0", "--tracing"]  # fmt: skip
-    with subprocess.Popen(
-        command, cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    ) as process:
-        try:
-            until("the task running", marker.exists)
-        except BaseException:
-            process.kill()
-            print(process.communicate(timeout=60)[0])
-            raise
+    with batched_worker(project, broker_url) as process:
+        until("the task running", marker.exists)
         process.send_signal(signal.SIGTERM)
         # No way to see the worker process take the signal: it finishes the task either way.
         time.sleep(1)
@@ -231,7 +240,8 @@ def test_a_sigterm_lets_the_running_task_finish_where_the_tracing_setup_started_
         out, _ = process.communicate(timeout=120)
     assert process.returncode == 0, out
     assert broker.get_result(record.id).status is TaskResultStatus.SUCCESSFUL, out
-    [consumer] = [span for span in spans_in(spans) if span["kind"] == SpanKind.CONSUMER.name]
+    spans = spans_in(project / "spans.jsonl")
+    [consumer] = [span for span in spans if span["kind"] == SpanKind.CONSUMER.name]
     assert consumer["attributes"]["threadmill.task.outcome"] == "successful"
 
 
@@ -243,31 +253,17 @@ def test_spans_a_worker_process_holds_in_a_batch_are_exported_when_it_is_stopped
     module = batched(project)
     records = [module.ok.using(broker=broker).enqueue(n) for n in range(3)]
     marker = project / "holding"
-    spans = project / "spans.jsonl"
-    env = {**os.environ, "SPANS": str(spans)}
-    env.pop("THREADMILL_TRACING", None)
-    command = [THREADMILL, "worker", "batchedapp.tasks", "-b", broker_url, "-p", "1",
-               "-t", "1", "--prefetch", "0", "--tracing"]  # fmt: skip
-    with subprocess.Popen(
-        command, cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    ) as process:
-        try:
-            until("three tasks done", lambda: all(
-                broker.get_result(r.id).status is TaskResultStatus.SUCCESSFUL for r in records
-            ))  # fmt: skip
-            module.hold.using(broker=broker).enqueue(str(marker))
-            until("a task holding the worker", marker.exists)
-        except BaseException:
-            process.kill()
-            print(process.communicate(timeout=60)[0])
-            raise
+    with batched_worker(project, broker_url) as process:
+        until("three tasks done", lambda: all(
+            broker.get_result(r.id).status is TaskResultStatus.SUCCESSFUL for r in records
+        ))  # fmt: skip
+        module.hold.using(broker=broker).enqueue(str(marker))
+        until("a task holding the worker", marker.exists)
         process.send_signal(signal.SIGTERM)
         process.send_signal(signal.SIGTERM)  # the second: stop now, the held task abandoned
         out, _ = process.communicate(timeout=120)
     assert process.returncode in (1, 4), out  # after a second signal; EXIT_ABANDONED
-    exported = (
-        [json.loads(line) for line in spans.read_text().splitlines()] if spans.exists() else []
-    )
+    exported = spans_in(project / "spans.jsonl")
     consumers = [span for span in exported if span["kind"] == SpanKind.CONSUMER.name]
     assert sorted(s["attributes"]["messaging.message.id"] for s in consumers) == sorted(
         r.id for r in records

@@ -13,6 +13,7 @@ gone) once the reaper or a claim meets it.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TypeVar
 
 from threadmill_core.models import Progress
 from threadmill_core.testing._scenarios.corrupt import (
@@ -37,6 +38,17 @@ from threadmill_core.testing.harness import Harness
 SCENARIOS: dict[str, Scenario] = {}
 scenario = registering(SCENARIOS)
 
+T = TypeVar("T")
+
+
+def _answers(send: Callable[[], list[T]], rule: str) -> list[T]:
+    """The answers of `send()`, a batch call; whatever it raises is the violation of `rule`."""
+    try:
+        return send()
+    except Exception as exc:
+        expect(False, rule, "an answer per lease", exc)
+        raise  # expect() has raised the violation already
+
 
 @scenario
 def a_corrupt_running_record_never_costs_its_batch_its_release(harness: Harness) -> None:
@@ -48,17 +60,11 @@ def a_corrupt_running_record_never_costs_its_batch_its_release(harness: Harness)
     good, doomed = _enqueue_mixed(harness)
     leases = backend.claim(["default"], worker="w1", lease_ttl=LEASE_TTL, limit=100)
     _damage(harness, doomed)
-    try:
-        answers = backend.release(leases)
-    except Exception as exc:  # whatever it raises is the violation reported
-        expect(
-            False,
-            "corrupt RUNNING records: release() must give back every good task of its batch, "
-            "not raise for a corrupt one (refuse it, or give it back, and go on)",
-            "an answer per lease",
-            exc,
-        )
-        return
+    answers = _answers(
+        lambda: backend.release(leases),
+        "corrupt RUNNING records: release() must give back every good task of its batch, "
+        "not raise for a corrupt one (refuse it, or give it back, and go on)",
+    )
     released = [
         lease.task_id
         for lease, record in zip(leases, answers, strict=True)
@@ -103,20 +109,14 @@ def a_corrupt_running_record_never_costs_its_batch_its_marks_or_progress(
         ),
     }
     for name, send in calls.items():
-        try:
-            answers = send()
-        except Exception as exc:  # whatever it raises is the violation reported
-            expect(
-                False,
-                f"corrupt RUNNING records: {name} must take every good task of its batch, "
-                "not raise for a corrupt one",
-                "an answer per lease",
-                exc,
-            )
-            return
+        marks = _answers(
+            send,
+            f"corrupt RUNNING records: {name} must take every good task of its batch, "
+            "not raise for a corrupt one",
+        )
         taken = [
             lease.task_id
-            for lease, answer in zip(leases, answers, strict=True)
+            for lease, answer in zip(leases, marks, strict=True)
             if answer is True and lease.task_id in good
         ]
         expect(
